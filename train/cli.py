@@ -1,0 +1,66 @@
+"""Command-line and YAML configuration: ``--config run.yaml`` plus ``--field value`` overrides.
+
+    python -m train --config run.yaml --mesh 2x2x2 --steps 50 --schedule 1f1b
+    python -m train --help        # every field, documented
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import fields
+
+import yaml
+
+from train.config import Config, ConfigError, config_from_dict, field_docs
+
+
+def add_config_args(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    """Add ``--config`` and one ``--field-name`` option per Config field (default: unset)."""
+    parser.add_argument("--config", metavar="YAML", help="YAML file of Config fields; flags override it")
+    docs = field_docs()
+    for f in fields(Config):
+        if f.name in skip:
+            continue
+        kind = f.type.split("|")[0].strip()
+        parser.add_argument(
+            "--" + f.name.replace("_", "-"), dest=f.name, default=None,
+            type={"int": int, "float": float}.get(kind, str), metavar=kind.upper(),
+            help=f"{docs.get(f.name, '')} (default: {f.default})",
+        )
+
+
+def load_yaml(path: str) -> dict:
+    """Read a YAML mapping of Config fields.
+
+    Raises:
+        ConfigError: the file is missing, unparsable, or not a mapping.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            values = yaml.safe_load(fh) or {}
+    except OSError as e:
+        raise ConfigError(f"config: cannot read {path!r}: {e.strerror}; pass an existing YAML file") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config: {path!r} is not valid YAML: {e}") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"config: {path!r} must hold a mapping of fields (e.g. 'steps: 50'), got {type(values).__name__}")
+    return values
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    """YAML (if ``--config``) updated by every flag the user set."""
+    values = load_yaml(args.config) if getattr(args, "config", None) else {}
+    names = {f.name for f in fields(Config)}
+    values.update({k: v for k, v in vars(args).items() if k in names and v is not None})
+    return config_from_dict(values, source=args.config or "flags")
+
+
+def save_config(cfg: Config, run_dir: str) -> str:
+    """Write the resolved config to RUN_DIR/config.yaml (atomically); returns the path."""
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, "config.yaml")
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(cfg.to_dict(), fh, sort_keys=True)
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,232 @@
+"""Run configuration: the mesh spec, the model presets and every training option.
+
+Torch-free on purpose, so the launcher can parse and preflight a run on a host without torch.
+
+    python -m train --config run.yaml --mesh 2x2x2 --steps 50   # how a Config is made
+    python -c "from train.config import parse_mesh; print(parse_mesh('2x2x2'))"
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field, fields
+
+MESH_EXAMPLES = "valid examples: 2x2x2, 4x1x2, 1x1x1, pp=2,dp=2,tp=2"
+
+# schedule name -> (torch.distributed.pipelining class name, stage layout)
+# layout: "single" = one stage per rank, "loop" = v stages per rank placed round-robin,
+# "v" = exactly two stages per rank in a V (rank r holds stages r and 2*pp-1-r).
+SCHEDULES: dict[str, tuple[str, str]] = {
+    "gpipe": ("ScheduleGPipe", "single"),
+    "1f1b": ("Schedule1F1B", "single"),
+    "interleaved-1f1b": ("ScheduleInterleaved1F1B", "loop"),
+    "looped-bfs": ("ScheduleLoopedBFS", "loop"),
+    "interleaved-zb": ("ScheduleInterleavedZeroBubble", "loop"),
+    "zbv": ("ScheduleZBVZeroBubble", "v"),
+    "dualpipev": ("ScheduleDualPipeV", "v"),
+}
+
+
+class ConfigError(ValueError):
+    """A bad mesh spec, config field or data path; the message names the field and a fix."""
+
+
+@dataclass(frozen=True)
+class MeshSpec:
+    """A 3D device mesh shape, dims ordered (pp, dp, tp): pp outermost, tp innermost.
+
+    Rank r sits at pp = r // (dp*tp), dp = (r // tp) % dp, tp = r % tp, so one node
+    (pipeline stage group) holds dp*tp consecutive ranks.
+    """
+
+    pp: int = 1
+    dp: int = 1
+    tp: int = 1
+
+    @property
+    def world_size(self) -> int:
+        return self.pp * self.dp * self.tp
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Ranks of one pipeline-stage group (= one simulated node)."""
+        return self.dp * self.tp
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """(pp, dp, tp) coordinates of a global rank."""
+        return rank // self.ranks_per_node, (rank // self.tp) % self.dp, rank % self.tp
+
+    def __str__(self) -> str:
+        return f"{self.pp}x{self.dp}x{self.tp}"
+
+
+def parse_mesh(spec: str) -> MeshSpec:
+    """Parse ``PPxDPxTP`` (``2x2x2``) or ``pp=2,dp=2,tp=2`` into a MeshSpec.
+
+    Raises:
+        ConfigError: anything else (``2x2``, ``0x2x2``, ``axbxc``), with valid examples.
+    """
+    text = str(spec).strip().lower()
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)", text)
+    if m:
+        values = dict(zip(("pp", "dp", "tp"), map(int, m.groups())))
+    else:
+        parts = dict(p.split("=", 1) for p in text.split(",") if p.count("=") == 1)
+        if set(parts) != {"pp", "dp", "tp"} or len(text.split(",")) != 3 or not all(
+            re.fullmatch(r"\d+", v.strip()) for v in parts.values()
+        ):
+            raise ConfigError(f"mesh: cannot parse {spec!r}; expected PPxDPxTP or pp=N,dp=N,tp=N ({MESH_EXAMPLES})")
+        values = {k: int(v) for k, v in parts.items()}
+    bad = [k for k, v in values.items() if v < 1]
+    if bad:
+        raise ConfigError(f"mesh: {', '.join(bad)} must be >= 1 in {spec!r} ({MESH_EXAMPLES})")
+    return MeshSpec(**values)
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """Shape of the decoder (or of the ``seed`` MLP stack when ``kind == "seed"``)."""
+
+    kind: str = "llama"  # "llama": decoder LM; "seed": the toy Linear stack on synthetic data
+    dim: int = 64
+    n_layers: int = 8
+    n_heads: int = 4
+    ffn_dim: int = 128
+    vocab_size: int = 256  # byte-level tokens; for "seed": number of classes (10)
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+
+
+PRESETS: dict[str, ModelArgs] = {
+    # tests: well under a second a step on one core
+    "tiny": ModelArgs(dim=64, n_layers=8, n_heads=4, ffn_dim=128),
+    # the default job: 6.4 M parameters
+    "small": ModelArgs(dim=256, n_layers=8, n_heads=8, ffn_dim=704),
+    # the original toy script: blocks of 32->32->32 and 32->64->32 with residuals, a 32->10 head
+    "seed": ModelArgs(kind="seed", dim=32, n_layers=4, n_heads=1, ffn_dim=64, vocab_size=10),
+}
+
+# per-preset defaults for the data shape, applied unless the user sets the field
+PRESET_DATA = {"tiny": {"seq_len": 64, "global_batch": 16}, "small": {"seq_len": 256, "global_batch": 16},
+               "seed": {"seq_len": 1, "global_batch": 32}}
+
+
+@dataclass
+class Config:
+    """Every option of a run. YAML keys and ``--flag`` names are these field names
+    (``--flag-name`` for ``flag_name``); the docstring after each field documents it."""
+
+    mesh: str = "1x1x1"
+    """pp x dp x tp, e.g. 2x2x2 or pp=2,dp=2,tp=2; world size must equal pp*dp*tp."""
+    model: str = "small"
+    """preset: tiny | small | seed."""
+    dim: int | None = None
+    """model width (overrides the preset)."""
+    n_layers: int | None = None
+    """number of transformer blocks (overrides the preset)."""
+    n_heads: int | None = None
+    """attention heads (overrides the preset); must be divisible by tp."""
+    ffn_dim: int | None = None
+    """SwiGLU hidden size (overrides the preset); must be divisible by tp."""
+    seq_len: int | None = None
+    """tokens per sequence (preset default: tiny 64, small 256)."""
+    global_batch: int | None = None
+    """sequences per optimizer step over all dp ranks (preset default 16)."""
+    microbatches: int = 4
+    """pipeline microbatches per dp rank and step."""
+    schedule: str = "1f1b"
+    """pipeline schedule: gpipe | 1f1b | interleaved-1f1b | looped-bfs | interleaved-zb | zbv | dualpipev."""
+    stages_per_rank: int = 2
+    """virtual stages per pp rank for interleaved-1f1b, looped-bfs, interleaved-zb (zbv/dualpipev use 2)."""
+    steps: int = 300
+    """optimizer steps."""
+    lr: float = 3e-3
+    """peak AdamW learning rate."""
+    min_lr: float = 3e-4
+    """learning rate at the end of the cosine decay."""
+    warmup_steps: int = 20
+    """linear warmup steps."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    max_norm: float = 1.0
+    """clip gradients to this global L2 norm (0 disables clipping)."""
+    seed: int = 0
+    """seed for parameters and data; the same seed gives the same run on every mesh."""
+    data: str | None = None
+    """UTF-8 text file or folder of them; default: the running Python's standard library sources."""
+    val_fraction: float = 0.05
+    """fraction of the corpus (its tail) held out for validation."""
+    val_every: int = 50
+    """validation loss every N steps (0: never)."""
+    val_batches: int = 2
+    """global batches per validation."""
+    log_every: int = 1
+    """log line every N steps (metrics.jsonl gets every step)."""
+    run_dir: str = "runs/local"
+    """folder for config.yaml, metrics.jsonl and checkpoints."""
+    timeout_s: float = 120.0
+    """process-group and pipeline timeout (s): a lost peer ends the job after this."""
+    threads: int = 0
+    """torch intra-op threads per rank (0: OMP_NUM_THREADS or 1)."""
+
+    def mesh_spec(self) -> MeshSpec:
+        return parse_mesh(self.mesh)
+
+    def model_args(self) -> ModelArgs:
+        if self.model not in PRESETS:
+            raise ConfigError(f"model: unknown preset {self.model!r}; choose one of {', '.join(PRESETS)}")
+        overrides = {k: getattr(self, k) for k in ("dim", "n_layers", "n_heads", "ffn_dim") if getattr(self, k)}
+        return dataclasses.replace(PRESETS[self.model], **overrides)
+
+    def resolved(self) -> "Config":
+        """A copy with preset data defaults filled in and the mesh normalised."""
+        extra = {k: v for k, v in PRESET_DATA.get(self.model, {}).items() if getattr(self, k) is None}
+        return dataclasses.replace(self, mesh=str(self.mesh_spec()), **extra)
+
+    @property
+    def layout(self) -> str:
+        return SCHEDULES[self.schedule][1]
+
+    @property
+    def local_stages(self) -> int:
+        """Pipeline stages held by each pp rank."""
+        return {"single": 1, "loop": self.stages_per_rank, "v": 2}[self.layout]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def field_docs() -> dict[str, str]:
+    """Field name -> its one-line documentation (the string after each field above)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(Config))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = nxt.value.value
+    return docs
+
+
+def config_from_dict(values: dict, source: str = "config") -> Config:
+    """Build a Config from a mapping (a parsed YAML file); unknown keys raise ConfigError."""
+    names = {f.name for f in fields(Config)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(names))}")
+    types = {f.name: f.type for f in fields(Config)}
+    out = {}
+    for k, v in values.items():
+        kind = types[k].split("|")[0].strip()
+        if v is None:
+            out[k] = None
+            continue
+        try:
+            out[k] = {"int": int, "float": float, "str": str}[kind](v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{source}: field {k} must be {kind}, got {v!r}") from None
+        if kind == "int" and isinstance(v, float) and v != int(v):
+            raise ConfigError(f"{source}: field {k} must be an integer, got {v!r}")
+    return Config(**out)
