@@ -1,0 +1,32 @@
+"""Entry point: ``python -m train`` (one process) or under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
+
+    torchrun --nproc-per-node 8 -m train --mesh 2x2x2 --model small --data ../shared/data/tinyshakespeare.txt --steps 300
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from train.cli import add_config_args, config_from_args
+from train.config import ConfigError
+from train.preflight import preflight
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_args(parser)
+    args = parser.parse_args(argv)
+    try:
+        cfg = preflight(config_from_args(args), world_size=int(os.environ.get("WORLD_SIZE", "1")))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from train.trainer import run  # torch is imported only once the config is known to be good
+
+    return run(cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Byte-level data: a corpus of UTF-8 text as uint8 tokens, and batches as pure functions of
+(seed, step, dp rank), so runs are reproducible and resumable on any mesh.
+
+    python -c "from train.data import load_corpus; print(load_corpus(None).numel())"   # stdlib bytes
+"""
+from __future__ import annotations
+
+import os
+import sysconfig
+
+import torch
+
+from train.preflight import data_files
+
+SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__", "lib2to3",
+             "tkinter", "turtledemo", "ensurepip"}
+
+
+def stdlib_files() -> list[str]:
+    """The running Python's standard-library .py sources (tests and GUI demos excluded), sorted."""
+    root = sysconfig.get_paths()["stdlib"]
+    out = []
+    for dirpath, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        out += [os.path.join(dirpath, n) for n in names if n.endswith(".py")]
+    return sorted(out)
+
+
+def load_corpus(path: str | None) -> torch.Tensor:
+    """All bytes of a text file, a folder of files (sorted), or the stdlib when path is None.
+
+    Returns a 1-D uint8 tensor (tokens, vocab 256). Raises ConfigError for a bad path.
+    """
+    files = stdlib_files() if path is None else data_files(path)
+    chunks = []
+    for f in files:
+        with open(f, "rb") as fh:
+            chunks.append(fh.read())
+    return torch.frombuffer(bytearray(b"\n".join(chunks)), dtype=torch.uint8)
+
+
+def train_val_split(tokens: torch.Tensor, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Head for training, tail (val_fraction of the bytes) for validation."""
+    n_val = max(2, int(tokens.numel() * val_fraction))
+    return tokens[:-n_val], tokens[-n_val:]
+
+
+def _generator(seed: int, step: int, salt: int) -> torch.Generator:
+    return torch.Generator().manual_seed((seed * 1_000_003 + step * 7919 + salt) % (2**63))
+
+
+def lm_batch(tokens: torch.Tensor, seed: int, step: int, batch: int, seq_len: int,
+             salt: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global batch of a step: ``batch`` random windows of the corpus.
+
+    Returns inputs and targets, each (batch, seq_len) int64, targets shifted by one token.
+    Raises ValueError if the corpus is shorter than seq_len + 1 tokens.
+    """
+    if tokens.numel() < seq_len + 1:
+        raise ValueError(f"data: corpus of {tokens.numel()} bytes is shorter than seq_len+1={seq_len + 1}")
+    starts = torch.randint(0, tokens.numel() - seq_len, (batch,), generator=_generator(seed, step, salt))
+    window = tokens[starts[:, None] + torch.arange(seq_len + 1)].long()
+    return window[:, :-1], window[:, 1:]
+
+
+def seed_batch(seed: int, step: int, batch: int, dim: int, classes: int,
+               salt: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Synthetic data for the seed model: x (batch, dim) float32 ~ N(0, 1) and a learnable class
+    (batch,) int64, the argmax of x under a fixed random projection drawn from ``seed``."""
+    x = torch.randn(batch, dim, generator=_generator(seed, step, salt))
+    proj = torch.randn(dim, classes, generator=torch.Generator().manual_seed(seed))
+    return x, (x @ proj).argmax(-1)
+
+
+def dp_shard(t: torch.Tensor, dp_rank: int, dp: int) -> torch.Tensor:
+    """This dp rank's contiguous slice of a global batch along dim 0 (same on all tp peers)."""
+    per = t.shape[0] // dp
+    return t[dp_rank * per:(dp_rank + 1) * per]
+
+
+class Batches:
+    """Global batches of a run: ``train(step)`` and ``val(k)`` return (inputs, targets)."""
+
+    def __init__(self, cfg, args):
+        self.cfg, self.args = cfg, args
+        if args.kind == "llama":
+            self.train_tokens, self.val_tokens = train_val_split(load_corpus(cfg.data), cfg.val_fraction)
+
+    def _get(self, tokens, step, salt):
+        cfg, args = self.cfg, self.args
+        if args.kind == "seed":
+            return seed_batch(cfg.seed, step, cfg.global_batch, args.dim, args.vocab_size, salt)
+        return lm_batch(tokens, cfg.seed, step, cfg.global_batch, cfg.seq_len, salt)
+
+    def train(self, step: int):
+        return self._get(getattr(self, "train_tokens", None), step, 0)
+
+    def val(self, k: int):
+        return self._get(getattr(self, "val_tokens", None), k, 1_000_000_007)

@@ -1,0 +1,45 @@
+"""Per-step metrics: one JSON object per line in RUN_DIR/metrics.jsonl and one log line per step.
+
+    python -c "import json; [print(json.loads(l)['loss']) for l in open('runs/local/metrics.jsonl')]"
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far, in MB (Linux ru_maxrss is in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def step_line(rec: dict, steps: int) -> str:
+    """The concise per-step log line (the launcher parses it; keep the field order)."""
+    line = (f"step {rec['step']}/{steps} loss {rec['loss']:.4f} grad_norm {rec['grad_norm']:.4f} "
+            f"lr {rec['lr']:.2e} step_time {rec['step_time_s']:.3f}s tokens_per_s {rec['tokens_per_s']:.0f} "
+            f"rss_mb {max(rec['rss_mb']):.0f}")
+    if rec.get("val_loss") is not None:
+        line += f" val_loss {rec['val_loss']:.4f}"
+    return line
+
+
+class MetricsWriter:
+    """Appends step records to ``RUN_DIR/metrics.jsonl``; a no-op where ``path`` is None."""
+
+    def __init__(self, run_dir: str | None, name: str = "metrics.jsonl"):
+        self.path = os.path.join(run_dir, name) if run_dir else None
+        if self.path:
+            os.makedirs(run_dir, exist_ok=True)
+            open(self.path, "w").close()
+
+    def write(self, rec: dict) -> None:
+        if self.path:
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(rec, sort_keys=True) + "\n")
+
+
+def read_metrics(run_dir: str, name: str = "metrics.jsonl") -> list[dict]:
+    """The step records of a run folder, in order."""
+    with open(os.path.join(run_dir, name), encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]

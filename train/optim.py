@@ -1,0 +1,37 @@
+"""AdamW with decoupled weight decay on matrices only, and warmup + cosine learning rate.
+
+    python -c "from train.optim import lr_at; from train.config import Config; print(lr_at(Config(), 10))"
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from train.config import Config
+
+
+def lr_at(cfg: Config, step: int) -> float:
+    """Learning rate of 1-based ``step``: linear warmup to ``lr``, then cosine decay to ``min_lr``."""
+    if step <= cfg.warmup_steps:
+        return cfg.lr * step / max(1, cfg.warmup_steps)
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def build_optimizer(modules: list[nn.Module], cfg: Config) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW (Loshchilov & Hutter, 2019) over the modules' parameters, plus its LR schedule.
+
+    Weight decay applies to parameters with 2+ dims (weights, embeddings), not to norms or biases.
+    The scheduler's lambda makes step k (1-based) run at ``lr_at(cfg, k)``.
+    """
+    params = [p for m in modules for p in m.parameters()]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
+    )
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_at(cfg, i + 1) / cfg.lr)
+    return opt, sched

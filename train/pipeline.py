@@ -1,0 +1,88 @@
+"""Pipeline parallel over the pp mesh with ``torch.distributed.pipelining``.
+
+    python -m train.parity --mesh 2x1x1 --schedule interleaved-1f1b --model tiny --steps 3
+
+``apply_pp`` builds this rank's stage modules on the meta device (each the full model with the
+other stages' layers deleted, see ``train.model.prune_to_stage``), hands each to a
+``PipelineStage`` over the pp process group, and wraps them in the schedule named by the config.
+Activations and gradients cross stages by send/recv on the pp group only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed.pipelining.schedules as schedules
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.pipelining import PipelineStage
+
+from train.config import SCHEDULES, Config
+from train.model import build_model, prune_to_stage
+from train.split import split_layers, stage_ids
+
+
+@dataclass
+class Pipeline:
+    """This rank's share of the pipeline.
+
+    Attributes:
+        modules: stage modules, in the order of ``stage_ids``.
+        stage_ids: global stage indices held here.
+        schedule: the torch schedule (``.step`` trains one global batch shard).
+        has_first / has_last: whether this rank holds stage 0 / the last stage.
+    """
+
+    modules: list[nn.Module]
+    stage_ids: list[int]
+    schedule: schedules._PipelineSchedule
+    has_first: bool
+    has_last: bool
+
+    def step(self, inputs: torch.Tensor, targets: torch.Tensor, train: bool = True) -> list[torch.Tensor]:
+        """Run the schedule on this dp rank's batch; returns the microbatch losses held here.
+
+        inputs/targets: (batch/dp, seq) for the LM. Losses are only returned where has_last.
+        """
+        losses: list[torch.Tensor] = []
+        args = (inputs,) if self.has_first else ()
+        kwargs = {"target": targets, "losses": losses} if self.has_last else {}
+        if train:
+            self.schedule.step(*args, **kwargs)
+        else:
+            self.schedule.eval(*args, **kwargs)
+        return losses
+
+
+def build_stage_modules(cfg: Config, pp_rank: int, parallelize: Callable[[nn.Module], nn.Module]) -> tuple[list[nn.Module], list[int], int]:
+    """Meta-device stage modules for this pp rank, each passed through ``parallelize``.
+
+    Returns (modules, stage ids, total stages).
+    """
+    mesh = cfg.mesh_spec()
+    args = cfg.model_args()
+    n_stages = mesh.pp * cfg.local_stages
+    layers = split_layers(args.n_layers, n_stages)
+    ids = stage_ids(pp_rank, mesh.pp, cfg.local_stages, cfg.layout)
+    modules = []
+    for s in ids:
+        with torch.device("meta"):
+            model = build_model(args)
+        prune_to_stage(model, layers[s], is_first=s == 0, is_last=s == n_stages - 1)
+        modules.append(parallelize(model))
+    return modules, ids, n_stages
+
+
+def apply_pp(modules: list[nn.Module], ids: list[int], n_stages: int, pp_mesh: DeviceMesh, cfg: Config,
+             loss_fn: Callable) -> Pipeline:
+    """Wrap materialized stage modules into PipelineStages and the configured schedule."""
+    group = pp_mesh.get_group()
+    device = torch.device("cpu")
+    stages = [PipelineStage(m, s, n_stages, device, group=group) for m, s in zip(modules, ids)]
+    cls = getattr(schedules, SCHEDULES[cfg.schedule][0])
+    if cfg.layout == "single":
+        schedule = cls(stages[0], n_microbatches=cfg.microbatches, loss_fn=loss_fn)
+    else:
+        schedule = cls(stages, n_microbatches=cfg.microbatches, loss_fn=loss_fn)
+    return Pipeline(modules, ids, schedule, has_first=0 in ids, has_last=n_stages - 1 in ids)

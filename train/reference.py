@@ -1,0 +1,70 @@
+"""The single-process reference: the same model, init, data, clipping and AdamW as a mesh run,
+with none of the parallelism (no process group, no DTensor, no pipeline, one full batch per step).
+
+    python -m train.reference --model tiny --steps 10 --run-dir runs/ref
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from train.cli import add_config_args, config_from_args, save_config
+from train.clip import clip_grad_norm_
+from train.config import Config, ConfigError
+from train.data import Batches
+from train.metrics import MetricsWriter, peak_rss_mb, step_line
+from train.model import build_model, loss_fn
+from train.optim import build_optimizer
+from train.parallel import init_weights
+
+
+def run_reference(cfg: Config, run_dir: str | None = None) -> list[dict]:
+    """Train ``cfg`` (mesh ignored) in this process; returns per-step records like a mesh run's."""
+    args = cfg.model_args()
+    model = build_model(args)
+    init_weights(model, cfg.seed, args.n_layers)
+    opt, sched = build_optimizer([model], cfg)
+    batches = Batches(cfg, args)
+    writer = MetricsWriter(run_dir)
+    params = list(model.parameters())
+    tokens = cfg.global_batch * (cfg.seq_len if args.kind == "llama" else 1)
+    records = []
+    for step in range(1, cfg.steps + 1):
+        t0 = time.perf_counter()
+        lr = sched.get_last_lr()[0]
+        inputs, targets = batches.train(step)
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        norm = clip_grad_norm_(params, cfg.max_norm, ranks_per_stage=1)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        sched.step()
+        dt = time.perf_counter() - t0
+        rec = {"step": step, "loss": float(loss.detach()), "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
+               "tokens_per_s": tokens / dt, "rss_mb": [peak_rss_mb()]}
+        writer.write(rec)
+        records.append(rec)
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m train.reference", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_args(parser)
+    try:
+        cfg = config_from_args(parser.parse_args(argv)).resolved()
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(cfg.threads or 1)
+    save_config(cfg, cfg.run_dir)
+    for rec in run_reference(cfg, cfg.run_dir):
+        print(step_line(rec, cfg.steps), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""The 3D-parallel training loop: mesh, parallelize on meta, materialize, init, train, log.
+
+    torchrun --nproc-per-node 8 -m train --mesh 2x2x2 --model small --steps 300
+    python -m train --mesh 1x1x1 --model tiny --steps 20
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+
+from train.cli import save_config
+from train.clip import clip_grad_norm_
+from train.config import Config
+from train.data import Batches, dp_shard
+from train.metrics import MetricsWriter, peak_rss_mb, step_line
+from train.model import loss_fn
+from train.optim import build_optimizer
+from train.parallel import apply_fsdp, apply_tp, init_weights
+from train.pipeline import apply_pp, build_stage_modules
+
+
+def init_distributed(cfg: Config) -> tuple[int, int, int]:
+    """Start the gloo process group: from torchrun's env, or alone (world size 1).
+
+    Returns (rank, local_rank, world_size).
+    """
+    timeout = timedelta(seconds=cfg.timeout_s)
+    if "RANK" in os.environ:
+        dist.init_process_group("gloo", timeout=timeout)
+    else:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+    return dist.get_rank(), int(os.environ.get("LOCAL_RANK", 0)), dist.get_world_size()
+
+
+class Trainer:
+    """One rank's part of a run. Build with a preflighted Config inside an initialized process group."""
+
+    def __init__(self, cfg: Config, rank: int, local_rank: int):
+        self.cfg, self.rank = cfg, rank
+        self.spec = cfg.mesh_spec()
+        self.args = cfg.model_args()
+        pp, dp, tp = self.spec.pp, self.spec.dp, self.spec.tp
+        self.mesh = init_device_mesh("cpu", (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
+        self.pp_rank, self.dp_rank, self.tp_rank = self.spec.coords(rank)
+
+        def parallelize(model):
+            apply_tp(model, self.mesh["tp"])
+            return apply_fsdp(model, self.mesh["dp"])
+
+        modules, ids, n_stages = build_stage_modules(cfg, self.pp_rank, parallelize)
+        for m in modules:
+            m.to_empty(device="cpu")
+            init_weights(m, cfg.seed, self.args.n_layers)
+        self.pipe = apply_pp(modules, ids, n_stages, self.mesh["pp"], cfg, loss_fn)
+        self.params = [p for m in modules for p in m.parameters()]
+        self.opt, self.sched = build_optimizer(modules, cfg)
+        self.batches = Batches(cfg, self.args)
+        print(f"[simcluster] rank={rank} local_rank={local_rank} world_size={self.spec.world_size} "
+              f"host={socket.gethostname()} coords=pp{self.pp_rank}/dp{self.dp_rank}/tp{self.tp_rank} "
+              f"stages={ids}", flush=True)
+
+    def _shard(self, batch):
+        return [dp_shard(t, self.dp_rank, self.spec.dp) for t in batch]
+
+    def _global_mean(self, losses: list[torch.Tensor]) -> tuple[float, list[float]]:
+        """(global-batch mean loss, peak RSS MB of every rank): one all_gather on the world."""
+        mine = torch.stack(losses).double().mean() / self.spec.ranks_per_node if losses else torch.zeros((), dtype=torch.float64)
+        local = torch.stack([mine, torch.tensor(peak_rss_mb(), dtype=torch.float64)])
+        gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, local)
+        table = torch.stack(gathered)
+        return float(table[:, 0].sum()), table[:, 1].tolist()
+
+    def train_step(self, step: int) -> dict:
+        """One optimizer step on global batch ``step`` (1-based); returns its metrics record."""
+        t0 = time.perf_counter()
+        lr = self.sched.get_last_lr()[0]
+        losses = self.pipe.step(*self._shard(self.batches.train(step)))
+        norm = clip_grad_norm_(self.params, self.cfg.max_norm, self.spec.ranks_per_node)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.sched.step()
+        loss, rss = self._global_mean([l.detach() for l in losses])
+        dt = time.perf_counter() - t0
+        tokens = self.cfg.global_batch * (self.cfg.seq_len if self.args.kind == "llama" else 1)
+        return {"step": step, "loss": loss, "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
+                "tokens_per_s": tokens / dt, "rss_mb": rss}
+
+    @torch.no_grad()
+    def validate(self) -> float:
+        """Mean loss over ``val_batches`` held-out global batches."""
+        total = 0.0
+        for k in range(self.cfg.val_batches):
+            total += self._global_mean(self.pipe.step(*self._shard(self.batches.val(k)), train=False))[0]
+        return total / self.cfg.val_batches
+
+    def fit(self) -> dict:
+        """Train ``cfg.steps`` steps; rank 0 logs a line per step and writes metrics.jsonl."""
+        cfg = self.cfg
+        writer = MetricsWriter(cfg.run_dir if self.rank == 0 else None)
+        start, rec, tok_s = time.perf_counter(), {}, []
+        for step in range(1, cfg.steps + 1):
+            rec = self.train_step(step)
+            if cfg.val_every and (step % cfg.val_every == 0 or step == cfg.steps):
+                rec["val_loss"] = self.validate()
+            tok_s.append(rec["tokens_per_s"])
+            writer.write(rec)
+            if self.rank == 0 and (step % cfg.log_every == 0 or step == cfg.steps or step == 1):
+                print(step_line(rec, cfg.steps), flush=True)
+        wall = time.perf_counter() - start
+        steady = sorted(tok_s[1:] or tok_s)[len(tok_s[1:] or tok_s) // 2]
+        if self.rank == 0:
+            print(f"done steps={cfg.steps} final_loss={rec['loss']:.4f} tokens_per_s={steady:.0f} "
+                  f"wall_s={wall:.1f} run_dir={cfg.run_dir}", flush=True)
+        return rec
+
+
+def run(cfg: Config) -> int:
+    """Run a preflighted config on this process's rank; returns the exit code."""
+    torch.set_num_threads(cfg.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
+    rank, local_rank, _ = init_distributed(cfg)
+    try:
+        if rank == 0:
+            save_config(cfg, cfg.run_dir)
+            print("[simcluster] config: " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items()), flush=True)
+        Trainer(cfg, rank, local_rank).fit()
+    finally:
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - a failed peer may have broken the group already
+            print(f"[simcluster] rank={rank}: process group teardown failed", file=sys.stderr)
+    return 0
