@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import sys
@@ -62,6 +63,8 @@ class Trainer:
         self.params = [p for m in modules for p in m.parameters()]
         self.opt, self.sched = build_optimizer(modules, cfg)
         self.batches = Batches(cfg, self.args)
+        self.rank_writer = MetricsWriter(os.path.join(cfg.run_dir, "ranks") if cfg.rank_metrics else None,
+                                         name=f"rank-{rank}.jsonl")
         print(f"[simcluster] rank={rank} local_rank={local_rank} world_size={self.spec.world_size} "
               f"host={socket.gethostname()} coords=pp{self.pp_rank}/dp{self.dp_rank}/tp{self.tp_rank} "
               f"stages={ids}", flush=True)
@@ -82,8 +85,12 @@ class Trainer:
         """One optimizer step on global batch ``step`` (1-based); returns its metrics record."""
         t0 = time.perf_counter()
         lr = self.sched.get_last_lr()[0]
-        losses = self.pipe.step(*self._shard(self.batches.train(step)))
+        inputs, targets = self._shard(self.batches.train(step))
+        losses = self.pipe.step(inputs, targets)
         norm = clip_grad_norm_(self.params, self.cfg.max_norm, self.spec.ranks_per_node)
+        if self.rank_writer.path:
+            self.rank_writer.write({"step": step, "inputs_sha1": hashlib.sha1(inputs.numpy().tobytes()).hexdigest(),
+                                    "losses": [float(l.detach()).hex() for l in losses], "grad_norm": float(norm).hex()})
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.sched.step()

@@ -1,0 +1,101 @@
+"""The parity matrix: every mesh and schedule against the single-process reference, through
+``python -m train.parity`` (local processes, no Docker); tp peers; clipping.
+
+    python -m pytest -q tests/test_parity.py
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MESHES = ["1x1x1", "1x1x2", "1x2x1", "2x1x1", "1x2x2", "2x1x2", "2x2x1", "2x2x2"]
+SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b"]
+OTHER_SCHEDULES = ["looped-bfs", "interleaved-zb", "zbv", "dualpipev"]
+STEPS = 3
+
+
+def run_parity(*args: str, run_dir: Path | None = None) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """Run the parity tool; returns the process and its table rows parsed from stdout."""
+    cmd = [sys.executable, "-m", "train.parity", "--model", "tiny", *args]
+    if run_dir is not None:
+        cmd += ["--run-dir", str(run_dir)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    rows = []
+    for line in proc.stdout.splitlines():
+        m = re.fullmatch(r"\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)", line)
+        if m:
+            rows.append({"step": int(m[1]), "loss": float(m[2]), "ref_loss": float(m[3]),
+                         "grad_norm": float(m[5]), "ref_grad_norm": float(m[6])})
+    return proc, rows
+
+
+def max_rel(proc: subprocess.CompletedProcess) -> float:
+    return float(re.search(r"^max_rel_loss_diff=(\S+)$", proc.stdout, re.M)[1])
+
+
+def assert_parity(proc, rows, steps=STEPS):
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [r["step"] for r in rows] == list(range(1, steps + 1))
+    assert max_rel(proc) < 1e-4
+    assert abs(rows[0]["loss"] - rows[0]["ref_loss"]) / rows[0]["ref_loss"] < 1e-6
+    # a real run: the first loss is about ln(256) = 5.55 and the reference's loss falls
+    assert 5.3 < rows[0]["ref_loss"] < 5.8 and rows[-1]["ref_loss"] < rows[0]["ref_loss"]
+    for r in rows:
+        assert abs(r["grad_norm"] - r["ref_grad_norm"]) <= 1e-4 * r["ref_grad_norm"]
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("mesh", MESHES)
+def test_parity_matrix(mesh, schedule):
+    proc, rows = run_parity("--mesh", mesh, "--schedule", schedule, "--steps", str(STEPS))
+    assert_parity(proc, rows)
+
+
+@pytest.mark.parametrize("schedule", OTHER_SCHEDULES)
+def test_parity_other_schedules(schedule):
+    proc, rows = run_parity("--mesh", "2x2x2", "--schedule", schedule, "--steps", str(STEPS))
+    assert_parity(proc, rows)
+
+
+def test_tp_peers_bit_identical_and_clipping(tmp_path):
+    """Small max norm so clipping is active: every rank sees the reference norm, tp peers
+    see bit-identical inputs and losses, dp ranks see different inputs."""
+    proc, rows = run_parity("--mesh", "2x2x2", "--schedule", "1f1b", "--steps", "3", "--max-norm", "0.05",
+                            "--rank-metrics", "1", run_dir=tmp_path)
+    assert_parity(proc, rows)
+    assert all(r["ref_grad_norm"] > 0.05 for r in rows)  # clipping really engaged
+    ranks = {}
+    for r in range(8):
+        lines = (tmp_path / "mesh" / "ranks" / f"rank-{r}.jsonl").read_text().splitlines()
+        ranks[r] = [json.loads(line) for line in lines]
+    for step in range(STEPS):
+        norms = {float.fromhex(ranks[r][step]["grad_norm"]) for r in range(8)}
+        assert len(norms) == 1
+        assert abs(norms.pop() - rows[step]["ref_grad_norm"]) <= 1e-4 * rows[step]["ref_grad_norm"]
+        for pp in range(2):
+            for dp in range(2):
+                a, b = ranks[pp * 4 + dp * 2], ranks[pp * 4 + dp * 2 + 1]  # the two tp peers
+                assert a[step]["inputs_sha1"] == b[step]["inputs_sha1"]
+                assert a[step]["losses"] == b[step]["losses"]
+            assert ranks[pp * 4][step]["inputs_sha1"] != ranks[pp * 4 + 2][step]["inputs_sha1"]
+        assert len(ranks[4][step]["losses"]) == 4 and ranks[0][step]["losses"] == []  # last stage only
+
+
+def test_parity_tool_fails_on_mismatch():
+    """A tolerance no float run can meet makes the tool exit 1 and say so."""
+    proc, rows = run_parity("--mesh", "1x2x1", "--steps", "2", "--tolerance", "0", "--first-step-tolerance", "0",
+                            "--seed", "3")
+    if max_rel(proc) == 0.0:  # bit-exact runs pass any tolerance; then the exit code must be 0
+        assert proc.returncode == 0
+    else:
+        assert proc.returncode == 1 and "parity failed" in proc.stderr
+
+
+def test_parity_tool_bad_config_exits_2():
+    proc, _ = run_parity("--mesh", "2x2")
+    assert proc.returncode == 2 and "valid examples" in proc.stderr

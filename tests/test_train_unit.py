@@ -1,0 +1,181 @@
+"""Unit tests of train/: mesh and config parsing, preflight, the stage split, model shapes, data.
+
+    python -m pytest -q tests/test_train_unit.py
+"""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+from train.cli import add_config_args, config_from_args
+from train.config import PRESETS, Config, ConfigError, MeshSpec, parse_mesh
+from train.data import dp_shard, lm_batch, load_corpus, seed_batch, train_val_split
+from train.model import build_model, loss_fn, prune_to_stage
+from train.preflight import check
+from train.split import split_layers, stage_ids
+
+
+@pytest.mark.parametrize("spec,expected", [("2x2x2", (2, 2, 2)), ("4x1x2", (4, 1, 2)), ("1x1x1", (1, 1, 1)),
+                                           ("pp=2,dp=4,tp=1", (2, 4, 1)), ("tp=2,pp=3,dp=1", (3, 1, 2))])
+def test_parse_mesh_valid(spec, expected):
+    mesh = parse_mesh(spec)
+    assert (mesh.pp, mesh.dp, mesh.tp) == expected
+    assert mesh.world_size == expected[0] * expected[1] * expected[2]
+
+
+@pytest.mark.parametrize("spec", ["2x2", "0x2x2", "axbxc", "2x2x2x2", "-1x2x2", "pp=2,dp=2", "", "2x2x0"])
+def test_parse_mesh_invalid_shows_examples(spec):
+    with pytest.raises(ConfigError, match="valid examples: 2x2x2"):
+        parse_mesh(spec)
+
+
+def test_mesh_coords_pp_outermost():
+    mesh = MeshSpec(2, 2, 2)
+    assert [mesh.coords(r) for r in range(8)] == [
+        (0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1), (1, 0, 0), (1, 0, 1), (1, 1, 0), (1, 1, 1)]
+    assert str(mesh) == "2x2x2"
+
+
+def test_mesh_spec_is_frozen():
+    with pytest.raises(Exception):
+        MeshSpec(1, 1, 1).pp = 2
+
+
+def test_yaml_and_flag_overrides(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("steps: 7\nmodel: tiny\nlr: 0.01\n")
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    cfg = config_from_args(parser.parse_args(["--config", str(path), "--steps", "9", "--mesh", "pp=2,dp=1,tp=1"]))
+    assert (cfg.steps, cfg.model, cfg.lr, cfg.mesh) == (9, "tiny", 0.01, "pp=2,dp=1,tp=1")
+    assert cfg.resolved().mesh == "2x1x1" and cfg.resolved().seq_len == 64
+
+
+@pytest.mark.parametrize("text,match", [("stepz: 3\n", "unknown field"), ("steps: many\n", "steps must be int"),
+                                        ("- 1\n- 2\n", "must hold a mapping"), ("a: [\n", "not valid YAML")])
+def test_bad_yaml_config(tmp_path, text, match):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    parser = argparse.ArgumentParser()
+    add_config_args(parser)
+    with pytest.raises(ConfigError, match=match):
+        config_from_args(parser.parse_args(["--config", str(path)]))
+
+
+@pytest.mark.parametrize("overrides,match", [
+    ({"mesh": "1x1x3"}, "n_heads=4 is not divisible by tp=3"),
+    ({"mesh": "8x1x1", "schedule": "interleaved-1f1b"}, r"n_layers=8 < pipeline stages = pp\*stages_per_rank = 8\*2 = 16"),
+    ({"mesh": "1x2x1", "microbatches": 3}, "global_batch=16 is not divisible by dp\\*microbatches = 2\\*3 = 6"),
+    ({"mesh": "4x1x1", "microbatches": 2}, "microbatches=2 < pipeline stages=4"),
+    ({"mesh": "2x2x2", "data": "/no/such/file"}, "data: '/no/such/file' does not exist"),
+    ({"schedule": "pipedream"}, "unknown 'pipedream'"),
+    ({"model": "huge"}, "unknown preset 'huge'"),
+])
+def test_preflight_errors(overrides, match):
+    errors = check(Config(**{"model": "tiny", **overrides}))
+    assert any(__import__("re").search(match, e) for e in errors), errors
+
+
+def test_preflight_world_size_and_empty_data(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    errors = check(Config(model="tiny", mesh="2x2x2", data=str(empty)), world_size=4)
+    assert any("world size 4 != pp*dp*tp = 2*2*2 = 8" in e for e in errors)
+    assert any("holds no text" in e for e in errors)
+    assert check(Config(model="tiny", mesh="2x2x2")) == []
+
+
+@pytest.mark.parametrize("n,s,expected", [
+    (8, 2, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+    (8, 3, [[0, 1], [2, 3, 4], [5, 6, 7]]),
+    (6, 4, [[0], [1, 2], [3, 4], [5]]),
+    (10, 4, [[0, 1], [2, 3, 4], [5, 6, 7], [8, 9]]),
+    (4, 4, [[0], [1], [2], [3]]),
+    (5, 1, [[0, 1, 2, 3, 4]]),
+])
+def test_split_layers(n, s, expected):
+    assert split_layers(n, s) == expected
+
+
+@pytest.mark.parametrize("n,s", [(n, s) for n in range(1, 13) for s in range(1, n + 1)])
+def test_split_layers_properties(n, s):
+    parts = split_layers(n, s)
+    sizes = [len(p) for p in parts]
+    assert sum(parts, []) == list(range(n))  # contiguous, complete, in order
+    assert max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+    assert sizes[0] <= max(sizes[1:-1] or sizes) and sizes[-1] <= max(sizes[1:-1] or sizes)
+
+
+def test_split_layers_rejects_too_few_layers():
+    with pytest.raises(ValueError, match="cannot split 2 layers into 3 stages"):
+        split_layers(2, 3)
+
+
+def test_stage_ids_layouts():
+    assert stage_ids(1, 4, 1, "single") == [1]
+    assert stage_ids(1, 4, 2, "loop") == [1, 5]
+    assert stage_ids(0, 2, 2, "v") == [0, 3] and stage_ids(1, 2, 2, "v") == [1, 2]
+    for pp, v, layout in [(2, 2, "loop"), (4, 3, "loop"), (3, 2, "v")]:
+        held = sorted(s for r in range(pp) for s in stage_ids(r, pp, v, layout))
+        assert held == list(range(pp * v))
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small"])
+def test_model_shapes_and_param_count(preset):
+    args = PRESETS[preset]
+    with torch.device("meta"):
+        model = build_model(args)
+        logits = model(torch.zeros(2, 16, dtype=torch.long, device="meta"))
+    assert logits.shape == (2, 16, 256)
+    n = sum(p.numel() for p in model.parameters())
+    if preset == "small":
+        assert 5_000_000 <= n <= 10_000_000, n
+
+
+def test_seed_model_shapes():
+    model = build_model(PRESETS["seed"])
+    x, y = seed_batch(0, 1, 8, 32, 10)
+    assert model(x).shape == (8, 10) and y.shape == (8,) and loss_fn(model(x), y).ndim == 0
+
+
+def test_stage_pruning_keeps_fqns():
+    with torch.device("meta"):
+        full = build_model(PRESETS["tiny"])
+        stage = prune_to_stage(build_model(PRESETS["tiny"]), [2, 3], is_first=False, is_last=False)
+        hidden = stage(torch.zeros(2, 8, 64, device="meta"))
+    names = {n for n, _ in stage.named_parameters()}
+    assert names and names <= {n for n, _ in full.named_parameters()}
+    assert all(n.startswith(("layers.2.", "layers.3.")) for n in names)
+    assert hidden.shape == (2, 8, 64)
+
+
+def test_causality():
+    torch.manual_seed(0)
+    model = build_model(PRESETS["tiny"])
+    x = torch.randint(0, 256, (1, 12))
+    y = x.clone()
+    y[0, 8:] = (y[0, 8:] + 1) % 256
+    assert torch.equal(model(x)[0, :8], model(y)[0, :8])
+
+
+def test_batches_pure_and_dp_sharded(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes(bytes(range(256)) * 40)
+    tokens = load_corpus(str(path))
+    train, val = train_val_split(tokens, 0.1)
+    assert train.numel() + val.numel() == tokens.numel() == 256 * 40
+    x1, y1 = lm_batch(train, seed=3, step=5, batch=8, seq_len=16)
+    x2, _ = lm_batch(train, seed=3, step=5, batch=8, seq_len=16)
+    x3, _ = lm_batch(train, seed=3, step=6, batch=8, seq_len=16)
+    assert torch.equal(x1, x2) and not torch.equal(x1, x3)
+    assert x1.shape == (8, 16) and torch.equal(x1[:, 1:], y1[:, :-1])
+    shards = [dp_shard(x1, r, 4) for r in range(4)]
+    assert torch.equal(torch.cat(shards), x1) and all(s.shape == (2, 16) for s in shards)
+
+
+def test_default_corpus_is_stdlib_text():
+    tokens = load_corpus(None)
+    assert tokens.dtype == torch.uint8 and tokens.numel() > 1_000_000
+    assert b"def " in bytes(tokens[:200_000].tolist())
