@@ -1,0 +1,226 @@
+"""The I/O side of ``python -m launcher up | status | logs | down``.
+
+    python -m launcher up --mesh 2x2x2 --model tiny --steps 30
+    python -m launcher up --mesh 4x1x2 --module launcher.probe --mount-code   # wiring test
+
+``up``: writes RUN_DIR/compose.yml, builds the image if missing (images/build.sh), creates
+RUN_DIR mode 0777 (the containers run as uid 1000), ``compose up -d``, streams every
+container's log prefixed ``node-K rR |`` with a progress line from rank 0's step lines,
+waits for every container, prints a summary, ``compose down``. Exit 0 only if every node
+exited 0. All lines shown also go to RUN_DIR/cluster.log.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+
+from launcher.compose import RDZV_HOST, node_names, node_ranks, format_ranks
+from launcher.dockercli import (ROOT, LauncherError, Target, compose, containers, exit_codes, image_exists,
+                                nodes_from_doc)
+from launcher.progress import Progress, parse_done, parse_identity, parse_step, split_rank
+from train.config import Config, MeshSpec
+
+
+def default_run_dir_up(mesh: MeshSpec) -> str:
+    """``runs/PPxDPxTP-<UTC timestamp>`` (e.g. runs/2x2x2-20250101T120000Z)."""
+    return f"runs/{mesh}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
+
+
+def ensure_image(image: str, build: bool) -> None:
+    """Build the trainer image with images/build.sh if it is missing (or build is set).
+
+    Raises:
+        LauncherError: the build failed, or a non-default image is missing.
+    """
+    if image_exists(image) and not build:
+        return
+    if image != "simcluster/trainer:latest":
+        raise LauncherError(f"image {image} not found; build or pull it (images/build.sh builds simcluster/trainer:latest)")
+    print(f"launcher: building {image} with images/build.sh", flush=True)
+    if subprocess.run(["bash", os.path.join(ROOT, "images", "build.sh")], cwd=ROOT).returncode != 0:
+        raise LauncherError("images/build.sh failed; see its output above")
+
+
+def _pump(service: str, cid: str, out: queue.Queue) -> None:
+    proc = subprocess.Popen(["docker", "logs", "-f", cid], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", bufsize=1)
+    for line in proc.stdout:
+        out.put((service, line.rstrip("\n")))
+    proc.wait()
+    out.put((service, None))
+
+
+class Stream:
+    """Follows every container's log until all containers stopped; tracks progress and ranks."""
+
+    def __init__(self, mesh: MeshSpec, log_path: str, quiet: bool, progress_every: float):
+        self.mesh, self.quiet, self.every = mesh, quiet, progress_every
+        self.names = node_names(mesh.pp)
+        self.width = max(len(n) for n in self.names + [RDZV_HOST]) + 4
+        self.progress = Progress()
+        self.seen_ranks: dict[int, str] = {}
+        self.misplaced: list[str] = []
+        self.first_worker_s: float | None = None
+        self.log = open(log_path, "a", encoding="utf-8")
+        self.t0 = time.monotonic()
+        self.last_progress = 0.0
+
+    def show(self, text: str) -> None:
+        print(text, flush=True)
+        self.log.write(text + "\n")
+
+    def handle(self, service: str, line: str) -> None:
+        rank, text = split_rank(line)
+        if rank is not None and self.first_worker_s is None:
+            self.first_worker_s = time.monotonic() - self.t0
+        ident = parse_identity(text)
+        if ident and rank is not None:
+            r, host = ident
+            self.seen_ranks[r] = service
+            k = r // self.mesh.ranks_per_node
+            if k >= len(self.names) or self.names[k] != service:
+                self.misplaced.append(f"rank {r} ran on {service} (host={host}), expected on node {k}")
+        step = parse_step(text) if rank == 0 else None
+        done = parse_done(text) if rank == 0 else None
+        if done:
+            self.progress.done = done
+        prefix = f"{service} r{rank}" if rank is not None else service
+        if not (step and self.quiet):
+            self.show(f"{prefix:<{self.width}}| {text}")
+        if step:
+            self.progress.update(step)
+            now = time.monotonic()
+            if now - self.last_progress >= self.every or step["step"] == step["total"]:
+                self.last_progress = now
+                self.show(f"{'launcher':<{self.width}}| {self.progress.line()}")
+
+    def follow(self, ids: dict[str, str]) -> None:
+        q: queue.Queue = queue.Queue()
+        for service, cid in ids.items():
+            threading.Thread(target=_pump, args=(service, cid, q), daemon=True).start()
+        open_streams = len(ids)
+        while open_streams:
+            service, line = q.get()
+            if line is None:
+                open_streams -= 1
+            else:
+                self.handle(service, line)
+
+
+def _final_metrics(run_dir: str, done: dict) -> dict:
+    """final_loss / tokens_per_s / wall_s from the done line, else metrics.jsonl's last row."""
+    out = {k: done.get(k) for k in ("final_loss", "tokens_per_s", "wall_s", "steps")}
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if out["final_loss"] is None and os.path.isfile(path):
+        with open(path, encoding="utf-8") as fh:
+            rows = [json.loads(x) for x in fh if x.strip()]
+        if rows:
+            out.update(final_loss=rows[-1].get("loss"), tokens_per_s=rows[-1].get("tokens_per_s"),
+                       steps=rows[-1].get("step"))
+    return out
+
+
+def up(cfg: Config, node, compose_text, build: bool = False, keep: bool = False, quiet: bool = False,
+       progress_every: float = 10.0) -> int:
+    """Run one job on a fresh cluster (see the module docstring); returns the exit code."""
+    from launcher.cli import write_atomic
+
+    t0 = time.monotonic()
+    mesh = cfg.mesh_spec()
+    run_dir = cfg.run_dir if os.path.isabs(cfg.run_dir) else os.path.join(ROOT, cfg.run_dir)
+    os.makedirs(run_dir, exist_ok=True)
+    os.chmod(run_dir, 0o777)  # the containers run as uid 1000
+    target = Target.for_run(run_dir)
+    write_atomic(target.file, compose_text(cfg, node, target.file))
+    ensure_image(node.image, build)
+    print(f"launcher: mesh {mesh} = {mesh.pp} node(s) x {mesh.ranks_per_node} rank(s); run folder {cfg.run_dir}; "
+          f"project {target.project}", flush=True)
+    stream = Stream(mesh, os.path.join(run_dir, "cluster.log"), quiet, progress_every)
+    try:
+        compose(target.project, target.file, "up", "-d", check=True)
+        ids = {s: c["id"] for s, c in containers(target.project).items()}
+        stream.follow(ids)
+        codes = exit_codes(ids)
+    except KeyboardInterrupt:
+        print("\nlauncher: interrupted; stopping the cluster", file=sys.stderr, flush=True)
+        compose(target.project, target.file, "down", "--remove-orphans", "-t", "5")
+        return 130
+    except LauncherError:
+        compose(target.project, target.file, "down", "--remove-orphans", "-t", "5")
+        raise
+    wall = time.monotonic() - t0
+    ok = _summary(stream, cfg, run_dir, codes, wall)
+    if not keep:
+        compose(target.project, target.file, "down", "--remove-orphans", capture_output=True)
+    return 0 if ok else 1
+
+
+def _summary(stream: Stream, cfg: Config, run_dir: str, codes: dict, wall: float) -> bool:
+    mesh = cfg.mesh_spec()
+    names = node_names(mesh.pp)
+    ok = all(codes.get(n) == 0 for n in names)
+    m = _final_metrics(run_dir, stream.progress.done)
+    show = stream.show
+    show(f"== summary: {'OK' if ok else 'FAILED'} ==")
+    show(f"  run folder   {cfg.run_dir}")
+    show(f"  wall time    {wall:.1f}s (launcher, up to last exit)" + (f"; trainer wall_s {m['wall_s']}" if m["wall_s"] else ""))
+    if stream.first_worker_s is not None:
+        show(f"  first rank output after {stream.first_worker_s:.1f}s")
+    show(f"  final loss   {m['final_loss'] if m['final_loss'] is not None else '?'}"
+         + (f" after {m['steps']} steps" if m["steps"] is not None else ""))
+    show(f"  tokens/s     {m['tokens_per_s'] if m['tokens_per_s'] is not None else '?'}")
+    seen = len(stream.seen_ranks)
+    show(f"  ranks seen   {seen}/{mesh.world_size}" + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
+    for k, name in enumerate(names):
+        show(f"  {name:<11}  ranks {format_ranks(node_ranks(mesh, k)):<8} exit {codes.get(name)}")
+    show(f"  {RDZV_HOST:<11}  {'':<14} exit {codes.get(RDZV_HOST)}")
+    stream.log.close()
+    return ok
+
+
+def last_step(run_dir: str | None) -> str:
+    """The step of the last metrics.jsonl row in run_dir, or "-"."""
+    path = os.path.join(run_dir or "", "metrics.jsonl")
+    if not run_dir or not os.path.isfile(path):
+        return "-"
+    with open(path, "rb") as fh:
+        fh.seek(max(0, os.path.getsize(path) - 4096))
+        lines = [x for x in fh.read().decode("utf-8", "replace").splitlines() if x.strip()]
+    try:
+        return str(json.loads(lines[-1]).get("step", "-")) if lines else "-"
+    except ValueError:
+        return "-"
+
+
+def status(target: Target) -> int:
+    """Print a table node / ranks / state / last step; exit 0."""
+    state = containers(target.project)
+    step = last_step(target.run_dir)
+    rows = [("NODE", "RANKS", "STATE", "LAST STEP")]
+    for name, ranks in nodes_from_doc(target.doc()):
+        c = state.get(name)
+        rows.append((name, ranks, c["status"] if c else "not created", step))
+    c = state.get(RDZV_HOST)
+    rows.append((RDZV_HOST, "-", c["status"] if c else "not created", "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    print(f"project {target.project}  file {os.path.relpath(target.file)}  run folder {target.run_dir}")
+    for r in rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def logs(target: Target, services: list[str], follow: bool = False, tail: str = "all") -> int:
+    """``compose logs`` of the target; returns its exit code."""
+    return compose(target.project, target.file, "logs", "--no-color", "--tail", str(tail),
+                   *(["--follow"] if follow else []), *services).returncode
+
+
+def down(target: Target) -> int:
+    """``compose down`` of the target (containers + network); returns its exit code."""
+    return compose(target.project, target.file, "down", "--remove-orphans").returncode

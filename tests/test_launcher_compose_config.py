@@ -1,0 +1,93 @@
+"""Docker tests of the launcher: compose accepts every generated file; a probe cluster runs.
+
+    python -m pytest -q tests/test_launcher_compose_config.py           # skips without Docker
+    CI=true python -m pytest -q tests/test_launcher_compose_config.py   # fails without Docker
+
+``config`` runs with every compose CLI present (``docker compose`` v2 and/or ``docker-compose``
+v1). The cluster tests need the image simcluster/trainer:latest (bash images/build.sh) and
+run launcher/probe.py in place of the trainer with the working tree mounted (--mount-code).
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("docker_available")]
+
+
+def compose_clis() -> list[list[str]]:
+    clis = []
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        clis.append(["docker", "compose"])
+    if shutil.which("docker-compose"):
+        clis.append(["docker-compose"])
+    return clis
+
+
+def generated_files(tmp: Path) -> list[Path]:
+    """The committed files plus a variant that sets every node option, data and run folder."""
+    files = [ROOT / "docker-compose.yml", *sorted((ROOT / "compose").glob("mesh-*.yml"))]
+    extra = tmp / "everything.yml"
+    subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "12x1x1", "--model", "tiny",
+                    "--n-layers", "12", "--microbatches", "12", "--global-batch", "12", "--data", "train",
+                    "--run-dir", str(tmp / "run"), "--cpus-per-node", "1.5", "--memory-per-node", "2g",
+                    "--mount-code", "--module", "launcher.probe", "--rdzv-backend", "static", "--out", str(extra)],
+                   cwd=ROOT, check=True, capture_output=True)
+    return files + [extra]
+
+
+def test_compose_config_accepts_generated_files(tmp_path):
+    clis = compose_clis()
+    assert clis
+    for cli in clis:
+        for f in generated_files(tmp_path):
+            proc = subprocess.run([*cli, "-f", str(f), "config", "-q"], cwd=f.parent, capture_output=True, text=True)
+            assert proc.returncode == 0, f"{' '.join(cli)} config {f}: {proc.stderr}"
+
+
+def test_launcher_up_probe_cluster(tmp_path, trainer_image):
+    """2 nodes x 2 ranks: node k gets ranks 2k, 2k+1; all exit 0; summary OK; cluster removed."""
+    run = tmp_path / "probe-run"
+    proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--mesh", "2x2x1", "--module", "launcher.probe",
+                           "--mount-code", "--run-dir", str(run)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=580)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:] + proc.stderr[-2000:]
+    for rank, node in ((0, "node-0"), (1, "node-0"), (2, "node-1"), (3, "node-1")):
+        assert f"probe rank={rank} local_rank={rank % 2} world_size=4 host={node}" in out
+    assert "== summary: OK ==" in out and "ranks seen   4/4" in out and "MISPLACED" not in out
+    assert "rendezvous: all nodes exited 0" in out
+    assert (run / "compose.yml").is_file() and (run / "cluster.log").is_file()
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=sc-probe-run"],
+                          capture_output=True, text=True).stdout.strip()
+    assert left == ""
+
+
+def test_plain_compose_up_ends_when_a_rank_fails(tmp_path, trainer_image):
+    """`compose up` with no launcher: a failing rank ends every container; rendezvous exits 1."""
+    run = tmp_path / "fail-run"
+    run.mkdir(mode=0o777)
+    run.chmod(0o777)
+    file = tmp_path / "fail.yml"
+    subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "2x1x1", "--module", "launcher.probe",
+                    "--mount-code", "--run-dir", str(run), "--out", str(file)], cwd=ROOT, check=True)
+    override = tmp_path / "override.yml"
+    override.write_text('services:\n  node-1:\n    environment:\n      PROBE_FAIL_RANK: "1"\n')
+    cli = compose_clis()[0]
+    base = [*cli, "-p", "scfailtest", "-f", str(file), "-f", str(override)]
+    try:
+        proc = subprocess.run([*base, "up", "--no-color"], capture_output=True, text=True, timeout=400)
+        out = proc.stdout + proc.stderr
+        assert "failing on purpose" in out
+        assert "rendezvous: FAILED" in out
+        codes = subprocess.run(["docker", "ps", "-a", "--filter", "label=com.docker.compose.project=scfailtest",
+                                "--format", '{{.Label "com.docker.compose.service"}}={{.State}}'],
+                               capture_output=True, text=True).stdout.split()
+        assert sorted(codes) == ["node-0=exited", "node-1=exited", "rendezvous=exited"]
+    finally:
+        subprocess.run([*base, "down", "-t", "1"], capture_output=True)

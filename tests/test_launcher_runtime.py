@@ -1,0 +1,134 @@
+"""Launcher runtime pieces without Docker: log parsing, the node wrapper, the rendezvous store.
+
+    python -m pytest -q tests/test_launcher_runtime.py
+
+The store tests need torch on the host (skipped without); they run launcher.rendezvous and
+launcher.node as local processes on 127.0.0.1, the same code the containers run.
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.dockercli import nodes_from_doc, sanitize_project
+from launcher.compose import NodeOptions, build_compose
+from launcher.node import check_writable, flag_value, torchrun_command
+from launcher.progress import Progress, format_duration, parse_done, parse_identity, parse_step, split_rank
+from launcher.rendezvous import summary
+from train.config import Config
+
+ROOT = Path(__file__).resolve().parent.parent
+STEP = "step 12/300 loss 3.2145 grad_norm 1.2300 lr 3.00e-03 step_time 0.512s tokens_per_s 4000 rss_mb 312"
+
+
+def test_parse_trainer_lines():
+    assert split_rank("[rank5]:" + STEP) == (5, STEP)
+    assert split_rank("plain") == (None, "plain")
+    s = parse_step(STEP)
+    assert s["step"] == 12 and s["total"] == 300 and s["loss"] == pytest.approx(3.2145)
+    assert s["step_time"] == pytest.approx(0.512) and s["tokens_per_s"] == 4000 and s["lr"] == pytest.approx(3e-3)
+    assert parse_step("stepping 1/2") is None
+    d = parse_done("done steps=300 final_loss=1.8123 tokens_per_s=4100 wall_s=250.1 run_dir=/runs/x")
+    assert d == {"steps": "300", "final_loss": "1.8123", "tokens_per_s": "4100", "wall_s": "250.1", "run_dir": "/runs/x"}
+    banner = "[simcluster] rank=5 local_rank=1 world_size=8 host=node-1 coords=pp1/dp0/tp1 stages=[1]"
+    assert parse_identity(banner) == (5, "node-1")
+    assert parse_identity("[simcluster] config: mesh=2x2x2") is None
+    assert parse_identity("probe rank=3 local_rank=1 world_size=4 host=node-1 group_rank=1") == (3, "node-1")
+
+
+def test_progress_eta():
+    p = Progress()
+    p.update(parse_step("step 1/11 loss 5.0 step_time 2.0s tokens_per_s 100"), now=100.0)
+    assert p.eta_s() == pytest.approx(20.0)  # from step_time before a rate is known
+    p.update(parse_step("step 6/11 loss 4.0 step_time 2.0s tokens_per_s 100"), now=105.0)
+    assert p.eta_s() == pytest.approx(5.0)  # 1 s per step observed
+    assert p.line() == "progress: step 6/11 (55%) loss 4.0000 tokens/s 100 ETA 5s"
+    assert format_duration(3725) == "1h02m" and format_duration(247) == "4m07s" and format_duration(None) == "?"
+
+
+def test_node_wrapper_helpers(tmp_path):
+    assert flag_value(["--mesh", "2x2x2", "--run-dir", "/runs/a"], "--run-dir") == "/runs/a"
+    assert flag_value(["--run-dir=/runs/b"], "--run-dir") == "/runs/b"
+    assert flag_value(["--mesh", "1x1x1"], "--run-dir") is None
+    assert check_writable(str(tmp_path / "new")) is None and (tmp_path / "new").is_dir()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    msg = check_writable(str(blocker / "sub"))
+    assert "not writable" in msg and "chmod 1777" in msg and "python -m launcher up" in msg
+    args = argparse.Namespace(nnodes=2, node_rank=1, nproc_per_node=4, rdzv_backend="c10d",
+                              rdzv_endpoint="rendezvous:29400", run_id="r", module="train")
+    cmd = torchrun_command(args, "node-1", ["--mesh", "2x2x2"])
+    for part in ("--nnodes=2", "--node-rank=1", "--nproc-per-node=4", "--rdzv-backend=c10d",
+                 "--rdzv-endpoint=rendezvous:29400", "--rdzv-conf=is_host=false", "--rdzv-id=r",
+                 "--local-addr=node-1", "--tee=3"):
+        assert part in cmd
+    assert cmd[-4:] == ["-m", "train", "--mesh", "2x2x2"]
+    args.rdzv_backend = "static"
+    assert "--master-addr=rendezvous" in torchrun_command(args, "node-1", [])
+
+
+def test_summary_and_targets():
+    ok = {"node-1": {"ranks": "4-7", "exit_code": 0}, "node-0": {"ranks": "0-3", "exit_code": 0}}
+    lines, status = summary(ok, 2)
+    assert status == 0 and lines[0].split()[:5] == ["node-0", "ranks", "0-3", "exit", "0"]
+    assert summary({**ok, "node-1": {"ranks": "4-7", "exit_code": 1}}, 2)[1] == 1
+    lines, status = summary({"node-0": ok["node-0"]}, 2)
+    assert status == 1 and "never reported" in lines[-1]
+    doc = build_compose(Config(mesh="2x2x2", run_dir="runs/r"), NodeOptions(), ".")
+    assert nodes_from_doc(doc) == [("node-0", "0-3"), ("node-1", "4-7")]
+    assert sanitize_project("sc-2x2x2-20250101T000000Z") == "sc-2x2x2-20250101t000000z"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rendezvous(port: int, nnodes: int, grace: float = 30) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "launcher.rendezvous", "--port", str(port), "--nnodes", str(nnodes),
+                             "--grace-s", str(grace), "--timeout-s", "120"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def test_rendezvous_collects_exit_codes():
+    pytest.importorskip("torch")
+    from launcher.node import report
+
+    port = _free_port()
+    server = _rendezvous(port, 2)
+    report(f"127.0.0.1:{port}", "node-1", 1, 2, 0)
+    report(f"127.0.0.1:{port}", "node-0", 0, 2, 0)
+    out, _ = server.communicate(timeout=60)
+    assert server.returncode == 0, out
+    assert "node-0     ranks 0-1" in out and "all nodes exited 0" in out
+
+    port = _free_port()
+    server = _rendezvous(port, 3, grace=1)
+    t0 = time.monotonic()
+    report(f"127.0.0.1:{port}", "node-2", 2, 1, 1)
+    out, _ = server.communicate(timeout=60)
+    assert server.returncode == 1 and "2 node(s) never reported" in out and "FAILED" in out
+    assert time.monotonic() - t0 < 30
+
+
+def test_node_wrapper_runs_probe_through_torchrun(tmp_path):
+    """One node of two ranks, c10d against the separate store, exactly as in a container."""
+    pytest.importorskip("torch")
+    port = _free_port()
+    server = _rendezvous(port, 1)
+    node = subprocess.run([sys.executable, "-m", "launcher.node", "--nnodes", "1", "--node-rank", "0",
+                           "--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-id", "t",
+                           "--module", "launcher.probe", "--node-name", "127.0.0.1", "--",
+                           "--run-dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out, _ = server.communicate(timeout=60)
+    assert node.returncode == 0, node.stdout[-3000:] + node.stderr[-3000:]
+    for r in (0, 1):
+        assert f"[rank{r}]:probe rank={r} all_reduce=1 expected=1 ok" in node.stdout
+    assert server.returncode == 0 and "all nodes exited 0" in out
