@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Run: images/build.sh [--force] [--offline]      (from any cwd; env BASE_IMAGE=img overrides the base)
+# Builds simcluster/trainer:latest. If a registry answers, on python:3.11-slim; otherwise
+# offline: a debootstrapped Debian base (simcluster/base:bookworm) + a wheelhouse made on
+# the host with pip download. Idempotent: reruns reuse the base, the wheelhouse and the
+# docker layer cache. --force rebuilds all three; --offline skips the registry probe.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."          # repo root = build context
+
+IMAGE=simcluster/trainer:latest
+LOCAL_BASE=simcluster/base:bookworm
+WHEELHOUSE=images/wheelhouse
+PY=${PYTHON:-$(command -v python3 || command -v python)}
+TORCH_INDEX=${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+FORCE=0 OFFLINE=0
+for arg in "$@"; do
+  case $arg in
+    --force) FORCE=1 ;;
+    --offline) OFFLINE=1 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    *) echo "build.sh: unknown argument: $arg" >&2; exit 2 ;;
+  esac
+done
+t0=$(date +%s)
+say() { echo "[build.sh +$(( $(date +%s) - t0 ))s] $*"; }
+
+# --- choose the base image -------------------------------------------------------------
+if [[ -n ${BASE_IMAGE:-} ]]; then
+  base=$BASE_IMAGE
+elif (( !OFFLINE )) && timeout 20 docker pull -q python:3.11-slim >/dev/null 2>&1; then
+  base=python:3.11-slim
+else
+  base=$LOCAL_BASE OFFLINE=1
+fi
+say "base image: $base"
+
+# --- (a) offline base: minimal Debian bookworm rootfs with python3 + venv, imported ------
+build_local_base() {
+  command -v debootstrap >/dev/null || { echo "need debootstrap: apt-get install -y debootstrap" >&2; exit 1; }
+  local root; root=$(mktemp -d /tmp/simcluster-rootfs.XXXXXX)
+  trap 'rm -rf "$root"' EXIT
+  say "debootstrap bookworm into $root (a few minutes)"
+  debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,passwd \
+    bookworm "$root" http://deb.debian.org/debian
+  # Trim: apt caches/lists, docs, man pages, locales, logs; keep later apt installs doc-free.
+  chroot "$root" apt-get clean
+  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/log/* \
+         "$root"/usr/share/{doc,man,info,locale,lintian}/* "$root"/tmp/*
+  printf 'path-exclude /usr/share/%s/*\n' doc man info locale >"$root"/etc/dpkg/dpkg.cfg.d/01-nodoc
+  tar -C "$root" --numeric-owner --exclude='./dev/*' --exclude='./proc/*' --exclude='./sys/*' -c . |
+    docker import \
+      -c 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+      -c 'ENV LANG=C.UTF-8' -c 'CMD ["/bin/bash"]' - "$LOCAL_BASE" >/dev/null
+  rm -rf "$root"; trap - EXIT
+}
+if [[ $base == "$LOCAL_BASE" ]] && { (( FORCE )) || ! docker image inspect "$LOCAL_BASE" >/dev/null 2>&1; }; then
+  build_local_base
+fi
+
+# --- (b) offline wheelhouse: wheels for the container (cp311, manylinux x86_64) ----------
+# Stamp = hash of requirements.txt, so an unchanged, complete wheelhouse is not re-downloaded.
+if (( OFFLINE )) || [[ $base == "$LOCAL_BASE" ]]; then
+  stamp=$WHEELHOUSE/.complete
+  want=$(sha256sum images/requirements.txt | cut -c1-64)
+  if (( FORCE )) || [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
+    say "pip download -> $WHEELHOUSE"
+    rm -f "$WHEELHOUSE"/*.whl "$stamp"
+    # The PyTorch CPU index only if it answers: pip would retry a dead one for ~90 s.
+    idx=(); timeout 15 "$PY" -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=10)' \
+      "$TORCH_INDEX/" >/dev/null 2>&1 && idx=(--extra-index-url "$TORCH_INDEX")
+    "$PY" -m pip download -q -r images/requirements.txt -d "$WHEELHOUSE" "${idx[@]}" --only-binary=:all: \
+      --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+      --platform manylinux_2_17_x86_64 --python-version 3.11 --implementation cp --abi cp311
+    # A CUDA torch would be several GB: insist on the +cpu build.
+    ls "$WHEELHOUSE"/torch-*+cpu-*.whl >/dev/null 2>&1 || { echo "wheelhouse has no CPU torch wheel" >&2; exit 1; }
+    echo "$want" >"$stamp"
+  fi
+fi
+
+# --- (c) the trainer image ----------------------------------------------------------------
+for d in train launcher; do
+  [[ -d $d ]] || { echo "build.sh: $d/ is missing (Dockerfile copies it into /app)" >&2; exit 1; }
+done
+nocache=(); (( FORCE )) && nocache=(--no-cache)
+say "docker build $IMAGE"
+docker build "${nocache[@]}" --build-arg BASE_IMAGE="$base" --build-arg TORCH_INDEX="$TORCH_INDEX" \
+  -f images/Dockerfile -t "$IMAGE" .
+
+# --- final check and summary ---------------------------------------------------------------
+docker run --rm "$IMAGE" python -c "import torch, yaml; print('image ok: torch', torch.__version__, 'yaml', yaml.__version__)"
+size=$(docker image inspect -f '{{.Size}}' "$IMAGE")
+say "image $IMAGE size: $size bytes ($(( size / 1000000 )) MB)"
+say "build time: $(( $(date +%s) - t0 )) s"
