@@ -3,7 +3,7 @@
     python -m launcher generate --mesh 2x2x2 [--out FILE] [--stdout] [training options] [node options]
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
     python -m launcher status [--run-dir DIR | --file FILE]
-    python -m launcher logs [-f] [--tail N] [SERVICE ...]
+    python -m launcher logs [--follow] [--tail N] [SERVICE ...]
     python -m launcher down [--run-dir DIR | --file FILE]
 
 Exit codes: 0 ok; 1 the run failed (a node exited non-zero, Docker error); 2 bad options

@@ -8,6 +8,10 @@ print(render_yaml(build_compose(Config(mesh='2x2x2'), NodeOptions(), '.'), 'pyth
 Layout: service ``rendezvous`` (a TCPStore that also collects every node's exit code, then
 exits) and one service per pipeline stage ``node-0`` .. ``node-{pp-1}`` (zero-padded to the
 width of pp, so sorted names = node ranks), each running dp*tp ranks under torchrun.
+Node env: MASTER_ADDR=rendezvous, MASTER_PORT, GLOO_SOCKET_IFNAME=eth0 (the only network),
+OMP_NUM_THREADS (see omp_threads), PYTHONUNBUFFERED=1, SIMCLUSTER_HOST_RUN_DIR (for messages).
+torchrun then gives each worker RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK and
+its own MASTER_ADDR/MASTER_PORT (see launcher/node.py).
 """
 from __future__ import annotations
 

@@ -12,10 +12,16 @@ Runs inside the trainer image (the compose ``command`` of every node-K service):
      ``[rankR]:`` (R = global rank), forwarding SIGTERM/SIGINT to it;
   3. writes its exit code to the rendezvous store (see launcher/rendezvous.py) and exits with it.
 
-Why c10d with is_host=false: the rendezvous container hosts the store and every node is a
-client; node ranks go by sorted node address (--local-addr = the zero-padded hostname), so
-node-K gets ranks K*P .. (K+1)*P-1. ``--rdzv-backend static`` also works with the separate
-store (--node-rank fixes the order; node 0 then also opens an idle store server of its own).
+Rendezvous backend (both verified with 2- and 4-node probe clusters):
+  c10d (default): the rendezvous container hosts the TCPStore, every node joins as a client
+    (is_host=false). Node ranks go by sorted node address (DynamicRendezvousHandler sorts its
+    participants), and --local-addr is the zero-padded hostname, so node-K gets ranks
+    K*P .. (K+1)*P-1 whatever order the nodes arrive in. Workers then bootstrap from a store
+    torchrun opens on node-0 (MASTER_ADDR=node-0, a free port), torch's standard layout.
+  static: --node-rank fixes the order and workers use the rendezvous store directly
+    (MASTER_ADDR=rendezvous, MASTER_PORT=29400); it works only because node 0's agent, told
+    it is the master, opens an idle store server in its own container while its client
+    still connects to --master-addr: an implementation detail, hence not the default.
 """
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -142,6 +143,7 @@ def up(cfg: Config, node, compose_text, build: bool = False, keep: bool = False,
     print(f"launcher: mesh {mesh} = {mesh.pp} node(s) x {mesh.ranks_per_node} rank(s); run folder {cfg.run_dir}; "
           f"project {target.project}", flush=True)
     stream = Stream(mesh, os.path.join(run_dir, "cluster.log"), quiet, progress_every)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also stops the cluster
     try:
         compose(target.project, target.file, "up", "-d", check=True)
         ids = {s: c["id"] for s, c in containers(target.project).items()}

@@ -118,17 +118,29 @@ def test_rendezvous_collects_exit_codes():
     assert time.monotonic() - t0 < 30
 
 
-def test_node_wrapper_runs_probe_through_torchrun(tmp_path):
-    """One node of two ranks, c10d against the separate store, exactly as in a container."""
+def _node(port: int, k: int, run_dir: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "launcher.node", "--nnodes", "2", "--node-rank", str(k),
+                             "--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-id", "t",
+                             "--module", "launcher.probe", "--node-name", f"127.0.0.{k + 1}", "--",
+                             "--run-dir", str(run_dir)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def test_node_wrapper_ranks_follow_node_names_not_arrival(tmp_path):
+    """Two nodes x two ranks via c10d against the separate store, as in the containers; the
+    second node (127.0.0.2) joins first, yet the first (127.0.0.1) gets ranks 0-1."""
     pytest.importorskip("torch")
     port = _free_port()
-    server = _rendezvous(port, 1)
-    node = subprocess.run([sys.executable, "-m", "launcher.node", "--nnodes", "1", "--node-rank", "0",
-                           "--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-id", "t",
-                           "--module", "launcher.probe", "--node-name", "127.0.0.1", "--",
-                           "--run-dir", str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    server = _rendezvous(port, 2)
+    late = _node(port, 1, tmp_path)
+    time.sleep(3)
+    early = _node(port, 0, tmp_path)
+    outs = [p.communicate(timeout=300)[0] for p in (early, late)]
     out, _ = server.communicate(timeout=60)
-    assert node.returncode == 0, node.stdout[-3000:] + node.stderr[-3000:]
-    for r in (0, 1):
-        assert f"[rank{r}]:probe rank={r} all_reduce=1 expected=1 ok" in node.stdout
+    assert early.returncode == 0 and late.returncode == 0, outs[0][-3000:] + outs[1][-3000:]
+    for k, text in enumerate(outs):
+        for local in (0, 1):
+            r = 2 * k + local
+            assert f"[rank{r}]:probe rank={r} local_rank={local} world_size=4" in text
+            assert f"[rank{r}]:probe rank={r} all_reduce=6 expected=6 ok" in text
     assert server.returncode == 0 and "all nodes exited 0" in out
