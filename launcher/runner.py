@@ -33,19 +33,40 @@ def default_run_dir_up(mesh: MeshSpec) -> str:
     return f"runs/{mesh}-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
 
 
-def ensure_image(image: str, build: bool) -> None:
-    """Build the trainer image with images/build.sh if it is missing (or build is set).
+def ensure_image(image: str, build: bool, mount_code: bool = False) -> None:
+    """Build the trainer image with images/build.sh if it is missing (or build is set); warn
+    when this checkout's code is newer than the image (unless mount_code).
 
     Raises:
         LauncherError: the build failed, or a non-default image is missing.
     """
     if image_exists(image) and not build:
+        stale = None if mount_code else newer_than_image(image)
+        if stale:
+            print(f"launcher: WARNING: {stale} changed after {image} was built; the containers run the image's "
+                  f"copy. Use --build (rebuild) or --mount-code (mount this checkout).", file=sys.stderr, flush=True)
         return
     if image != "simcluster/trainer:latest":
         raise LauncherError(f"image {image} not found; build or pull it (images/build.sh builds simcluster/trainer:latest)")
     print(f"launcher: building {image} with images/build.sh", flush=True)
     if subprocess.run(["bash", os.path.join(ROOT, "images", "build.sh")], cwd=ROOT).returncode != 0:
         raise LauncherError("images/build.sh failed; see its output above")
+
+
+def newer_than_image(image: str) -> str | None:
+    """A train/ or launcher/ file modified after the image was created, else None."""
+    proc = subprocess.run(["docker", "image", "inspect", "-f", "{{.Created}}", image], capture_output=True, text=True)
+    try:
+        created = datetime.fromisoformat(proc.stdout.strip()[:26].rstrip("Z") + "+00:00").timestamp()
+    except ValueError:
+        return None
+    for folder in ("train", "launcher"):
+        for base, _dirs, files in os.walk(os.path.join(ROOT, folder)):
+            for name in files:
+                path = os.path.join(base, name)
+                if name.endswith(".py") and os.path.getmtime(path) > created + 1:
+                    return os.path.relpath(path, ROOT)
+    return None
 
 
 def _pump(service: str, cid: str, out: queue.Queue) -> None:
@@ -139,7 +160,7 @@ def up(cfg: Config, node, compose_text, build: bool = False, keep: bool = False,
     os.chmod(run_dir, 0o777)  # the containers run as uid 1000
     target = Target.for_run(run_dir)
     write_atomic(target.file, compose_text(cfg, node, target.file))
-    ensure_image(node.image, build)
+    ensure_image(node.image, build, node.mount_code)
     print(f"launcher: mesh {mesh} = {mesh.pp} node(s) x {mesh.ranks_per_node} rank(s); run folder {cfg.run_dir}; "
           f"project {target.project}", flush=True)
     stream = Stream(mesh, os.path.join(run_dir, "cluster.log"), quiet, progress_every)
