@@ -11,7 +11,7 @@ IMAGE=simcluster/trainer:latest
 LOCAL_BASE=simcluster/base:bookworm
 WHEELHOUSE=images/wheelhouse
 PY=${PYTHON:-$(command -v python3 || command -v python)}
-TORCH_INDEX=${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+TORCH_INDEX=${TORCH_INDEX:-}   # optional extra index for torch (e.g. the PyTorch CPU index)
 FORCE=0 OFFLINE=0
 for arg in "$@"; do
   case $arg in
@@ -65,9 +65,8 @@ if (( OFFLINE )) || [[ $base == "$LOCAL_BASE" ]]; then
   if (( FORCE )) || [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
     say "pip download -> $WHEELHOUSE"
     rm -f "$WHEELHOUSE"/*.whl "$stamp"
-    # The PyTorch CPU index only if it answers: pip would retry a dead one for ~90 s.
-    idx=(); timeout 15 "$PY" -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=10)' \
-      "$TORCH_INDEX/" >/dev/null 2>&1 && idx=(--extra-index-url "$TORCH_INDEX")
+    # torch==2.13.0 comes from pip's find-links (a CPU wheel on disk) or, when set, $TORCH_INDEX.
+    idx=(); [[ -n $TORCH_INDEX ]] && idx=(--extra-index-url "$TORCH_INDEX")
     "$PY" -m pip download -q -r images/requirements.txt -d "$WHEELHOUSE" "${idx[@]}" --only-binary=:all: \
       --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
       --platform manylinux_2_17_x86_64 --python-version 3.11 --implementation cp --abi cp311
@@ -83,11 +82,11 @@ for d in train launcher; do
 done
 nocache=(); (( FORCE )) && nocache=(--no-cache)
 say "docker build $IMAGE"
-docker build "${nocache[@]}" --build-arg BASE_IMAGE="$base" --build-arg TORCH_INDEX="$TORCH_INDEX" \
+docker build "${nocache[@]}" --build-arg BASE_IMAGE="$base" ${TORCH_INDEX:+--build-arg TORCH_INDEX="$TORCH_INDEX"} \
   -f images/Dockerfile -t "$IMAGE" .
 
 # --- final check and summary ---------------------------------------------------------------
-docker run --rm "$IMAGE" python -c "import torch, yaml; print('image ok: torch', torch.__version__, 'yaml', yaml.__version__)"
+docker run --rm "$IMAGE" python -c "import torch, yaml, numpy; print('image ok: torch', torch.__version__, 'yaml', yaml.__version__, 'numpy', numpy.__version__)"
 size=$(docker image inspect -f '{{.Size}}' "$IMAGE")
 say "image $IMAGE size: $size bytes ($(( size / 1000000 )) MB)"
 say "build time: $(( $(date +%s) - t0 )) s"

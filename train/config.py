@@ -168,6 +168,8 @@ class Config:
     """process-group and pipeline timeout (s): a lost peer ends the job after this."""
     threads: int = 0
     """torch intra-op threads per rank (0: OMP_NUM_THREADS or 1)."""
+    profile_step: int = 0
+    """profile this step (0: off) and write each rank's time breakdown to RUN_DIR/profile/rank-R.json."""
     rank_metrics: int = 0
     """1: every rank also writes RUN_DIR/ranks/rank-R.jsonl (input checksum, local losses, grad norm), bit-exact."""
 

@@ -25,6 +25,7 @@ from train.model import loss_fn
 from train.optim import build_optimizer
 from train.parallel import apply_fsdp, apply_tp, init_weights
 from train.pipeline import apply_pp, build_stage_modules
+from train.profiling import maybe_profile
 
 
 def init_distributed(cfg: Config) -> tuple[int, int, int]:
@@ -89,7 +90,8 @@ class Trainer:
         losses = self.pipe.step(inputs, targets)
         norm = clip_grad_norm_(self.params, self.cfg.max_norm, self.spec.ranks_per_node)
         if self.rank_writer.path:
-            self.rank_writer.write({"step": step, "inputs_sha1": hashlib.sha1(inputs.numpy().tobytes()).hexdigest(),
+            digest = hashlib.sha1(repr(inputs.flatten().tolist()).encode()).hexdigest()
+            self.rank_writer.write({"step": step, "inputs_sha1": digest,
                                     "losses": [float(l.detach()).hex() for l in losses], "grad_norm": float(norm).hex()})
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -114,7 +116,9 @@ class Trainer:
         writer = MetricsWriter(cfg.run_dir if self.rank == 0 else None)
         start, rec, tok_s = time.perf_counter(), {}, []
         for step in range(1, cfg.steps + 1):
-            rec = self.train_step(step)
+            rec = {}
+            with maybe_profile(step == cfg.profile_step, cfg.run_dir, self.rank, rec):
+                rec.update(self.train_step(step))
             if cfg.val_every and (step % cfg.val_every == 0 or step == cfg.steps):
                 rec["val_loss"] = self.validate()
             tok_s.append(rec["tokens_per_s"])
