@@ -52,7 +52,7 @@ def assert_parity(proc, rows, steps=STEPS):
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("mesh", MESHES)
 def test_parity_matrix(mesh, schedule):
-    proc, rows = run_parity("--mesh", mesh, "--schedule", schedule, "--steps", str(STEPS))
+    proc, rows = run_parity("--mesh", mesh, "--schedule", schedule, "--steps", str(STEPS), "--microbatches", "4")
     assert_parity(proc, rows)
 
 

@@ -17,14 +17,21 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
-from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, parallelize_module
+from torch.distributed.tensor.placement_types import Replicate
 
 # Source: Shoeybi et al., "Megatron-LM" (2019), section 3; torch.distributed.tensor.parallel.
+# The block input enters attention and the MLP as one replicated DTensor, so the input-gradients
+# of wq/wk/wv (and of w1/w3) add up as Partial and are all-reduced once, not once per Linear.
+_REPLICATED_INPUT = PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),),
+                                       use_local_output=False)
 TP_PLAN = {
+    "attention": _REPLICATED_INPUT,
     "attention.wq": ColwiseParallel(),
     "attention.wk": ColwiseParallel(),
     "attention.wv": ColwiseParallel(),
     "attention.wo": RowwiseParallel(),
+    "feed_forward": _REPLICATED_INPUT,
     "feed_forward.w1": ColwiseParallel(),
     "feed_forward.w3": ColwiseParallel(),
     "feed_forward.w2": RowwiseParallel(),
