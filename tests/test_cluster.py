@@ -1,0 +1,183 @@
+"""Integration tests on real containers: `python -m launcher up` runs the trainer on a cluster.
+
+    python -m pytest -q tests/test_cluster.py            # skips without Docker or the image
+    CI=true python -m pytest -q tests/test_cluster.py    # fails instead
+
+Needs the image simcluster/trainer:latest built from this checkout (bash images/build.sh; the
+containers run the image's copy of train/ and launcher/) and torch on the host (the reference).
+Each test starts the cluster as a user would, with `launcher up --keep` (the stopped containers
+stay to be inspected, then `launcher down`), and reads its run folder: metrics.jsonl, cluster.log.
+About 3-5 minutes on a quiet 2-core machine.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
+UP_TIMEOUT_S = 900
+BANNER = re.compile(r"^(node-\d+) r(\d+)\s*\| \[simcluster\] rank=(\d+) local_rank=(\d+) world_size=(\d+) "
+                    r"host=(\S+) coords=pp(\d+)/dp(\d+)/tp(\d+) stages=\[([\d, ]*)\]$", re.M)
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("trainer_image")]
+
+
+def _docker(*args: str) -> str:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def project_containers(project: str) -> dict[str, str]:
+    """service -> container id of a compose project (running or stopped)."""
+    out = _docker("ps", "-a", "--filter", f"label=com.docker.compose.project={project}",
+                  "--format", '{{.Label "com.docker.compose.service"}} {{.ID}}')
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def inspect(cid: str) -> dict:
+    return json.loads(_docker("inspect", cid))[0]
+
+
+class Cluster:
+    """One `launcher up --keep` run in its own run folder (and so its own compose project)."""
+
+    def __init__(self, tmp: Path, mesh: str, *flags: str):
+        self.mesh = mesh
+        self.run_dir = tmp / f"ct-{mesh}-{uuid.uuid4().hex[:8]}"  # basename -> project sc-<basename>
+        self.project = "sc-" + self.run_dir.name
+        self.out = tmp / f"up-{mesh}.out"
+        self.cmd = [sys.executable, "-m", "launcher", "up", "--mesh", mesh, "--model", "tiny", *flags,
+                    "--run-dir", str(self.run_dir), "--keep"]
+        self.live: dict = {}  # what was seen of node-0 while it ran
+        self.returncode: int | None = None
+        self.wall_s = 0.0
+
+    def run(self, watch: str | None = None) -> "Cluster":
+        """Run `launcher up` to the end; if watch names a service, `docker exec id -u` in it while it runs."""
+        t0 = time.monotonic()
+        with open(self.out, "w") as fh:
+            proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, text=True)
+            try:
+                while proc.poll() is None and time.monotonic() - t0 < UP_TIMEOUT_S:
+                    if watch and not self.live:
+                        self._watch(watch)
+                    time.sleep(0.5)
+                if proc.poll() is None:
+                    proc.terminate()  # SIGTERM: launcher up stops the cluster itself
+                    proc.wait(60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+        self.returncode, self.wall_s = proc.returncode, time.monotonic() - t0
+        return self
+
+    def _watch(self, service: str) -> None:
+        cid = project_containers(self.project).get(service)
+        if cid and inspect(cid)["State"]["Running"]:
+            uid = subprocess.run(["docker", "exec", cid, "id", "-u"], capture_output=True, text=True)
+            if uid.returncode == 0:
+                self.live = {"uid": uid.stdout.strip(), "info": inspect(cid)}
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def why(self) -> str:
+        return f"`{' '.join(self.cmd)}` exited {self.returncode} after {self.wall_s:.0f}s:\n{self.output()[-6000:]}"
+
+    def exit_codes(self) -> dict[str, int]:
+        return {s: inspect(c)["State"]["ExitCode"] for s, c in project_containers(self.project).items()}
+
+    def metrics(self) -> list[dict]:
+        with open(self.run_dir / "metrics.jsonl", encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+    def down(self) -> None:
+        subprocess.run([sys.executable, "-m", "launcher", "down", "--run-dir", str(self.run_dir)], cwd=ROOT,
+                       capture_output=True, timeout=180)
+
+
+@pytest.fixture(scope="module")
+def cluster_2x2x2(tmp_path_factory):
+    """2x2x2, tiny, 20 steps on tinyshakespeare; node-0 probed (id -u, inspect) while it runs."""
+    assert DATA.is_file(), f"corpus missing: {DATA}"
+    c = Cluster(tmp_path_factory.mktemp("cluster"), "2x2x2", "--steps", "20", "--data", str(DATA))
+    try:
+        yield c.run(watch="node-0")
+    finally:
+        c.down()
+
+
+def test_2x2x2_up_exits_0_on_every_node(cluster_2x2x2):
+    c = cluster_2x2x2
+    assert c.returncode == 0, c.why()
+    assert c.exit_codes() == {"node-0": 0, "node-1": 0, "rendezvous": 0}, c.why()
+    out = c.output()
+    assert "== summary: OK ==" in out and "ranks seen   8/8" in out and "MISPLACED" not in out, c.why()
+    assert "rendezvous: all nodes exited 0" in out, c.why()
+
+
+def test_2x2x2_node_k_holds_pipeline_stage_k(cluster_2x2x2):
+    log = (cluster_2x2x2.run_dir / "cluster.log").read_text(errors="replace")
+    banners = BANNER.findall(log)
+    assert sorted(int(b[2]) for b in banners) == list(range(8)), log[-4000:]
+    for service, prefix_rank, rank, local, world, host, pp, dp, tp, stages in banners:
+        k, rank = int(service.split("-")[1]), int(rank)
+        assert host == service and int(prefix_rank) == rank and int(world) == 8
+        assert stages == str(k) and int(pp) == k and rank in range(4 * k, 4 * k + 4)
+        assert int(local) == rank - 4 * k and (int(dp), int(tp)) == ((rank // 2) % 2, rank % 2)
+
+
+def test_2x2x2_losses_match_the_single_process_reference(cluster_2x2x2):
+    """Every step once, loss falls, and each step's loss is the reference's within 1e-4 relative."""
+    torch = pytest.importorskip("torch")
+    from train.config import Config
+    from train.reference import run_reference
+
+    c = cluster_2x2x2
+    assert c.returncode == 0, c.why()
+    rows = c.metrics()
+    assert [r["step"] for r in rows] == list(range(1, 21))
+    losses = [r["loss"] for r in rows]
+    assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 and losses[-1] < 5.0, losses
+
+    cfg = Config(mesh="2x2x2", model="tiny", steps=20, data=str(DATA), run_dir=str(c.run_dir / "ref")).resolved()
+    ran = yaml.safe_load((c.run_dir / "config.yaml").read_text())  # the resolved config rank 0 ran
+    for field in ("model", "steps", "seed", "global_batch", "seq_len", "microbatches", "lr", "warmup_steps"):
+        assert ran[field] == getattr(cfg, field), field
+    assert Path(ran["data"]).name == DATA.name
+    torch.set_num_threads(1)
+    ref = [r["loss"] for r in run_reference(cfg)]
+    bad = [(i + 1, m, r) for i, (m, r) in enumerate(zip(losses, ref)) if abs(m - r) > 1e-4 * abs(r)]
+    assert not bad, f"steps (step, mesh loss, reference loss) off by > 1e-4 relative: {bad}"
+
+
+def test_node_containers_are_hardened(cluster_2x2x2):
+    """node-0 runs as uid 1000 (seen live), publishes no port, drops every capability, read-only rootfs."""
+    c = cluster_2x2x2
+    assert c.live, "never caught node-0 running to `docker exec id -u` in it; " + c.why()
+    assert c.live["uid"] == "1000"
+    for info in (c.live["info"], inspect(project_containers(c.project)["node-1"])):
+        assert info["Config"]["User"] == "1000:1000"
+        assert not info["NetworkSettings"]["Ports"] and not info["HostConfig"]["PortBindings"]
+        assert info["HostConfig"]["CapDrop"] == ["ALL"] and info["HostConfig"]["ReadonlyRootfs"] is True
+
+
+def test_4x1x2_four_nodes_finish(tmp_path):
+    c = Cluster(tmp_path, "4x1x2", "--steps", "8", "--data", str(DATA))
+    try:
+        c.run()
+        assert c.returncode == 0, c.why()
+        codes = c.exit_codes()
+        assert codes == {"node-0": 0, "node-1": 0, "node-2": 0, "node-3": 0, "rendezvous": 0}, c.why()
+        assert "ranks seen   8/8" in c.output() and "MISPLACED" not in c.output()
+        assert [r["step"] for r in c.metrics()] == list(range(1, 9))
+    finally:
+        c.down()
