@@ -168,6 +168,12 @@ class Config:
     """process-group and pipeline timeout (s): a lost peer ends the job after this."""
     threads: int = 0
     """torch intra-op threads per rank (0: OMP_NUM_THREADS or 1)."""
+    ckpt_every: int = 0
+    """save a DCP checkpoint into RUN_DIR/checkpoints every N steps and after the last step (0: never)."""
+    ckpt_keep: int = 2
+    """checkpoints to keep (the newest)."""
+    resume: str | None = None
+    """checkpoint folder, or a folder of them (the newest is taken), to resume from; any mesh."""
     profile_step: int = 0
     """profile this step (0: off) and write each rank's time breakdown to RUN_DIR/profile/rank-R.json."""
     rank_metrics: int = 0

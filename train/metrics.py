@@ -25,13 +25,22 @@ def step_line(rec: dict, steps: int) -> str:
 
 
 class MetricsWriter:
-    """Appends step records to ``RUN_DIR/metrics.jsonl``; a no-op where ``path`` is None."""
+    """Appends step records to ``RUN_DIR/metrics.jsonl``; a no-op where ``run_dir`` is None.
 
-    def __init__(self, run_dir: str | None, name: str = "metrics.jsonl"):
+    A resumed run keeps the records of steps <= ``keep_until`` (the checkpoint's step) and drops
+    later ones, so the file holds each step exactly once however often the run restarts.
+    """
+
+    def __init__(self, run_dir: str | None, name: str = "metrics.jsonl", keep_until: int = 0):
         self.path = os.path.join(run_dir, name) if run_dir else None
         if self.path:
             os.makedirs(run_dir, exist_ok=True)
-            open(self.path, "w").close()
+            kept = [r for r in read_metrics(run_dir, name) if r["step"] <= keep_until] \
+                if keep_until and os.path.exists(self.path) else []
+            tmp = self.path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(r, sort_keys=True) + "\n" for r in kept)
+            os.replace(tmp, self.path)
 
     def write(self, rec: dict) -> None:
         if self.path:

@@ -20,13 +20,14 @@ def lr_at(cfg: Config, step: int) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def build_optimizer(modules: list[nn.Module], cfg: Config) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW (Loshchilov & Hutter, 2019) over the modules' parameters, plus its LR schedule.
+def build_optimizer(module: nn.Module, cfg: Config) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW (Loshchilov & Hutter, 2019) over one model part's parameters, plus its LR schedule.
 
-    Weight decay applies to parameters with 2+ dims (weights, embeddings), not to norms or biases.
-    The scheduler's lambda makes step k (1-based) run at ``lr_at(cfg, k)``.
+    One per pipeline stage module (as torchtitan does), so optimizer state is checkpointed per
+    parameter FQN. Weight decay applies to parameters with 2+ dims (weights, embeddings), not to
+    norms or biases. The scheduler's lambda makes step k (1-based) run at ``lr_at(cfg, k)``.
     """
-    params = [p for m in modules for p in m.parameters()]
+    params = list(module.parameters())
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     opt = torch.optim.AdamW(

@@ -90,6 +90,13 @@ def check(cfg: Config, world_size: int | None = None) -> list[str]:
         errors.append(f"lr: must be > 0 and min_lr >= 0, got lr={cfg.lr} min_lr={cfg.min_lr}")
     if cfg.timeout_s <= 0:
         errors.append(f"timeout_s: must be > 0 seconds, got {cfg.timeout_s}")
+    if cfg.resume is not None:
+        from train.checkpoint_paths import resolve_resume
+
+        try:
+            resolve_resume(cfg.resume)
+        except FileNotFoundError as e:
+            errors.append(f"{e}; pass a step-NNNNNN folder or a run's checkpoints/ folder")
     if cfg.data is not None and args.kind == "llama":
         try:
             data_files(cfg.data)

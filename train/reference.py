@@ -26,7 +26,7 @@ def run_reference(cfg: Config, run_dir: str | None = None) -> list[dict]:
     args = cfg.model_args()
     model = build_model(args)
     init_weights(model, cfg.seed, args.n_layers)
-    opt, sched = build_optimizer([model], cfg)
+    opt, sched = build_optimizer(model, cfg)
     batches = Batches(cfg, args)
     writer = MetricsWriter(run_dir)
     params = list(model.parameters())

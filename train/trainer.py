@@ -16,6 +16,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
+from train import checkpoint
+from train.checkpoint_paths import resolve_resume
 from train.cli import save_config
 from train.clip import clip_grad_norm_
 from train.config import Config
@@ -62,13 +64,25 @@ class Trainer:
             init_weights(m, cfg.seed, self.args.n_layers)
         self.pipe = apply_pp(modules, ids, n_stages, self.mesh["pp"], cfg, loss_fn)
         self.params = [p for m in modules for p in m.parameters()]
-        self.opt, self.sched = build_optimizer(modules, cfg)
+        self.optims = [build_optimizer(m, cfg) for m in modules]  # (AdamW, LR schedule) per model part
+        self.start_step = self._resume(cfg.resume) if cfg.resume else 0
         self.batches = Batches(cfg, self.args)
         self.rank_writer = MetricsWriter(os.path.join(cfg.run_dir, "ranks") if cfg.rank_metrics else None,
                                          name=f"rank-{rank}.jsonl")
         print(f"[simcluster] rank={rank} local_rank={local_rank} world_size={self.spec.world_size} "
               f"host={socket.gethostname()} coords=pp{self.pp_rank}/dp{self.dp_rank}/tp{self.tp_rank} "
               f"stages={ids}", flush=True)
+
+    def _resume(self, path: str) -> int:
+        """Load a checkpoint (any mesh) and advance the LR schedules to its step; returns the step."""
+        path = resolve_resume(path)
+        step = checkpoint.load(path, self.cfg.global_batch, self.pipe.modules, [opt for opt, _ in self.optims])
+        for _, sched in self.optims:
+            for _ in range(step):
+                sched.step()
+        if self.rank == 0:
+            print(f"[simcluster] resumed from {path} at step {step}", flush=True)
+        return step
 
     def _shard(self, batch):
         return [dp_shard(t, self.dp_rank, self.spec.dp) for t in batch]
@@ -85,7 +99,7 @@ class Trainer:
     def train_step(self, step: int) -> dict:
         """One optimizer step on global batch ``step`` (1-based); returns its metrics record."""
         t0 = time.perf_counter()
-        lr = self.sched.get_last_lr()[0]
+        lr = self.optims[0][1].get_last_lr()[0]
         inputs, targets = self._shard(self.batches.train(step))
         losses = self.pipe.step(inputs, targets)
         norm = clip_grad_norm_(self.params, self.cfg.max_norm, self.spec.ranks_per_node)
@@ -93,9 +107,10 @@ class Trainer:
             digest = hashlib.sha1(repr(inputs.flatten().tolist()).encode()).hexdigest()
             self.rank_writer.write({"step": step, "inputs_sha1": digest,
                                     "losses": [float(l.detach()).hex() for l in losses], "grad_norm": float(norm).hex()})
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        self.sched.step()
+        for opt, sched in self.optims:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sched.step()
         loss, rss = self._global_mean([l.detach() for l in losses])
         dt = time.perf_counter() - t0
         tokens = self.cfg.global_batch * (self.cfg.seq_len if self.args.kind == "llama" else 1)
@@ -113,9 +128,9 @@ class Trainer:
     def fit(self) -> dict:
         """Train ``cfg.steps`` steps; rank 0 logs a line per step and writes metrics.jsonl."""
         cfg = self.cfg
-        writer = MetricsWriter(cfg.run_dir if self.rank == 0 else None)
+        writer = MetricsWriter(cfg.run_dir if self.rank == 0 else None, keep_until=self.start_step)
         start, rec, tok_s = time.perf_counter(), {}, []
-        for step in range(1, cfg.steps + 1):
+        for step in range(self.start_step + 1, cfg.steps + 1):
             rec = {}
             with maybe_profile(step == cfg.profile_step, cfg.run_dir, self.rank, rec):
                 rec.update(self.train_step(step))
@@ -125,7 +140,14 @@ class Trainer:
             writer.write(rec)
             if self.rank == 0 and (step % cfg.log_every == 0 or step == cfg.steps or step == 1):
                 print(step_line(rec, cfg.steps), flush=True)
+            if cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps):
+                path = checkpoint.save(os.path.join(cfg.run_dir, "checkpoints"), step, cfg.global_batch, self.pipe.modules,
+                                       [opt for opt, _ in self.optims], cfg.ckpt_keep)
+                if self.rank == 0:
+                    print(f"[simcluster] checkpoint step {step}: {path}", flush=True)
         wall = time.perf_counter() - start
+        if not tok_s:
+            return rec
         steady = sorted(tok_s[1:] or tok_s)[len(tok_s[1:] or tok_s) // 2]
         if self.rank == 0:
             print(f"done steps={cfg.steps} final_loss={rec['loss']:.4f} tokens_per_s={steady:.0f} "

@@ -1,0 +1,91 @@
+"""Checkpoints with torch.distributed.checkpoint (DCP): mesh-free, atomic, last K kept.
+
+    torchrun --nproc-per-node 8 -m train --mesh 2x2x2 --model tiny --steps 20 --ckpt-every 10 --run-dir runs/a
+    torchrun --nproc-per-node 4 -m train --mesh 1x2x2 --model tiny --steps 20 --resume runs/a/checkpoints --run-dir runs/b
+
+A checkpoint holds, keyed by parameter FQN (the same on every mesh): the model, the AdamW state,
+and ``train.step``; the LR schedule and the data position are functions of the step, and a
+batch is a pure function of (seed, step), so nothing else is needed to resume exactly. The data
+position is the count of global samples seen (step * global_batch), so a change of dp neither
+repeats nor skips data. DCP reshards on load: a checkpoint saved on one mesh (pp changes
+included) loads on any other.
+
+Layout: RUN_DIR/checkpoints/step-000010/ (DCP files). A save is written to a ``.tmp-`` folder
+and renamed once every rank has finished, so a save killed midway never replaces the last
+good checkpoint. Multi-node runs need the run folder on a filesystem all nodes share.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
+
+from train.checkpoint_paths import list_checkpoints
+
+OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+
+
+def _state(parts: list[nn.Module], opts: list[torch.optim.Optimizer], samples: int) -> dict:
+    model, optim = {}, {}
+    for part, opt in zip(parts, opts):
+        model.update(get_model_state_dict(part, options=OPTIONS))
+        optim.update(get_optimizer_state_dict(part, opt, options=OPTIONS))
+    return {"model": model, "optim": optim, "train": {"samples": torch.tensor(samples)}}
+
+
+def save(folder: str, step: int, global_batch: int, parts: list[nn.Module], opts: list[torch.optim.Optimizer],
+         keep: int) -> str:
+    """Collective: write step's checkpoint atomically into ``folder``; keep the newest ``keep``.
+
+    The data position is stored as global samples seen, ``step * global_batch``.
+    """
+    final = os.path.join(folder, f"step-{step:06d}")
+    tmp = os.path.join(folder, f".tmp-step-{step:06d}")
+    rank = dist.get_rank()
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    dist.barrier()
+    dcp.save(_state(parts, opts, step * global_batch), checkpoint_id=tmp)
+    dist.barrier()
+    if rank == 0:
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        for _, old in list_checkpoints(folder)[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    dist.barrier()
+    return final
+
+
+def load(path: str, global_batch: int, parts: list[nn.Module], opts: list[torch.optim.Optimizer]) -> int:
+    """Collective: load a checkpoint (saved on any mesh) into this rank's parts and optimizers.
+
+    Returns the step to continue after: global samples seen / ``global_batch``.
+
+    Raises:
+        ValueError: the samples seen are not a whole number of this run's global batches.
+    """
+    state = _state(parts, opts, 0)
+    dcp.load(state, checkpoint_id=path)
+    for part, opt in zip(parts, opts):
+        names = {n for n, _ in part.named_parameters()}
+        set_model_state_dict(part, {k: v for k, v in state["model"].items() if k in names}, options=OPTIONS)
+        set_optimizer_state_dict(part, opt, {k: v for k, v in state["optim"].items() if _owner(k) in names},
+                                 options=OPTIONS)
+    samples = int(state["train"]["samples"])
+    if samples % global_batch:
+        raise ValueError(f"resume: checkpoint has seen {samples} samples, not a multiple of global_batch={global_batch};"
+                         f" resume with a global batch that divides it")
+    return samples // global_batch
+
+
+def _owner(flat_key: str) -> str:
+    """The parameter FQN of a flattened optimizer key (``state.<fqn>.exp_avg``, ``param_groups.<fqn>.lr``)."""
+    return flat_key.split(".", 1)[1].rsplit(".", 1)[0]
