@@ -164,8 +164,8 @@ class Config:
     """log line every N steps (metrics.jsonl gets every step)."""
     run_dir: str = "runs/local"
     """folder for config.yaml, metrics.jsonl and checkpoints."""
-    timeout_s: float = 120.0
-    """process-group and pipeline timeout (s): a lost peer ends the job after this."""
+    timeout_s: float = 60.0
+    """process-group and pipeline timeout (s): a lost, frozen or cut-off peer ends the job after this."""
     threads: int = 0
     """torch intra-op threads per rank (0: OMP_NUM_THREADS or 1)."""
     ckpt_every: int = 0
