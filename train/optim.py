@@ -32,7 +32,7 @@ def build_optimizer(module: nn.Module, cfg: Config) -> tuple[torch.optim.Optimiz
     no_decay = [p for p in params if p.ndim < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8,
+        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True,
     )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_at(cfg, i + 1) / cfg.lr)
     return opt, sched
