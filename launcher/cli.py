@@ -1,10 +1,11 @@
-"""Command line of the launcher: generate | up | down | status | logs.
+"""Command line of the launcher: generate | up | down | status | logs | chaos.
 
     python -m launcher generate --mesh 2x2x2 [--out FILE] [--stdout] [training options] [node options]
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
     python -m launcher status [--run-dir DIR | --file FILE]
     python -m launcher logs [--follow] [--tail N] [SERVICE ...]
     python -m launcher down [--run-dir DIR | --file FILE]
+    python -m launcher chaos (--kill | --pause | --disconnect) NODE --at-step N [--run-dir DIR | --file FILE]
 
 Exit codes: 0 ok; 1 the run failed (a node exited non-zero, Docker error); 2 bad options
 (mesh, preflight, node options), with the reason on stderr and no file written.
@@ -76,11 +77,15 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
                    help="module torchrun runs (default train; launcher.probe tests the wiring)")
     g.add_argument("--mount-code", action="store_true",
                    help="bind-mount this checkout's train/ and launcher/ over /app (no image rebuild)")
+    g.add_argument("--join-timeout-s", type=float, default=None, metavar="S",
+                   help="every node must join the rendezvous within S seconds of its start, else the job "
+                        "ends naming the missing node (default 300)")
 
 
 def node_options(args: argparse.Namespace) -> NodeOptions:
     return NodeOptions(cpus_per_node=args.cpus_per_node, memory_per_node=args.memory_per_node, image=args.image,
-                       rdzv_backend=args.rdzv_backend, module=args.module, mount_code=args.mount_code)
+                       rdzv_backend=args.rdzv_backend, module=args.module, mount_code=args.mount_code,
+                       join_timeout_s=args.join_timeout_s)
 
 
 def prepare(args: argparse.Namespace, run_default: Callable[[MeshSpec], str] = default_run_dir
@@ -169,6 +174,11 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--keep", action="store_true", help="leave the stopped containers (no `down` at the end)")
     up.add_argument("--quiet", action="store_true", help="hide per-step lines; show progress lines instead")
     up.add_argument("--progress-every", type=float, default=10.0, metavar="S", help="seconds between progress lines")
+    up.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                    help="after a failure restart the whole cluster up to N times, resuming from the run's newest "
+                         "checkpoint (use with --ckpt-every; default 0)")
+    up.add_argument("--start-late", action="append", default=[], metavar="NODE=S",
+                    help="start NODE's container S seconds after the others (late-join drill; repeatable)")
     st = sub.add_parser("status", help="table: node, ranks, state, last step")
     _target_args(st)
     lg = sub.add_parser("logs", help="the cluster's logs (compose logs)")
@@ -178,7 +188,33 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("services", nargs="*", help="services, e.g. node-0 rendezvous (default all)")
     dn = sub.add_parser("down", help="stop and remove the cluster's containers and network")
     _target_args(dn)
+    ch = sub.add_parser("chaos", help="at step N of a run, kill / pause / disconnect one node (fault drills)")
+    _target_args(ch)
+    fault = ch.add_mutually_exclusive_group(required=True)
+    fault.add_argument("--kill", metavar="NODE", help="docker kill the node's container")
+    fault.add_argument("--pause", metavar="NODE", help="docker pause (freeze) the node's container")
+    fault.add_argument("--disconnect", metavar="NODE", help="docker network disconnect the node's container")
+    ch.add_argument("--at-step", type=int, default=1, metavar="N", help="wait until the run reached step N (default 1)")
+    ch.add_argument("--wait-s", type=float, default=3600.0, metavar="S", help="give up after S seconds (default 3600)")
     return parser
+
+
+def parse_start_late(values: list[str]) -> dict[str, float]:
+    """``["node-1=20"]`` -> {"node-1": 20.0}.
+
+    Raises:
+        ConfigError: not NODE=SECONDS with SECONDS >= 0.
+    """
+    out = {}
+    for v in values:
+        name, _, sec = v.partition("=")
+        try:
+            out[name] = float(sec)
+        except ValueError:
+            raise ConfigError(f"--start-late {v!r}: expected NODE=SECONDS, e.g. node-1=20") from None
+        if not name or out[name] < 0:
+            raise ConfigError(f"--start-late {v!r}: expected NODE=SECONDS, e.g. node-1=20")
+    return out
 
 
 def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -> list[str]:
@@ -204,8 +240,17 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.command == "up":
             cfg, node = prepare(args, run_default=runner.default_run_dir_up)
+            if args.max_restarts < 0:
+                raise ConfigError(f"--max-restarts: must be >= 0, got {args.max_restarts}")
             return runner.up(cfg, node, compose_text, build=args.build, keep=args.keep, quiet=args.quiet,
-                             progress_every=args.progress_every)
+                             progress_every=args.progress_every, max_restarts=args.max_restarts,
+                             start_late=parse_start_late(args.start_late))
+        if args.command == "chaos":
+            from launcher.chaos import chaos
+
+            kind = "kill" if args.kill else "pause" if args.pause else "disconnect"
+            return chaos(kind, args.kill or args.pause or args.disconnect, args.at_step, args.run_dir, args.file,
+                         args.project, wait_s=args.wait_s)
         target = runner.Target.find(args.run_dir, args.file, args.project)
         if args.command == "status":
             return runner.status(target)

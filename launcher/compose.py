@@ -47,6 +47,8 @@ class NodeOptions:
     module: what torchrun runs (``-m MODULE``): "train", or "launcher.probe" to test wiring.
     mount_code: bind-mount the host's train/ and launcher/ read-only over /app (development:
         runs the working tree without rebuilding the image).
+    join_timeout_s: seconds after the rendezvous starts by which every node must have joined,
+        else the job ends naming the missing node(s); None = the rendezvous default (300 s).
     """
 
     cpus_per_node: float | None = None
@@ -56,6 +58,7 @@ class NodeOptions:
     rdzv_backend: str = "c10d"
     module: str = "train"
     mount_code: bool = False
+    join_timeout_s: float | None = None
 
 
 def check_node_options(node: NodeOptions) -> list[str]:
@@ -69,6 +72,8 @@ def check_node_options(node: NodeOptions) -> list[str]:
         errors.append(f"rdzv_port: must be in 1..65535, got {node.rdzv_port}")
     if node.rdzv_backend not in RDZV_BACKENDS:
         errors.append(f"rdzv_backend: choose one of {', '.join(RDZV_BACKENDS)}, got {node.rdzv_backend!r}")
+    if node.join_timeout_s is not None and not (node.join_timeout_s > 0 and math.isfinite(node.join_timeout_s)):
+        errors.append(f"join_timeout_s: must be > 0 seconds, got {node.join_timeout_s}; e.g. --join-timeout-s 120")
     if not re.fullmatch(r"[A-Za-z_][\w.]*", node.module):
         errors.append(f"module: {node.module!r} is not a Python module name; e.g. train or launcher.probe")
     return errors
@@ -161,6 +166,18 @@ def train_flags(cfg: Config) -> list[str]:
     return out
 
 
+def rendezvous_fault_flags(cfg: Config, node: NodeOptions) -> list[str]:
+    """Fault-detection flags of the rendezvous, only where they differ from its defaults (so the
+    default file stays as it was): --lost-after-s = half the trainer's timeout_s (a node silent
+    that long is lost; the node wrappers derive the same from --timeout-s), --join-timeout-s."""
+    flags = []
+    if cfg.timeout_s != Config().timeout_s:
+        flags += ["--lost-after-s", _flag_value(float(cfg.timeout_s) / 2)]
+    if node.join_timeout_s is not None:
+        flags += ["--join-timeout-s", _flag_value(float(node.join_timeout_s))]
+    return flags
+
+
 def _hardening() -> dict:
     """Security settings shared by every service (no ports are published anywhere)."""
     return {
@@ -199,7 +216,7 @@ def build_compose(cfg: Config, node: NodeOptions, project_dir: str) -> dict:
             "pull_policy": "never",
             "hostname": RDZV_HOST,
             "command": ["python", "-m", "launcher.rendezvous", "--port", str(node.rdzv_port),
-                        "--nnodes", str(mesh.pp)],
+                        "--nnodes", str(mesh.pp)] + rendezvous_fault_flags(cfg, node),
             "environment": {"PYTHONUNBUFFERED": "1"},
             **({"volumes": code_mounts} if code_mounts else {}),
             "networks": [NETWORK],
@@ -230,6 +247,8 @@ def build_compose(cfg: Config, node: NodeOptions, project_dir: str) -> dict:
                    "--rdzv-backend", node.rdzv_backend, "--run-id", run]
         if node.module != "train":
             command += ["--module", node.module]
+        if node.join_timeout_s is not None:
+            command += ["--join-timeout-s", _flag_value(float(node.join_timeout_s))]
         services[name] = {
             "image": node.image,
             "pull_policy": "never",

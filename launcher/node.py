@@ -12,6 +12,14 @@ Runs inside the trainer image (the compose ``command`` of every node-K service):
      ``[rankR]:`` (R = global rank), forwarding SIGTERM/SIGINT to it;
   3. writes its exit code to the rendezvous store (see launcher/rendezvous.py) and exits with it.
 
+Heartbeat: from the start, a thread registers this node in the rendezvous store and bumps its
+heartbeat counter every second; the rendezvous declares a node lost when it goes silent for
+LOST_AFTER_S (half the trainer's --timeout-s, default 30 s) or never registers within the join
+timeout. When that verdict appears, this wrapper prints ``[node-0] error: node-1 (ranks 2-3)
+lost: ...``, stops its torchrun (SIGTERM, SIGKILL after 3 s) and exits non-zero. If this
+wrapper itself cannot reach the rendezvous for LOST_AFTER_S (its container was cut off the
+network), it stops its ranks likewise, naming itself as the node cut off.
+
 Rendezvous backend (both verified with 2- and 4-node probe clusters):
   c10d (default): the rendezvous container hosts the TCPStore, every node joins as a client
     (is_host=false). Node ranks go by sorted node address (DynamicRendezvousHandler sorts its
@@ -34,9 +42,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from datetime import timedelta
 
-from launcher.rendezvous import EXIT_KEY, REPORTED, report_key
+from launcher.rendezvous import (EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, LOST_AFTER_S, NODE_KEY, REPORTED,
+                                 VERDICT, rank_range, report_key)
+
+STOP_GRACE_S = 3.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
 
 EXIT_CONFIG = 2
 
@@ -78,7 +91,9 @@ def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[
     cmd += [f"--nnodes={args.nnodes}", f"--node-rank={args.node_rank}", f"--nproc-per-node={args.nproc_per_node}",
             f"--rdzv-backend={args.rdzv_backend}", f"--rdzv-endpoint={args.rdzv_endpoint}", f"--rdzv-id={args.run_id}"]
     if args.rdzv_backend == "c10d":
-        cmd += ["--rdzv-conf=is_host=false", f"--local-addr={node_name}"]
+        join = getattr(args, "join_timeout_s", None)
+        conf = "is_host=false" + (f",join_timeout={int(join) + 60}" if join else "")  # our verdict comes first
+        cmd += [f"--rdzv-conf={conf}", f"--local-addr={node_name}"]
     else:  # static: the endpoint is the master address; node 0 "hosts" (idle), all use the rendezvous store
         host, _, port = args.rdzv_endpoint.rpartition(":")
         cmd += [f"--master-addr={host}", f"--master-port={port}", f"--local-addr={node_name}"]
@@ -104,6 +119,88 @@ def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int,
         print(f"[{node_name}] could not report exit code {code} to {endpoint}: {e}", file=sys.stderr, flush=True)
 
 
+def lost_after(train_argv: list[str]) -> float:
+    """Seconds of silence after which a node counts as lost: half the trainer's --timeout-s (default 60)."""
+    try:
+        return float(flag_value(train_argv, "--timeout-s") or 2 * LOST_AFTER_S) / 2
+    except ValueError:
+        return LOST_AFTER_S
+
+
+class Heartbeat(threading.Thread):
+    """Registers this node in the rendezvous store, bumps its heartbeat counter every
+    ``interval`` seconds and picks up the rendezvous' verdict (lost nodes) and finish flag.
+    ``last_ok`` is the monotonic time of the last store call that went through."""
+
+    def __init__(self, endpoint: str, name: str, node_rank: int, nproc: int, interval: float = 1.0):
+        super().__init__(daemon=True, name="heartbeat")
+        self.endpoint, self.name, self.node_rank, self.nproc, self.interval = endpoint, name, node_rank, nproc, interval
+        self.last_ok = time.monotonic()
+        self.verdict: dict | None = None
+        self.finished = False
+        self.ever_ok = False  # until the first contact, the join timeout applies instead
+        self.halt = threading.Event()
+
+    def _connect(self):
+        import torch.distributed as dist
+
+        host, _, port = self.endpoint.rpartition(":")
+        store = dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
+        store.set(NODE_KEY + str(self.node_rank), json.dumps({
+            "node": self.name, "node_rank": self.node_rank, "nproc": self.nproc,
+            "ranks": rank_range(self.node_rank, self.nproc)}))
+        return store
+
+    def run(self) -> None:
+        store = None
+        while not self.halt.is_set():
+            try:
+                store = store or self._connect()
+                store.add(HB_KEY + str(self.node_rank), 1)
+                if self.verdict is None and store.check([VERDICT]):
+                    self.verdict = json.loads(store.get(VERDICT).decode())
+                if store.check([FINISHED]):
+                    self.finished = True
+                self.last_ok, self.ever_ok = time.monotonic(), True
+            except Exception:  # noqa: BLE001 - store gone or unreachable: reconnect next beat
+                store = None
+            self.halt.wait(self.interval)
+
+    def lost_message(self) -> str | None:
+        """The verdict naming the lost node(s) other than this one, else None."""
+        if not self.verdict:
+            return None
+        others = [x for x in self.verdict.get("lost", []) if x.get("node_rank") != self.node_rank]
+        if not others:
+            return None
+        return "; ".join(f"{x['node']} (ranks {x['ranks']}) lost: {x['reason']}" for x in others)
+
+
+def supervise(proc: subprocess.Popen, hb: Heartbeat, name: str, ranks: str, silent_s: float,
+              join_s: float = JOIN_TIMEOUT_S) -> tuple[int, bool]:
+    """Wait for torchrun; stop it when the rendezvous names a lost node or cannot be reached
+    for silent_s seconds (join_s before the first contact). Returns (exit code, whether it
+    was stopped for a fault)."""
+    stop_at = None
+    while True:
+        code = proc.poll()
+        if code is not None:
+            return code, stop_at is not None
+        now = time.monotonic()
+        if stop_at is None:
+            why = hb.lost_message()
+            if why is None and now - hb.last_ok > (silent_s if hb.ever_ok else join_s):
+                why = (f"{name} (ranks {ranks}) lost: cannot reach the rendezvous at {hb.endpoint} for "
+                       f"{now - hb.last_ok:.0f}s (this node is cut off, or the rendezvous is gone)")
+            if why:
+                print(f"[{name}] error: {why}; stopping ranks {ranks}", file=sys.stderr, flush=True)
+                proc.send_signal(signal.SIGTERM)
+                stop_at = now
+        elif now - stop_at > STOP_GRACE_S:
+            proc.kill()
+        time.sleep(0.25)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     own, train_argv = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -117,8 +214,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", default="simcluster", help="rendezvous id (the run name)")
     parser.add_argument("--module", default="train", help="module torchrun runs with -m (default train)")
     parser.add_argument("--node-name", default=None, help="this node's address (default: the hostname)")
+    parser.add_argument("--join-timeout-s", type=float, default=None,
+                        help=f"rendezvous join timeout (default: the rendezvous' {JOIN_TIMEOUT_S:g}s; torchrun gets +60s)")
     args = parser.parse_args(own)
     name = args.node_name or socket.gethostname()
+    ranks = rank_range(args.node_rank, args.nproc_per_node)
 
     run_dir = flag_value(train_argv, "--run-dir")
     problem = check_writable(run_dir) if run_dir else None
@@ -127,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, EXIT_CONFIG)
         return EXIT_CONFIG
 
+    silent_s = lost_after(train_argv)
+    hb = Heartbeat(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node)
+    hb.start()
     env = dict(os.environ)
     env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")
     cmd = torchrun_command(args, name, train_argv)
@@ -138,10 +241,20 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    code = proc.wait()
+    code, stopped = supervise(proc, hb, name, ranks, silent_s, args.join_timeout_s or JOIN_TIMEOUT_S)
     code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
+    code = code or (1 if stopped else 0)
     print(f"[{name}] torchrun exited {code}", flush=True)
     report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, code)
+    if code != 0 and not stopped:  # name the lost node if that is why: wait for the rendezvous' verdict
+        t0 = time.monotonic()
+        while (hb.lost_message() is None and not hb.finished and time.monotonic() - hb.last_ok < 5
+               and time.monotonic() - t0 < silent_s + 10):
+            time.sleep(0.25)
+        why = hb.lost_message()
+        if why:
+            print(f"[{name}] error: {why}; ranks {ranks} stopped", file=sys.stderr, flush=True)
+    hb.halt.set()
     return code
 
 

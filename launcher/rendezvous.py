@@ -1,18 +1,32 @@
-"""Rendezvous service: the cluster's TCPStore, which also collects each node's exit code.
+"""Rendezvous service: the cluster's TCPStore, which also collects each node's exit code and
+watches every node's heartbeat, naming the node that is lost.
 
     python -m launcher.rendezvous --port 29400 --nnodes 2 [--grace-s 30] [--timeout-s 0]
+                                  [--lost-after-s 30] [--join-timeout-s 300]
 
 Hosts torch.distributed.TCPStore on 0.0.0.0:PORT (torchrun's c10d rendezvous and the
-workers' process-group bootstrap use it). Each node wrapper (launcher/node.py) reports its
-exit code when its torchrun ends; once all NNODES reported, this prints one line per node
-(name, ranks, exit code) and exits 0 only if every node exited 0 -- which is what lets a
-plain ``docker compose up`` end by itself. After a node reports failure, the others get
-GRACE_S seconds to report before this exits 1 (closing the store, which ends them too).
+workers' process-group bootstrap use it). Each node wrapper (launcher/node.py) registers,
+bumps a heartbeat counter every second, and reports its exit code when its torchrun ends;
+once all NNODES reported, this prints one line per node (name, ranks, exit code) and exits 0
+only if every node exited 0 -- which is what lets a plain ``docker compose up`` end by itself.
+After a node reports failure, the others get GRACE_S seconds to report before this exits 1
+(closing the store, which ends them too).
+
+Fault detection: a node whose heartbeat stops for LOST_AFTER_S seconds (its container was
+killed, frozen with ``docker pause`` or cut off the network), or that never registered
+within JOIN_TIMEOUT_S of the start (started too late, or not at all), is declared lost: this
+prints ``rendezvous: LOST node-K (ranks a-b): <reason>`` and publishes the verdict in the
+store, where every surviving node wrapper reads it, prints it as its error and stops its
+ranks. The job then ends non-zero with the lost node named in the summary.
 
 Store protocol (shared with launcher/node.py):
     simcluster/reported        counter, incremented by each reporting node
     simcluster/reported/<i>    node name of the i-th report (i = 1, 2, ...)
     simcluster/exit/<node>     JSON {"node", "node_rank", "ranks", "exit_code"}
+    simcluster/node/<k>        JSON {"node", "node_rank", "ranks", "nproc"}: node rank k registered
+    simcluster/hb/<k>          counter, bumped about every second by node rank k's wrapper
+    simcluster/verdict         JSON {"lost": [{"node", "ranks", "reason"}, ...], "message"}
+    simcluster/finished        set just before this service exits
 """
 from __future__ import annotations
 
@@ -25,6 +39,12 @@ from datetime import timedelta
 
 REPORTED = "simcluster/reported"
 EXIT_KEY = "simcluster/exit/"
+NODE_KEY = "simcluster/node/"
+HB_KEY = "simcluster/hb/"
+VERDICT = "simcluster/verdict"
+FINISHED = "simcluster/finished"
+LOST_AFTER_S = 30.0
+JOIN_TIMEOUT_S = 300.0
 
 
 def report_key(index: int) -> str:
@@ -32,29 +52,65 @@ def report_key(index: int) -> str:
     return f"{REPORTED}/{index}"
 
 
-def summary(reports: dict[str, dict], nnodes: int) -> tuple[list[str], int]:
+def node_name(k: int, nnodes: int) -> str:
+    """The compose name of node rank k (launcher.compose.node_names, kept torch/yaml-free here)."""
+    return f"node-{k:0{len(str(nnodes))}d}"
+
+
+def rank_range(k: int, nproc: int | None) -> str:
+    """``"4-7"`` for node rank k with nproc ranks (``"5"`` for one, ``"?"`` if unknown)."""
+    if not nproc:
+        return "?"
+    first = k * nproc
+    return str(first) if nproc == 1 else f"{first}-{first + nproc - 1}"
+
+
+def verdict_message(lost: list[dict]) -> str:
+    """One line naming every lost node, its ranks and why."""
+    return "; ".join(f"{x['node']} (ranks {x['ranks']}) lost: {x['reason']}" for x in lost)
+
+
+def summary(reports: dict[str, dict], nnodes: int, lost: list[dict] | None = None) -> tuple[list[str], int]:
     """Summary lines (one per node, sorted by name) and the exit status: 0 iff all nnodes
-    nodes reported exit code 0, else 1."""
-    lines = [f"  {name:<10} ranks {r.get('ranks', '?'):<9} exit {r.get('exit_code')}" for name, r in sorted(reports.items())]
-    missing = nnodes - len(reports)
+    nodes reported exit code 0, else 1. ``lost`` nodes (see serve) get a LOST line."""
+    lost = [x for x in (lost or []) if x["node"] not in reports]
+    rows = [(name, f"  {name:<10} ranks {r.get('ranks', '?'):<9} exit {r.get('exit_code')}") for name, r in reports.items()]
+    rows += [(x["node"], f"  {x['node']:<10} ranks {x['ranks']:<9} LOST: {x['reason']}") for x in lost]
+    lines = [line for _, line in sorted(rows)]
+    missing = nnodes - len(reports) - len(lost)
     if missing > 0:
         lines.append(f"  {missing} node(s) never reported (container killed or never started)")
-    ok = missing <= 0 and all(r.get("exit_code") == 0 for r in reports.values())
+    ok = missing <= 0 and not lost and all(r.get("exit_code") == 0 for r in reports.values())
     return lines, 0 if ok else 1
 
 
-def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, poll_s: float = 0.5) -> int:
-    """Host the store until every node reported (or grace/timeout ran out); returns the exit status."""
+def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, poll_s: float = 0.5,
+          lost_after_s: float = LOST_AFTER_S, join_timeout_s: float = JOIN_TIMEOUT_S) -> int:
+    """Host the store until every node reported or was lost (or grace/timeout ran out); returns the exit status."""
     import torch.distributed as dist  # inside the image only
 
     store = dist.TCPStore("0.0.0.0", port, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=60))
-    print(f"rendezvous: TCPStore on 0.0.0.0:{port}, waiting for {nnodes} node(s) to finish", flush=True)
+    print(f"rendezvous: TCPStore on 0.0.0.0:{port}, waiting for {nnodes} node(s) to finish "
+          f"(lost after {lost_after_s:g}s without heartbeat, join timeout {join_timeout_s:g}s)", flush=True)
     start = time.monotonic()
     reports: dict[str, dict] = {}
+    nodes = [{"k": k, "name": node_name(k, nnodes), "registered": False, "hb": 0, "seen": None} for k in range(nnodes)]
+    nproc: int | None = None
+    lost: list[dict] = []
     seen = 0
     deadline = None
     while True:
+        now = time.monotonic()
+        for n in nodes:
+            if not n["registered"] and store.check([NODE_KEY + str(n["k"])]):
+                info = json.loads(store.get(NODE_KEY + str(n["k"])).decode())
+                n.update(registered=True, name=info.get("node", n["name"]))
+                nproc = nproc or info.get("nproc")
+                print(f"rendezvous: {n['name']} (ranks {info.get('ranks')}) joined after {now - start:.1f}s", flush=True)
+            hb = store.add(HB_KEY + str(n["k"]), 0)
+            if hb != n["hb"] or (n["registered"] and n["seen"] is None):
+                n["hb"], n["seen"] = hb, now
         count = store.add(REPORTED, 0)
         while seen < count:
             seen += 1
@@ -63,9 +119,30 @@ def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, poll_s: floa
             reports[name] = report
             print(f"rendezvous: {name} (ranks {report.get('ranks')}) exited {report.get('exit_code')}", flush=True)
             if report.get("exit_code") != 0 and deadline is None:
-                deadline = time.monotonic() + grace_s
-                print(f"rendezvous: {name} failed; waiting up to {grace_s:g}s for the other nodes", flush=True)
-        if len(reports) >= nnodes:
+                wait = grace_s if not any(n["seen"] for n in nodes) else max(grace_s, lost_after_s + 3)
+                deadline = time.monotonic() + wait
+                print(f"rendezvous: {name} failed; waiting up to {wait:g}s for the other nodes", flush=True)
+        done_names = set(reports) | {x["node"] for x in lost}
+        newly = []
+        for n in nodes:
+            if n["name"] in done_names or any(r.get("node_rank") == n["k"] for r in reports.values()):
+                continue
+            if n["seen"] is not None and now - n["seen"] > lost_after_s:
+                reason = (f"no heartbeat for {now - n['seen']:.0f}s (container killed, frozen or cut off the network; "
+                          f"limit {lost_after_s:g}s)")
+            elif n["seen"] is None and now - start > join_timeout_s:
+                reason = f"never joined within the {join_timeout_s:g}s join timeout (started late or not at all)"
+            else:
+                continue
+            newly.append({"node": n["name"], "node_rank": n["k"], "ranks": rank_range(n["k"], nproc), "reason": reason})
+        if newly:
+            lost += newly
+            for x in newly:
+                print(f"rendezvous: LOST {x['node']} (ranks {x['ranks']}): {x['reason']}", flush=True)
+            store.set(VERDICT, json.dumps({"lost": lost, "message": verdict_message(lost)}))
+            if deadline is None:
+                deadline = time.monotonic() + max(grace_s, 5.0)
+        if len(reports) + len([x for x in lost if x["node"] not in reports]) >= nnodes:
             break
         now = time.monotonic()
         if deadline is not None and now > deadline:
@@ -75,10 +152,15 @@ def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, poll_s: floa
             print(f"rendezvous: --timeout-s {timeout_s:g} reached; closing the store", flush=True)
             break
         time.sleep(poll_s)
-    lines, status = summary(reports, nnodes)
+    store.set(FINISHED, "1")
+    lines, status = summary(reports, nnodes, lost)
     print(f"rendezvous: summary after {time.monotonic() - start:.1f}s", flush=True)
     print("\n".join(lines), flush=True)
-    print("rendezvous: " + ("all nodes exited 0" if status == 0 else "FAILED"), flush=True)
+    if lost:
+        print(f"rendezvous: FAILED: {verdict_message(lost)}", flush=True)
+    else:
+        print("rendezvous: " + ("all nodes exited 0" if status == 0 else "FAILED"), flush=True)
+    time.sleep(1.0 if any(n["seen"] for n in nodes) else 0.0)  # let waiting wrappers read FINISHED
     return status
 
 
@@ -90,12 +172,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds the other nodes get to report after one failed (default 30)")
     parser.add_argument("--timeout-s", type=float, default=0.0,
                         help="give up after this many seconds in all (default 0: never)")
+    parser.add_argument("--lost-after-s", type=float, default=LOST_AFTER_S,
+                        help=f"a node silent this long is lost (default {LOST_AFTER_S:g}: half the trainer's 60 s timeout)")
+    parser.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S,
+                        help=f"a node not registered this long after the start is lost (default {JOIN_TIMEOUT_S:g})")
     args = parser.parse_args(argv)
     if args.nnodes < 1:
         parser.error("--nnodes must be >= 1")
     # PID 1 in a container ignores SIGTERM unless handled: make `docker stop` immediate.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    return serve(args.port, args.nnodes, args.grace_s, args.timeout_s)
+    return serve(args.port, args.nnodes, args.grace_s, args.timeout_s, lost_after_s=args.lost_after_s,
+                 join_timeout_s=args.join_timeout_s)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,15 @@ RUN_DIR mode 0777 (the containers run as uid 1000), ``compose up -d``, streams e
 container's log prefixed ``node-K rR |`` with a progress line from rank 0's step lines,
 waits for every container, prints a summary, ``compose down``. Exit 0 only if every node
 exited 0. All lines shown also go to RUN_DIR/cluster.log.
+
+Faults: the rendezvous names a lost node (``rendezvous: LOST node-1 (ranks 2-3): ...``, see
+launcher/rendezvous.py) and the surviving nodes stop; once the rendezvous has exited, ``up``
+kills whatever container of the run is still up (a frozen one is unpaused first, a cut-off
+one killed) so nothing is left running, and the summary names the lost node.
+``--max-restarts N``: after a failed attempt, take the whole cluster down and start it again
+(every node, a fresh rendezvous), resuming from the newest checkpoint in RUN_DIR/checkpoints
+(``--resume /runs/<run>/checkpoints``; from scratch if there is none yet), up to N times.
+``--start-late NODE=S``: start that node's container S seconds after the others (drills).
 """
 from __future__ import annotations
 
@@ -21,11 +30,14 @@ import threading
 import time
 from datetime import datetime, timezone
 
-from launcher.compose import RDZV_HOST, node_names, node_ranks, format_ranks
+from launcher.compose import RDZV_HOST, RUNS_MOUNT, node_names, node_ranks, format_ranks, run_name
 from launcher.dockercli import (ROOT, LauncherError, Target, compose, containers, exit_codes, image_exists,
                                 nodes_from_doc)
 from launcher.progress import Progress, parse_done, parse_identity, parse_step, split_rank
+from train.checkpoint_paths import list_checkpoints
 from train.config import Config, MeshSpec
+
+KILL_AFTER_RDZV_S = 3.0  # containers still up this long after the rendezvous exited are killed
 
 
 def default_run_dir_up(mesh: MeshSpec) -> str:
@@ -92,6 +104,10 @@ class Stream:
         self.log = open(log_path, "a", encoding="utf-8")
         self.t0 = time.monotonic()
         self.last_progress = 0.0
+        self.lost: list[str] = []  # "node-1 (ranks 2-3): reason", from the rendezvous' LOST lines
+        self.lost_s: float | None = None  # seconds after start of the first LOST line
+        self.lost_t: float | None = None  # its UNIX time
+        self.forced: list[str] = []  # containers up kills because they outlived the rendezvous
 
     def show(self, text: str) -> None:
         print(text, flush=True)
@@ -99,6 +115,10 @@ class Stream:
 
     def handle(self, service: str, line: str) -> None:
         rank, text = split_rank(line)
+        if service == RDZV_HOST and text.startswith("rendezvous: LOST "):
+            self.lost.append(text[len("rendezvous: LOST "):])
+            if self.lost_s is None:
+                self.lost_s, self.lost_t = time.monotonic() - self.t0, time.time()
         if rank is not None and self.first_worker_s is None:
             self.first_worker_s = time.monotonic() - self.t0
         ident = parse_identity(text)
@@ -122,17 +142,84 @@ class Stream:
                 self.last_progress = now
                 self.show(f"{'launcher':<{self.width}}| {self.progress.line()}")
 
-    def follow(self, ids: dict[str, str]) -> None:
+    def follow(self, ids: dict[str, str], watch: "Watch | None" = None) -> None:
+        """Show every container's log until all ended; ``watch.tick()`` runs about every second
+        and may start more containers (returned as service -> id) to follow too."""
         q: queue.Queue = queue.Queue()
-        for service, cid in ids.items():
-            threading.Thread(target=_pump, args=(service, cid, q), daemon=True).start()
-        open_streams = len(ids)
-        while open_streams:
-            service, line = q.get()
-            if line is None:
-                open_streams -= 1
-            else:
-                self.handle(service, line)
+
+        def start(more: dict[str, str]) -> int:
+            for service, cid in more.items():
+                threading.Thread(target=_pump, args=(service, cid, q), daemon=True).start()
+            return len(more)
+
+        open_streams = start(ids)
+        last_tick = time.monotonic()
+        while open_streams or (watch and watch.pending):
+            try:
+                service, line = q.get(timeout=1.0)
+                if line is None:
+                    open_streams -= 1
+                else:
+                    self.handle(service, line)
+            except queue.Empty:
+                pass
+            if watch and time.monotonic() - last_tick >= 1.0:
+                last_tick = time.monotonic()
+                open_streams += start(watch.tick(self))
+
+
+class Watch:
+    """Runs during ``up``: starts late nodes when due, kills the container of a node the
+    rendezvous declared lost (it is frozen or cut off, if not dead already), and once the
+    rendezvous has exited kills every container of the run still up after KILL_AFTER_RDZV_S.
+    A frozen (paused) container is unpaused first: a paused one cannot be stopped."""
+
+    def __init__(self, target: Target, late: dict[str, float]):
+        self.target, self.t0 = target, time.monotonic()
+        self.late = dict(late)  # service -> seconds after start
+        self.rdzv_gone: float | None = None
+        self.last_poll = 0.0
+
+    @property
+    def pending(self) -> int:
+        return len(self.late)
+
+    def tick(self, stream: Stream) -> dict[str, str]:
+        now = time.monotonic()
+        started: dict[str, str] = {}
+        named = {x.split()[0] for x in stream.lost}
+        for service, delay in sorted(self.late.items()):
+            if self.rdzv_gone is not None or service in named:
+                stream.show(f"{'launcher':<{stream.width}}| not starting {service}: the job has already failed")
+                del self.late[service]
+            elif now - self.t0 >= delay:
+                stream.show(f"{'launcher':<{stream.width}}| starting {service} {now - self.t0:.0f}s late (--start-late)")
+                compose(self.target.project, self.target.file, "up", "-d", "--no-deps", service, capture_output=True)
+                del self.late[service]
+                cid = containers(self.target.project).get(service, {}).get("id")
+                if cid:
+                    started[service] = cid
+        lost = {x.split()[0] for x in stream.lost} - set(stream.forced)
+        if now - self.last_poll < 2.0 and self.rdzv_gone is None and not lost:
+            return started
+        self.last_poll = now
+        try:
+            state = containers(self.target.project)
+        except LauncherError:
+            return started
+        rdzv = state.get(RDZV_HOST)
+        if rdzv and rdzv["state"] not in ("running", "paused", "created", "restarting"):
+            self.rdzv_gone = self.rdzv_gone or now
+        late_kill = self.rdzv_gone is not None and now - self.rdzv_gone >= KILL_AFTER_RDZV_S
+        for service, c in sorted(state.items()):
+            if c["state"] in ("running", "paused", "restarting") and (late_kill or service in lost):
+                why = "the rendezvous declared it lost" if service in lost else "the rendezvous ended"
+                stream.show(f"{'launcher':<{stream.width}}| {service} is {c['state']} but {why}; killing it")
+                stream.forced.append(service)
+                if c["state"] == "paused":
+                    subprocess.run(["docker", "unpause", c["id"]], capture_output=True)
+                subprocess.run(["docker", "kill", c["id"]], capture_output=True)
+        return started
 
 
 def _final_metrics(run_dir: str, done: dict) -> dict:
@@ -149,8 +236,10 @@ def _final_metrics(run_dir: str, done: dict) -> dict:
 
 
 def up(cfg: Config, node, compose_text, build: bool = False, keep: bool = False, quiet: bool = False,
-       progress_every: float = 10.0) -> int:
-    """Run one job on a fresh cluster (see the module docstring); returns the exit code."""
+       progress_every: float = 10.0, max_restarts: int = 0, start_late: dict[str, float] | None = None) -> int:
+    """Run one job on a fresh cluster (see the module docstring), restarting it up to
+    max_restarts times after a failure (resuming from the run's newest checkpoint); returns
+    the exit code of the last attempt."""
     from launcher.cli import write_atomic
 
     t0 = time.monotonic()
@@ -159,35 +248,83 @@ def up(cfg: Config, node, compose_text, build: bool = False, keep: bool = False,
     os.makedirs(run_dir, exist_ok=True)
     os.chmod(run_dir, 0o777)  # the containers run as uid 1000
     target = Target.for_run(run_dir)
+    unknown = sorted(set(start_late or {}) - set(node_names(mesh.pp)))
+    if unknown:
+        from train.config import ConfigError
+
+        raise ConfigError(f"--start-late: no node {', '.join(unknown)} in mesh {mesh}; nodes are {', '.join(node_names(mesh.pp))}")
     write_atomic(target.file, compose_text(cfg, node, target.file))
     ensure_image(node.image, build, node.mount_code)
     print(f"launcher: mesh {mesh} = {mesh.pp} node(s) x {mesh.ranks_per_node} rank(s); run folder {cfg.run_dir}; "
           f"project {target.project}", flush=True)
-    stream = Stream(mesh, os.path.join(run_dir, "cluster.log"), quiet, progress_every)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also stops the cluster
+    attempt_cfg = cfg
+    for attempt in range(max_restarts + 1):
+        if attempt:
+            attempt_cfg = restart_config(cfg, run_dir)
+            where = f"resuming from {attempt_cfg.resume}" if attempt_cfg.resume != cfg.resume else "no checkpoint yet: starting over"
+            print(f"launcher: restart {attempt}/{max_restarts} after {time.monotonic() - t0:.1f}s: whole cluster, "
+                  f"fresh rendezvous; {where}", flush=True)
+            write_atomic(target.file, compose_text(attempt_cfg, node, target.file))
+        code, codes = _attempt(attempt_cfg, target, run_dir, quiet, progress_every, start_late or {}, t0)
+        final = code in (0, 130) or attempt == max_restarts or any(c == 2 for c in codes.values())
+        if code != 130 and not (final and keep):  # exit 2: a configuration error, a restart would fail alike
+            _force_down(target, capture_output=True)
+        if final:
+            return code
+    return code
+
+
+def restart_config(cfg: Config, run_dir: str) -> Config:
+    """The config of a restart: resume from RUN_DIR/checkpoints (as the containers see it) when
+    a complete checkpoint is there, else cfg unchanged (start over)."""
+    import dataclasses
+
+    if not list_checkpoints(os.path.join(run_dir, "checkpoints")):
+        return cfg
+    return dataclasses.replace(cfg, resume=f"{RUNS_MOUNT}/{run_name(cfg.run_dir)}/checkpoints")
+
+
+def _attempt(cfg: Config, target: Target, run_dir: str, quiet: bool, progress_every: float,
+             start_late: dict[str, float], t0: float) -> tuple[int, dict]:
+    """One start of the cluster, to the summary; returns (exit code, service -> exit code)."""
+    mesh = cfg.mesh_spec()
+    stream = Stream(mesh, os.path.join(run_dir, "cluster.log"), quiet, progress_every)
+    watch = Watch(target, start_late)
     try:
-        compose(target.project, target.file, "up", "-d", check=True)
+        first = [s for s in [RDZV_HOST, *node_names(mesh.pp)] if s not in start_late]
+        compose(target.project, target.file, "up", "-d", *(first if start_late else []), check=True)
         ids = {s: c["id"] for s, c in containers(target.project).items()}
-        stream.follow(ids)
+        stream.follow(ids, watch)
+        ids = {s: c["id"] for s, c in containers(target.project).items()}
         codes = exit_codes(ids)
     except KeyboardInterrupt:
         print("\nlauncher: interrupted; stopping the cluster", file=sys.stderr, flush=True)
-        compose(target.project, target.file, "down", "--remove-orphans", "-t", "5")
-        return 130
+        _force_down(target)
+        return 130, {}
     except LauncherError:
-        compose(target.project, target.file, "down", "--remove-orphans", "-t", "5")
+        _force_down(target)
         raise
     wall = time.monotonic() - t0
     ok = _summary(stream, cfg, run_dir, codes, wall)
-    if not keep:
-        compose(target.project, target.file, "down", "--remove-orphans", capture_output=True)
-    return 0 if ok else 1
+    return (0 if ok else 1), codes
+
+
+def _force_down(target: Target, **kwargs) -> None:
+    """``compose down``, unpausing frozen containers first (compose cannot stop a paused one)."""
+    try:
+        for c in containers(target.project).values():
+            if c["state"] == "paused":
+                subprocess.run(["docker", "unpause", c["id"]], capture_output=True)
+    except LauncherError:
+        pass
+    compose(target.project, target.file, "down", "--remove-orphans", "-t", "5", **kwargs)
 
 
 def _summary(stream: Stream, cfg: Config, run_dir: str, codes: dict, wall: float) -> bool:
     mesh = cfg.mesh_spec()
     names = node_names(mesh.pp)
-    ok = all(codes.get(n) == 0 for n in names)
+    ok = all(codes.get(n) == 0 for n in names) and not stream.lost
     m = _final_metrics(run_dir, stream.progress.done)
     show = stream.show
     show(f"== summary: {'OK' if ok else 'FAILED'} ==")
@@ -203,6 +340,11 @@ def _summary(stream: Stream, cfg: Config, run_dir: str, codes: dict, wall: float
     for k, name in enumerate(names):
         show(f"  {name:<11}  ranks {format_ranks(node_ranks(mesh, k)):<8} exit {codes.get(name)}")
     show(f"  {RDZV_HOST:<11}  {'':<14} exit {codes.get(RDZV_HOST)}")
+    for lost in stream.lost:
+        show(f"  LOST         {lost}" + (f" (named {stream.lost_s:.1f}s after start, t={stream.lost_t:.3f})"
+                                             if stream.lost_s else ""))
+    if stream.forced:
+        show(f"  killed by up {', '.join(stream.forced)} (lost, or still up after the rendezvous ended)")
     stream.log.close()
     return ok
 

@@ -1,0 +1,136 @@
+"""Fault injection against a running cluster: ``python -m launcher chaos``.
+
+    python -m launcher chaos --kill node-1 --at-step 5            # newest run under runs/
+    python -m launcher chaos --pause node-0 --at-step 20 --run-dir runs/2x2x2-20250101T120000Z
+    python -m launcher chaos --disconnect node-1 --at-step 3 --file docker-compose.yml
+
+Waits until the run reaches step N (the last row of RUN_DIR/metrics.jsonl written since the
+node started, else the newest ``step N/M`` line in node-0's log), then applies one fault to the
+node's container and prints what it did (with the UNIX time, to measure detection):
+    --kill        ``docker kill``: the container and its ranks die at once
+    --pause       ``docker pause``: the container freezes (its processes stop, sockets stay open)
+    --disconnect  ``docker network disconnect``: the container loses the cluster network
+The run should then end within the trainer's --timeout-s (default 60 s) with an error naming
+the node (see launcher/rendezvous.py). Exit 0 once the fault is applied; 1 if the run ended
+(or --wait-s ran out) before step N, or Docker refused.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+from launcher.dockercli import LauncherError, Target, containers
+from launcher.progress import parse_step, split_rank
+from train.config import ConfigError
+
+FAULTS = ("kill", "pause", "disconnect")
+
+
+def _inspect(cid: str) -> dict:
+    proc = subprocess.run(["docker", "inspect", cid], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise LauncherError(f"docker inspect {cid} failed: {proc.stderr.strip()}")
+    return json.loads(proc.stdout)[0]
+
+
+def _started_at(info: dict) -> float:
+    text = info["State"].get("StartedAt", "")
+    try:
+        return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00").timestamp()
+    except ValueError:
+        return 0.0
+
+
+def metrics_step(run_dir: str | None, since: float) -> int | None:
+    """Step of the last metrics.jsonl row, if the file was written after ``since`` (UNIX s)."""
+    path = os.path.join(run_dir or "", "metrics.jsonl")
+    if not run_dir or not os.path.isfile(path) or os.path.getmtime(path) < since:
+        return None
+    with open(path, "rb") as fh:
+        fh.seek(max(0, os.path.getsize(path) - 4096))
+        lines = [x for x in fh.read().decode("utf-8", "replace").splitlines() if x.strip()]
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def log_step(cid: str) -> int | None:
+    """The newest ``step N/M`` line of rank 0 in a container's log."""
+    proc = subprocess.run(["docker", "logs", "--tail", "300", cid], capture_output=True, text=True, errors="replace")
+    step = None
+    for line in (proc.stdout + proc.stderr).splitlines():
+        rank, text = split_rank(line)
+        parsed = parse_step(text) if rank == 0 else None
+        if parsed:
+            step = max(step or 0, int(parsed["step"]))
+    return step
+
+
+def _find_target(run_dir, file, project, deadline: float) -> Target:
+    while True:
+        try:
+            return Target.find(run_dir, file, project)
+        except ConfigError:
+            if time.monotonic() > deadline or file:
+                raise
+            time.sleep(1.0)
+
+
+def apply_fault(kind: str, cid: str) -> str:
+    """Apply the fault to a container; returns what was done (the docker commands)."""
+    if kind == "kill":
+        cmds = [["docker", "kill", cid]]
+    elif kind == "pause":
+        cmds = [["docker", "pause", cid]]
+    else:
+        nets = sorted((_inspect(cid).get("NetworkSettings") or {}).get("Networks") or {})
+        if not nets:
+            raise LauncherError(f"container {cid} is on no network")
+        cmds = [["docker", "network", "disconnect", "-f", net, cid] for net in nets]
+    for cmd in cmds:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise LauncherError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
+    return "; ".join(" ".join(c) for c in cmds)
+
+
+def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: str | None = None,
+          project: str | None = None, wait_s: float = 3600.0, poll_s: float = 0.5) -> int:
+    """Wait for step at_step of the run, then apply ``kind`` to ``node``; returns the exit code."""
+    deadline = time.monotonic() + wait_s
+    target = _find_target(run_dir, file, project, deadline)
+    print(f"chaos: waiting for step {at_step} of project {target.project} (run folder {target.run_dir}) "
+          f"to {kind} {node}", flush=True)
+    ever_running = False
+    while True:
+        state = containers(target.project)
+        victim, first = state.get(node), state.get(sorted(s for s in state if s.startswith("node-"))[0]) \
+            if any(s.startswith("node-") for s in state) else None
+        running = victim is not None and victim["state"] == "running"
+        if running:
+            ever_running = True
+            info = _inspect(victim["id"])
+            step = metrics_step(target.run_dir, _started_at(info) - 1)
+            source = "metrics.jsonl"
+            if step is None and first is not None:
+                step, source = log_step(first["id"]), "the log of " + sorted(s for s in state if s.startswith("node-"))[0]
+            if step is not None and step >= at_step:
+                did = apply_fault(kind, victim["id"])
+                print(f"chaos: {kind} {node} (container {victim['id'][:12]}) at step {step} ({source}) "
+                      f"t={time.time():.3f}: {did}", flush=True)
+                return 0
+        elif ever_running or (victim is not None and victim["state"] in ("exited", "dead")):
+            print(f"chaos: {node} is {victim['state'] if victim else 'gone'} before step {at_step}; nothing done",
+                  file=sys.stderr, flush=True)
+            return 1
+        if time.monotonic() > deadline:
+            print(f"chaos: step {at_step} not reached within --wait-s {wait_s:g}; nothing done", file=sys.stderr, flush=True)
+            return 1
+        time.sleep(poll_s)
