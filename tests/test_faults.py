@@ -1,0 +1,191 @@
+"""Fault drills on real containers: a node killed, frozen or cut off mid-run is named and the run
+ends; ``up --max-restarts`` recovers from the last checkpoint; a late node joins in time, and one
+past the join timeout is named.
+
+    python -m pytest -q tests/test_faults.py            # skips without Docker or the image
+    CI=true python -m pytest -q tests/test_faults.py    # fails instead
+
+Each test runs ``python -m launcher up --mount-code`` (the containers run this checkout's train/
+and launcher/ over the image's copy, so no rebuild is needed after a change) on a 2x1x1 tiny
+mesh with ``--timeout-s 20`` (a node silent for 10 s is lost), and ``python -m launcher chaos``
+for the faults, as a user would. Needs the image simcluster/trainer:latest (bash images/build.sh)
+and, for the recovery test, torch on the host (the single-process reference). About 6-8 minutes
+on a quiet 2-core machine.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
+TIMEOUT_S = 20  # the trainer's --timeout-s in these tests: detection must come within it
+UP_LIMIT_S = 600
+
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("trainer_image")]
+
+
+def project_states(project: str) -> dict[str, str]:
+    """service -> state (running, paused, exited, ...) of a compose project's containers."""
+    out = subprocess.run(["docker", "ps", "-a", "--filter", f"label=com.docker.compose.project={project}",
+                          "--format", '{{.Label "com.docker.compose.service"}} {{.State}}'],
+                         capture_output=True, text=True, check=True).stdout
+    return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+class Up:
+    """``launcher up`` in the background in its own run folder; fault it with ``chaos``."""
+
+    def __init__(self, tmp: Path, *flags: str, mesh: str = "2x1x1"):
+        self.run_dir = tmp / f"ft-{uuid.uuid4().hex[:8]}"
+        self.project = "sc-" + self.run_dir.name
+        self.out = tmp / f"{self.run_dir.name}.out"
+        self.cmd = [sys.executable, "-m", "launcher", "up", "--mesh", mesh, "--model", "tiny", "--mount-code",
+                    "--timeout-s", str(TIMEOUT_S), "--run-dir", str(self.run_dir), *flags]
+        self.fh = open(self.out, "w")
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=self.fh, stderr=subprocess.STDOUT, text=True)
+        self.t_exit: float | None = None
+        self.t_all_stopped: float | None = None
+
+    def chaos(self, *args: str) -> tuple[subprocess.CompletedProcess, float]:
+        """Run ``launcher chaos ARGS --run-dir RUN``; returns it and the UNIX time of the fault."""
+        proc = subprocess.run([sys.executable, "-m", "launcher", "chaos", *args, "--run-dir", str(self.run_dir),
+                               "--wait-s", "400"], cwd=ROOT, capture_output=True, text=True, timeout=450)
+        m = re.search(r" t=(\d+\.\d+)", proc.stdout)
+        return proc, float(m.group(1)) if m else time.time()
+
+    def wait(self) -> int:
+        """Wait for ``up`` to exit, noting when no container of the run was running or paused any more."""
+        t0 = time.monotonic()
+        try:
+            while self.proc.poll() is None and time.monotonic() - t0 < UP_LIMIT_S:
+                if self.t_all_stopped is None and not {"running", "paused", "restarting"} & set(
+                        project_states(self.project).values()):
+                    self.t_all_stopped = time.time()
+                time.sleep(0.25)
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                self.proc.wait(60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            self.fh.close()
+        self.t_exit = time.time()
+        if self.t_all_stopped is None:
+            self.t_all_stopped = self.t_exit
+        return self.proc.returncode
+
+    def output(self) -> str:
+        return self.out.read_text(errors="replace")
+
+    def why(self) -> str:
+        return f"`{' '.join(self.cmd)}` exited {self.proc.returncode}:\n{self.output()[-6000:]}"
+
+    def metrics(self) -> list[dict]:
+        with open(self.run_dir / "metrics.jsonl", encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+
+    def cleanup(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        for cid in subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={self.project}"],
+                                  capture_output=True, text=True).stdout.split():
+            subprocess.run(["docker", "unpause", cid], capture_output=True)
+            subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
+        subprocess.run(["docker", "network", "rm", f"{self.project}_cluster"], capture_output=True)
+
+
+@pytest.mark.parametrize("fault", ["kill", "pause", "disconnect"])
+def test_lost_node_is_named_within_the_timeout(tmp_path, fault):
+    """node-1 faulted at step 3: within --timeout-s the rendezvous names it (node-1, rank 1),
+    node-0 stops with that error, no container is left, and ``up`` exits 1 with it in the summary."""
+    up = Up(tmp_path, "--steps", "2000")
+    try:
+        chaos, t_fault = up.chaos(f"--{fault}", "node-1", "--at-step", "3")
+        assert chaos.returncode == 0, chaos.stdout + chaos.stderr + up.why()
+        assert f"chaos: {fault} node-1" in chaos.stdout
+        code = up.wait()
+        out = up.output()
+        assert code == 1, up.why()
+        named = re.search(r"LOST +node-1 \(ranks 1\): .*t=(\d+\.\d+)\)", out)
+        assert named, up.why()
+        detect_s, stopped_s, exit_s = float(named.group(1)) - t_fault, up.t_all_stopped - t_fault, up.t_exit - t_fault
+        print(f"\n{fault}: named after {detect_s:.1f}s, all containers stopped after {stopped_s:.1f}s, "
+              f"up exited after {exit_s:.1f}s")
+        assert detect_s < TIMEOUT_S and stopped_s < TIMEOUT_S, (detect_s, stopped_s, up.why())
+        assert exit_s < TIMEOUT_S + 30, (exit_s, up.why())
+        assert re.search(r"node-0 +\| \[node-0\] error: node-1 \(ranks 1\) lost: no heartbeat", out), up.why()
+        assert "rendezvous: FAILED: node-1 (ranks 1) lost" in out and "== summary: FAILED ==" in out
+        assert project_states(up.project) == {}, "up left containers behind: " + str(project_states(up.project))
+    finally:
+        up.cleanup()
+
+
+def test_max_restarts_resumes_and_matches_an_uninterrupted_run(tmp_path):
+    """node-1 killed at step 10 of 40 (checkpoints every 5): ``up --max-restarts 1`` restarts the
+    cluster, resumes from the newest checkpoint and finishes; every step once in metrics.jsonl and
+    the final loss equals the uninterrupted single-process reference within 1e-4 (relative)."""
+    torch = pytest.importorskip("torch")
+    from train.config import Config
+    from train.reference import run_reference
+
+    assert DATA.is_file(), f"corpus missing: {DATA}"
+    up = Up(tmp_path, "--steps", "40", "--ckpt-every", "5", "--max-restarts", "1", "--data", str(DATA))
+    try:
+        chaos, t_fault = up.chaos("--kill", "node-1", "--at-step", "10")
+        assert chaos.returncode == 0, chaos.stdout + chaos.stderr + up.why()
+        code = up.wait()
+        out = up.output()
+        assert code == 0, up.why()
+        assert "launcher: restart 1/1" in out and "resuming from /runs/" in out, up.why()
+        resumed = re.search(r"\[simcluster\] resumed from \S+step-(\d+) at step (\d+)", out)
+        assert resumed and int(resumed.group(2)) >= 5, up.why()
+        print(f"\nrecovery: killed at t={t_fault:.1f}, resumed from step {resumed.group(2)}, "
+              f"up finished {up.t_exit - t_fault:.1f}s after the fault")
+        rows = up.metrics()
+        assert [r["step"] for r in rows] == list(range(1, 41)), [r["step"] for r in rows]
+        assert project_states(up.project) == {}
+    finally:
+        up.cleanup()
+    cfg = Config(mesh="2x1x1", model="tiny", steps=40, data=str(DATA), timeout_s=TIMEOUT_S,
+                 run_dir=str(tmp_path / "ref")).resolved()
+    torch.set_num_threads(1)
+    ref = run_reference(cfg)
+    assert abs(rows[-1]["loss"] - ref[-1]["loss"]) <= 1e-4 * abs(ref[-1]["loss"]), (rows[-1]["loss"], ref[-1]["loss"])
+
+
+def test_late_node_joins_within_the_join_timeout(tmp_path):
+    """node-1 starts 15 s after the others (join timeout 90 s): it joins and the run succeeds."""
+    up = Up(tmp_path, "--steps", "3", "--start-late", "node-1=15", "--join-timeout-s", "90")
+    try:
+        code = up.wait()
+        out = up.output()
+        assert code == 0, up.why()
+        assert "starting node-1" in out and "late (--start-late)" in out and "== summary: OK ==" in out, up.why()
+        assert [r["step"] for r in up.metrics()] == [1, 2, 3]
+    finally:
+        up.cleanup()
+
+
+def test_node_past_the_join_timeout_is_named(tmp_path):
+    """node-1 due 120 s late with a 15 s join timeout: the job ends non-zero naming node-1."""
+    up = Up(tmp_path, "--steps", "3", "--start-late", "node-1=120", "--join-timeout-s", "15")
+    try:
+        t0 = time.time()
+        code = up.wait()
+        out = up.output()
+        assert code == 1, up.why()
+        assert re.search(r"LOST +node-1 \(ranks 1\): never joined within the 15s join timeout", out), up.why()
+        assert re.search(r"\[node-0\] error: node-1 \(ranks 1\) lost: never joined", out), up.why()
+        assert "not starting node-1" in out, up.why()
+        assert up.t_exit - t0 < 100, up.why()
+        assert project_states(up.project) == {}
+    finally:
+        up.cleanup()
