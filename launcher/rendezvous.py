@@ -100,8 +100,14 @@ def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, poll_s: floa
     lost: list[dict] = []
     seen = 0
     deadline = None
+    last_loop = time.monotonic()
     while True:
         now = time.monotonic()
+        if now - last_loop > lost_after_s / 2:  # this process itself stalled: silence proves nothing
+            print(f"rendezvous: stalled for {now - last_loop:.0f}s; restarting the heartbeat clocks", flush=True)
+            for n in nodes:
+                n["seen"] = now if n["seen"] is not None else None
+        last_loop = now
         for n in nodes:
             if not n["registered"] and store.check([NODE_KEY + str(n["k"])]):
                 info = json.loads(store.get(NODE_KEY + str(n["k"])).decode())

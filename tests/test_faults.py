@@ -29,7 +29,10 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespear
 TIMEOUT_S = 20  # the trainer's --timeout-s in these tests: detection must come within it
 UP_LIMIT_S = 600
 
-pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("trainer_image")]
+
+def docker_test(fn):
+    """Needs Docker and the trainer image (skips without them, fails under CI=true)."""
+    return pytest.mark.docker(pytest.mark.usefixtures("trainer_image")(fn))
 
 
 def project_states(project: str) -> dict[str, str]:
@@ -38,6 +41,55 @@ def project_states(project: str) -> dict[str, str]:
                           "--format", '{{.Label "com.docker.compose.service"}} {{.State}}'],
                          capture_output=True, text=True, check=True).stdout
     return dict(line.split() for line in out.splitlines() if line.strip())
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_rendezvous_names_silent_and_missing_nodes():
+    """No Docker: node 0 heartbeats, then goes silent (lost after 2 s); node 1 never joins (5 s)."""
+    pytest.importorskip("torch")
+    from launcher.node import Heartbeat
+
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "launcher.rendezvous", "--port", str(port), "--nnodes", "2",
+                               "--lost-after-s", "2", "--join-timeout-s", "5", "--grace-s", "1"], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    hb = Heartbeat(f"127.0.0.1:{port}", "node-0", 0, 2, interval=0.2)
+    hb.start()
+    t0 = time.monotonic()
+    while not hb.ever_ok and time.monotonic() - t0 < 60:
+        time.sleep(0.1)
+    assert hb.ever_ok, "heartbeat never reached the rendezvous"
+    time.sleep(1.0)
+    hb.halt.set()  # silent from now on
+    out, _ = server.communicate(timeout=60)
+    assert server.returncode == 1, out
+    assert "LOST node-0 (ranks 0-1): no heartbeat for" in out, out
+    assert "LOST node-1 (ranks 2-3): never joined within the 5s join timeout" in out, out
+    assert "rendezvous: FAILED: node-" in out
+
+
+def test_start_late_option_and_restart_config(tmp_path):
+    from launcher.cli import parse_start_late
+    from launcher.runner import restart_config
+    from train.config import Config, ConfigError
+
+    assert parse_start_late(["node-1=20", "node-2=0.5"]) == {"node-1": 20.0, "node-2": 0.5}
+    for bad in (["node-1"], ["=3"], ["node-1=-1"], ["node-1=x"]):
+        with pytest.raises(ConfigError):
+            parse_start_late(bad)
+    cfg = Config(mesh="2x1x1", run_dir=str(tmp_path / "run"))
+    assert restart_config(cfg, str(tmp_path / "run")) == cfg  # no checkpoint yet: start over
+    step = tmp_path / "run" / "checkpoints" / "step-000005"
+    step.mkdir(parents=True)
+    (step / ".metadata").write_text("")
+    assert restart_config(cfg, str(tmp_path / "run")).resume == "/runs/run/checkpoints"
 
 
 class Up:
@@ -102,6 +154,7 @@ class Up:
         subprocess.run(["docker", "network", "rm", f"{self.project}_cluster"], capture_output=True)
 
 
+@docker_test
 @pytest.mark.parametrize("fault", ["kill", "pause", "disconnect"])
 def test_lost_node_is_named_within_the_timeout(tmp_path, fault):
     """node-1 faulted at step 3: within --timeout-s the rendezvous names it (node-1, rank 1),
@@ -128,6 +181,7 @@ def test_lost_node_is_named_within_the_timeout(tmp_path, fault):
         up.cleanup()
 
 
+@docker_test
 def test_max_restarts_resumes_and_matches_an_uninterrupted_run(tmp_path):
     """node-1 killed at step 10 of 40 (checkpoints every 5): ``up --max-restarts 1`` restarts the
     cluster, resumes from the newest checkpoint and finishes; every step once in metrics.jsonl and
@@ -161,6 +215,7 @@ def test_max_restarts_resumes_and_matches_an_uninterrupted_run(tmp_path):
     assert abs(rows[-1]["loss"] - ref[-1]["loss"]) <= 1e-4 * abs(ref[-1]["loss"]), (rows[-1]["loss"], ref[-1]["loss"])
 
 
+@docker_test
 def test_late_node_joins_within_the_join_timeout(tmp_path):
     """node-1 starts 15 s after the others (join timeout 90 s): it joins and the run succeeds."""
     up = Up(tmp_path, "--steps", "3", "--start-late", "node-1=15", "--join-timeout-s", "90")
@@ -174,6 +229,7 @@ def test_late_node_joins_within_the_join_timeout(tmp_path):
         up.cleanup()
 
 
+@docker_test
 def test_node_past_the_join_timeout_is_named(tmp_path):
     """node-1 due 120 s late with a 15 s join timeout: the job ends non-zero naming node-1."""
     up = Up(tmp_path, "--steps", "3", "--start-late", "node-1=120", "--join-timeout-s", "15")
