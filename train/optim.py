@@ -8,6 +8,7 @@ import math
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from train.config import Config
 
@@ -18,6 +19,12 @@ def lr_at(cfg: Config, step: int) -> float:
         return cfg.lr * step / max(1, cfg.warmup_steps)
     progress = (step - cfg.warmup_steps) / max(1, cfg.steps - cfg.warmup_steps)
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _same_kind(params: list[torch.Tensor]) -> bool:
+    """True when all parameters are DTensors or none is: the foreach kernels cannot mix the two
+    (without FSDP, dp=1, TP weights are DTensors and norms plain tensors)."""
+    return len({isinstance(p, DTensor) for p in params}) <= 1
 
 
 def build_optimizer(module: nn.Module, cfg: Config) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
@@ -32,7 +39,7 @@ def build_optimizer(module: nn.Module, cfg: Config) -> tuple[torch.optim.Optimiz
     no_decay = [p for p in params if p.ndim < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True,
+        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, foreach=_same_kind(params),
     )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_at(cfg, i + 1) / cfg.lr)
     return opt, sched
