@@ -95,7 +95,11 @@ def apply_fault(kind: str, cid: str) -> str:
             raise LauncherError(f"container {cid} is on no network")
         cmds = [["docker", "network", "disconnect", "-f", net, cid] for net in nets]
     for cmd in cmds:
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        for attempt in range(5):  # runc's freeze can fail transiently ("unable to freeze") while a process forks
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode == 0 or kind != "pause":
+                break
+            time.sleep(0.3)
         if proc.returncode != 0:
             raise LauncherError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
     return "; ".join(" ".join(c) for c in cmds)
