@@ -22,6 +22,8 @@ from dataclasses import dataclass, fields
 
 import yaml
 
+from launcher.rendezvous import LOST_FRACTION
+
 from train.config import Config, ConfigError, MeshSpec
 
 IMAGE = "simcluster/trainer:latest"
@@ -168,11 +170,11 @@ def train_flags(cfg: Config) -> list[str]:
 
 def rendezvous_fault_flags(cfg: Config, node: NodeOptions) -> list[str]:
     """Fault-detection flags of the rendezvous, only where they differ from its defaults (so the
-    default file stays as it was): --lost-after-s = half the trainer's timeout_s (a node silent
+    default file stays as it was): --lost-after-s = 0.4 x the trainer's timeout_s (a node silent
     that long is lost; the node wrappers derive the same from --timeout-s), --join-timeout-s."""
     flags = []
     if cfg.timeout_s != Config().timeout_s:
-        flags += ["--lost-after-s", _flag_value(float(cfg.timeout_s) / 2)]
+        flags += ["--lost-after-s", _flag_value(round(float(cfg.timeout_s) * LOST_FRACTION, 3))]
     if node.join_timeout_s is not None:
         flags += ["--join-timeout-s", _flag_value(float(node.join_timeout_s))]
     return flags

@@ -14,9 +14,9 @@ Runs inside the trainer image (the compose ``command`` of every node-K service):
 
 Heartbeat: from the start, a thread registers this node in the rendezvous store and bumps its
 heartbeat counter every second; the rendezvous declares a node lost when it goes silent for
-LOST_AFTER_S (half the trainer's --timeout-s, default 30 s) or never registers within the join
+LOST_AFTER_S (0.4 x the trainer's --timeout-s: 24 s by default) or never registers within the join
 timeout. When that verdict appears, this wrapper prints ``[node-0] error: node-1 (ranks 2-3)
-lost: ...``, stops its torchrun (SIGTERM, SIGKILL after 3 s) and exits non-zero. If this
+lost: ...``, stops its torchrun (SIGTERM, SIGKILL after 2 s) and exits non-zero. If this
 wrapper itself cannot reach the rendezvous for LOST_AFTER_S (its container was cut off the
 network), it stops its ranks likewise, naming itself as the node cut off.
 
@@ -46,10 +46,10 @@ import threading
 import time
 from datetime import timedelta
 
-from launcher.rendezvous import (EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, LOST_AFTER_S, NODE_KEY, REPORTED,
+from launcher.rendezvous import (EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, LOST_AFTER_S, LOST_FRACTION, NODE_KEY, REPORTED,
                                  VERDICT, rank_range, report_key)
 
-STOP_GRACE_S = 3.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
+STOP_GRACE_S = 2.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
 
 EXIT_CONFIG = 2
 
@@ -120,9 +120,10 @@ def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int,
 
 
 def lost_after(train_argv: list[str]) -> float:
-    """Seconds of silence after which a node counts as lost: half the trainer's --timeout-s (default 60)."""
+    """Seconds of silence after which a node counts as lost: LOST_FRACTION x the trainer's --timeout-s (default 60)."""
     try:
-        return float(flag_value(train_argv, "--timeout-s") or 2 * LOST_AFTER_S) / 2
+        value = flag_value(train_argv, "--timeout-s")
+        return round(float(value) * LOST_FRACTION, 3) if value else LOST_AFTER_S
     except ValueError:
         return LOST_AFTER_S
 

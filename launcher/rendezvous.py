@@ -2,7 +2,7 @@
 watches every node's heartbeat, naming the node that is lost.
 
     python -m launcher.rendezvous --port 29400 --nnodes 2 [--grace-s 30] [--timeout-s 0]
-                                  [--lost-after-s 30] [--join-timeout-s 300]
+                                  [--lost-after-s 24] [--join-timeout-s 300]
 
 Hosts torch.distributed.TCPStore on 0.0.0.0:PORT (torchrun's c10d rendezvous and the
 workers' process-group bootstrap use it). Each node wrapper (launcher/node.py) registers,
@@ -43,7 +43,8 @@ NODE_KEY = "simcluster/node/"
 HB_KEY = "simcluster/hb/"
 VERDICT = "simcluster/verdict"
 FINISHED = "simcluster/finished"
-LOST_AFTER_S = 30.0
+LOST_FRACTION = 0.4  # a node silent for this fraction of the trainer's --timeout-s is lost
+LOST_AFTER_S = LOST_FRACTION * 60.0  # 24 s for the default 60 s timeout
 JOIN_TIMEOUT_S = 300.0
 
 
@@ -103,7 +104,7 @@ def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, poll_s: floa
     last_loop = time.monotonic()
     while True:
         now = time.monotonic()
-        if now - last_loop > lost_after_s / 2:  # this process itself stalled: silence proves nothing
+        if now - last_loop > max(lost_after_s / 2, 2.0):  # this process itself stalled: silence proves nothing
             print(f"rendezvous: stalled for {now - last_loop:.0f}s; restarting the heartbeat clocks", flush=True)
             for n in nodes:
                 n["seen"] = now if n["seen"] is not None else None
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=0.0,
                         help="give up after this many seconds in all (default 0: never)")
     parser.add_argument("--lost-after-s", type=float, default=LOST_AFTER_S,
-                        help=f"a node silent this long is lost (default {LOST_AFTER_S:g}: half the trainer's 60 s timeout)")
+                        help=f"a node silent this long is lost (default {LOST_AFTER_S:g}: 0.4 x the trainer's 60 s timeout)")
     parser.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S,
                         help=f"a node not registered this long after the start is lost (default {JOIN_TIMEOUT_S:g})")
     args = parser.parse_args(argv)
