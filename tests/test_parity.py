@@ -95,3 +95,12 @@ def test_parity_tool_fails_on_mismatch():
 def test_parity_tool_bad_config_exits_2():
     proc, _ = run_parity("--mesh", "2x2")
     assert proc.returncode == 2 and "valid examples" in proc.stderr
+
+
+def test_seed_model_parity_with_tp_peers_fed_alike():
+    """The ``seed`` preset (the original toy stack) on 2x2x2: equal to one process, so the tp
+    ranks of a group can no longer be fed different inputs and print different losses."""
+    proc, rows = run_parity("--mesh", "2x2x2", "--model", "seed", "--steps", str(STEPS))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(rows) == STEPS and max_rel(proc) < 1e-4
+    assert 2.0 < rows[0]["ref_loss"] < 2.7  # about ln(10) = 2.30 for 10 random-init classes
