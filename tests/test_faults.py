@@ -7,7 +7,7 @@ past the join timeout is named.
 
 Each test runs ``python -m launcher up --mount-code`` (the containers run this checkout's train/
 and launcher/ over the image's copy, so no rebuild is needed after a change) on a 2x1x1 tiny
-mesh with ``--timeout-s 20`` (a node silent for 10 s is lost), and ``python -m launcher chaos``
+mesh with ``--timeout-s 20`` (a node silent for 8 s is lost), and ``python -m launcher chaos``
 for the faults, as a user would. Needs the image simcluster/trainer:latest (bash images/build.sh)
 and torch on the host for the two tests without Docker. About 6-8 minutes
 on a quiet 2-core machine.
