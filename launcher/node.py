@@ -158,10 +158,10 @@ class Heartbeat(threading.Thread):
             try:
                 store = store or self._connect()
                 store.add(HB_KEY + str(self.node_rank), 1)
+                finished = store.check([FINISHED])  # before the verdict: the rendezvous sets it first
                 if self.verdict is None and store.check([VERDICT]):
                     self.verdict = json.loads(store.get(VERDICT).decode())
-                if store.check([FINISHED]):
-                    self.finished = True
+                self.finished = self.finished or finished
                 self.last_ok, self.ever_ok = time.monotonic(), True
             except Exception:  # noqa: BLE001 - store gone or unreachable: reconnect next beat
                 store = None
