@@ -21,10 +21,18 @@ def lr_at(cfg: Config, step: int) -> float:
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
-def _same_kind(params: list[torch.Tensor]) -> bool:
+def same_kind(params: list[torch.Tensor]) -> bool:
     """True when all parameters are DTensors or none is: the foreach kernels cannot mix the two
     (without FSDP, dp=1, TP weights are DTensors and norms plain tensors)."""
     return len({isinstance(p, DTensor) for p in params}) <= 1
+
+
+def restore_foreach(opt: torch.optim.Optimizer) -> None:
+    """Re-decide ``foreach`` after loading a state dict: a checkpoint from another mesh carries
+    the flag its own parameters allowed, which this mesh's may not."""
+    flag = same_kind([p for g in opt.param_groups for p in g["params"]])
+    for group in opt.param_groups:
+        group["foreach"] = flag
 
 
 def build_optimizer(module: nn.Module, cfg: Config) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
@@ -39,7 +47,7 @@ def build_optimizer(module: nn.Module, cfg: Config) -> tuple[torch.optim.Optimiz
     no_decay = [p for p in params if p.ndim < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, foreach=_same_kind(params),
+        lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, foreach=same_kind(params),
     )
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: lr_at(cfg, i + 1) / cfg.lr)
     return opt, sched
