@@ -56,6 +56,12 @@ def test_parity_matrix(mesh, schedule):
     assert_parity(proc, rows)
 
 
+def test_parity_four_stages():
+    """4x1x2: four pipeline stages (two hold the embedding and the head), tp in each."""
+    proc, rows = run_parity("--mesh", "4x1x2", "--schedule", "1f1b", "--steps", str(STEPS))
+    assert_parity(proc, rows)
+
+
 @pytest.mark.parametrize("schedule", OTHER_SCHEDULES)
 def test_parity_other_schedules(schedule):
     proc, rows = run_parity("--mesh", "2x2x2", "--schedule", schedule, "--steps", str(STEPS))

@@ -179,3 +179,34 @@ def test_default_corpus_is_stdlib_text():
     tokens = load_corpus(None)
     assert tokens.dtype == torch.uint8 and tokens.numel() > 1_000_000
     assert b"def " in bytes(tokens[:200_000].tolist())
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--mesh", "1x1x3"], "n_heads=4 is not divisible by tp=3"),
+    (["--mesh", "8x1x1", "--schedule", "interleaved-1f1b"], "n_layers=8 < pipeline stages"),
+    (["--mesh", "1x2x1", "--microbatches", "3"], "not divisible by dp*microbatches"),
+    (["--mesh", "4x1x1", "--microbatches", "2"], "microbatches=2 < pipeline stages=4"),
+    (["--data", "/no/such/file"], "does not exist"),
+    (["--mesh", "2x2"], "valid examples: 2x2x2"),
+    (["--resume", "/no/such/ckpt"], "no complete checkpoint"),
+])
+def test_train_cli_bad_config_exits_2_and_writes_nothing(tmp_path, flags, message):
+    import subprocess
+    import sys
+
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "train", "--model", "tiny", "--run-dir", str(run_dir), *flags],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not run_dir.exists()
+
+
+def test_train_cli_world_size_mismatch_exits_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "train", "--model", "tiny", "--mesh", "2x2x2",
+                           "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "WORLD_SIZE": "4"})
+    assert proc.returncode == 2 and "world size 4 != pp*dp*tp = 2*2*2 = 8" in proc.stderr
