@@ -101,7 +101,18 @@ def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[
 
 
 def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float = 15) -> None:
-    """Write this node's exit code to the rendezvous store; warn (not fail) if it is gone."""
+    """Write this node's exit code to the rendezvous store; warn (not fail) if it is gone. Gives up
+    after timeout_s + 2 s even if the store hangs (a frozen rendezvous accepts but never answers)."""
+    worker = threading.Thread(target=_report, args=(endpoint, node_name, node_rank, nproc, code, timeout_s),
+                              daemon=True)
+    worker.start()
+    worker.join(timeout_s + 2)
+    if worker.is_alive():
+        print(f"[{node_name}] could not report exit code {code} to {endpoint}: no answer in {timeout_s:g}s",
+              file=sys.stderr, flush=True)
+
+
+def _report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float) -> None:
     first = node_rank * nproc
     record = {"node": node_name, "node_rank": node_rank, "ranks": f"{first}-{first + nproc - 1}" if nproc > 1 else str(first),
               "exit_code": code}
@@ -260,4 +271,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # not sys.exit: a heartbeat stuck in a store call to a frozen rendezvous must not hold us

@@ -38,6 +38,7 @@ from train.checkpoint_paths import list_checkpoints
 from train.config import Config, MeshSpec
 
 KILL_AFTER_RDZV_S = 3.0  # containers still up this long after the rendezvous exited are killed
+KILL_AFTER_NODES_S = 10.0  # a rendezvous still up this long after every node exited is killed
 
 
 def default_run_dir_up(mesh: MeshSpec) -> str:
@@ -178,6 +179,7 @@ class Watch:
         self.target, self.t0 = target, time.monotonic()
         self.late = dict(late)  # service -> seconds after start
         self.rdzv_gone: float | None = None
+        self.nodes_gone: float | None = None
         self.last_poll = 0.0
 
     @property
@@ -210,10 +212,15 @@ class Watch:
         rdzv = state.get(RDZV_HOST)
         if rdzv and rdzv["state"] not in ("running", "paused", "created", "restarting"):
             self.rdzv_gone = self.rdzv_gone or now
-        late_kill = self.rdzv_gone is not None and now - self.rdzv_gone >= KILL_AFTER_RDZV_S
+        nodes = [c for svc, c in state.items() if svc != RDZV_HOST]
+        if nodes and not self.late and all(c["state"] in ("exited", "dead") for c in nodes):
+            self.nodes_gone = self.nodes_gone or now  # the rendezvous itself may be the one frozen
+        late_kill = (self.rdzv_gone is not None and now - self.rdzv_gone >= KILL_AFTER_RDZV_S) or \
+            (self.nodes_gone is not None and now - self.nodes_gone >= KILL_AFTER_NODES_S)
         for service, c in sorted(state.items()):
             if c["state"] in ("running", "paused", "restarting") and (late_kill or service in lost):
-                why = "the rendezvous declared it lost" if service in lost else "the rendezvous ended"
+                why = ("the rendezvous declared it lost" if service in lost else "the rendezvous ended"
+                       if self.rdzv_gone is not None else "every node has exited")
                 stream.show(f"{'launcher':<{stream.width}}| {service} is {c['state']} but {why}; killing it")
                 stream.forced.append(service)
                 if c["state"] == "paused":

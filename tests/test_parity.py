@@ -72,7 +72,7 @@ def test_tp_peers_bit_identical_and_clipping(tmp_path):
     """Small max norm so clipping is active: every rank sees the reference norm, tp peers
     see bit-identical inputs and losses, dp ranks see different inputs."""
     proc, rows = run_parity("--mesh", "2x2x2", "--schedule", "1f1b", "--steps", "3", "--max-norm", "0.05",
-                            "--rank-metrics", "1", run_dir=tmp_path)
+                            "--microbatches", "4", "--rank-metrics", "1", run_dir=tmp_path)
     assert_parity(proc, rows)
     assert all(r["ref_grad_norm"] > 0.05 for r in rows)  # clipping really engaged
     ranks = {}
