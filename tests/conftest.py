@@ -53,3 +53,13 @@ def trainer_image(docker_available) -> str:
     ok = subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=60).returncode == 0
     need(None if ok else f"image {image} missing: bash images/build.sh")
     return image
+
+
+def need_torch():
+    """torch on the host, for tests that run the single-process reference: skips without it,
+    fails when env CI=true (CI installs it from requirements-dev.txt)."""
+    try:
+        import torch
+    except ImportError:
+        need("torch is not installed on the host: python -m pip install -r requirements-dev.txt")
+    return torch

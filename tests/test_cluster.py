@@ -20,6 +20,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from conftest import need_torch
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,7 +139,7 @@ def test_2x2x2_node_k_holds_pipeline_stage_k(cluster_2x2x2):
 
 def test_2x2x2_losses_match_the_single_process_reference(cluster_2x2x2):
     """Every step once, loss falls, and each step's loss is the reference's within 1e-4 relative."""
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     from train.config import Config
     from train.reference import run_reference
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import need_torch
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
 TIMEOUT_S = 20  # the trainer's --timeout-s in these tests: detection must come within it
@@ -53,7 +55,7 @@ def _free_port() -> int:
 
 def test_rendezvous_names_silent_and_missing_nodes():
     """No Docker: node 0 heartbeats, then goes silent (lost after 2 s); node 1 never joins (5 s)."""
-    pytest.importorskip("torch")
+    need_torch()
     from launcher.node import Heartbeat
 
     port = _free_port()

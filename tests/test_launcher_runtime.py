@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import need_torch
+
 from launcher.dockercli import nodes_from_doc, sanitize_project
 from launcher.compose import NodeOptions, build_compose
 from launcher.node import check_writable, flag_value, torchrun_command
@@ -98,7 +100,7 @@ def _rendezvous(port: int, nnodes: int, grace: float = 30) -> subprocess.Popen:
 
 
 def test_rendezvous_collects_exit_codes():
-    pytest.importorskip("torch")
+    need_torch()
     from launcher.node import report
 
     port = _free_port()
@@ -129,7 +131,7 @@ def _node(port: int, k: int, run_dir: Path) -> subprocess.Popen:
 def test_node_wrapper_ranks_follow_node_names_not_arrival(tmp_path):
     """Two nodes x two ranks via c10d against the separate store, as in the containers; the
     second node (127.0.0.2) joins first, yet the first (127.0.0.1) gets ranks 0-1."""
-    pytest.importorskip("torch")
+    need_torch()
     port = _free_port()
     server = _rendezvous(port, 2)
     late = _node(port, 1, tmp_path)
