@@ -196,6 +196,11 @@ class Config:
         return dataclasses.replace(self, mesh=str(self.mesh_spec()), **extra)
 
     @property
+    def tokens_per_step(self) -> int:
+        """Tokens of one global batch (samples for the seed model, which has no sequence); resolved configs only."""
+        return self.global_batch * (self.seq_len if self.model_args().kind == "llama" else 1)
+
+    @property
     def layout(self) -> str:
         return SCHEDULES[self.schedule][1]
 

@@ -30,7 +30,6 @@ def run_reference(cfg: Config, run_dir: str | None = None) -> list[dict]:
     batches = Batches(cfg, args)
     writer = MetricsWriter(run_dir)
     params = list(model.parameters())
-    tokens = cfg.global_batch * (cfg.seq_len if args.kind == "llama" else 1)
     records = []
     for step in range(1, cfg.steps + 1):
         t0 = time.perf_counter()
@@ -44,7 +43,7 @@ def run_reference(cfg: Config, run_dir: str | None = None) -> list[dict]:
         sched.step()
         dt = time.perf_counter() - t0
         rec = {"step": step, "loss": float(loss.detach()), "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
-               "tokens_per_s": tokens / dt, "rss_mb": [peak_rss_mb()]}
+               "tokens_per_s": cfg.tokens_per_step / dt, "rss_mb": [peak_rss_mb()]}
         writer.write(rec)
         records.append(rec)
     return records

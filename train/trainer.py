@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import statistics
 import sys
 import time
 from datetime import timedelta
@@ -114,9 +115,8 @@ class Trainer:
             sched.step()
         loss, rss = self._global_mean([l.detach() for l in losses])
         dt = time.perf_counter() - t0
-        tokens = self.cfg.global_batch * (self.cfg.seq_len if self.args.kind == "llama" else 1)
         return {"step": step, "loss": loss, "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
-                "tokens_per_s": tokens / dt, "rss_mb": rss}
+                "tokens_per_s": self.cfg.tokens_per_step / dt, "rss_mb": rss}
 
     @torch.no_grad()
     def validate(self) -> float:
@@ -149,7 +149,7 @@ class Trainer:
         wall = time.perf_counter() - start
         if not tok_s:
             return rec
-        steady = sorted(tok_s[1:] or tok_s)[len(tok_s[1:] or tok_s) // 2]
+        steady = statistics.median_high(tok_s[1:] or tok_s)
         if self.rank == 0:
             print(f"done steps={cfg.steps} final_loss={rec['loss']:.4f} tokens_per_s={steady:.0f} "
                   f"wall_s={wall:.1f} run_dir={cfg.run_dir}", flush=True)
