@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import socket
 import sys
 import time
 from datetime import timedelta
@@ -90,7 +91,11 @@ def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, poll_s: floa
     """Host the store until every node reported or was lost (or grace/timeout ran out); returns the exit status."""
     import torch.distributed as dist  # inside the image only
 
-    store = dist.TCPStore("0.0.0.0", port, is_master=True, wait_for_workers=False,
+    # The store's own client connects by this host's name, not 0.0.0.0: torch looks up the
+    # connect address's name first, and Docker's DNS forwards the lookup of 0.0.0.0 or
+    # 127.0.0.1 upstream, which takes 10 s where the upstream does not answer (it listens on
+    # all interfaces either way).
+    store = dist.TCPStore(socket.gethostname(), port, is_master=True, wait_for_workers=False,
                           timeout=timedelta(seconds=60))
     print(f"rendezvous: TCPStore on 0.0.0.0:{port}, waiting for {nnodes} node(s) to finish "
           f"(lost after {lost_after_s:g}s without heartbeat, join timeout {join_timeout_s:g}s)", flush=True)
