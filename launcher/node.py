@@ -6,10 +6,12 @@
 Runs inside the trainer image (the compose ``command`` of every node-K service):
   1. checks the run folder (the value of --run-dir among the train flags) is writable by
      this user (uid 1000); if not, exits 2 with the fix;
-  2. runs ``torchrun --nnodes N --node-rank K --nproc-per-node P --rdzv-backend c10d
-     --rdzv-endpoint rendezvous:29400 --rdzv-conf is_host=false --rdzv-id RUN_ID
-     --local-addr HOSTNAME --tee 3 -m MODULE <train flags>`` with log lines prefixed
-     ``[rankR]:`` (R = global rank), forwarding SIGTERM/SIGINT to it;
+  2. runs ``python -m launcher.forkrun --nnodes N --node-rank K --nproc-per-node P
+     --rdzv-backend c10d --rdzv-endpoint rendezvous:29400 --rdzv-conf is_host=false
+     --rdzv-id RUN_ID --local-addr HOSTNAME --tee 3 -m MODULE <train flags>`` -- torchrun's
+     command line and agent, with the ranks forked after one import per node (``--torchrun``:
+     the stock ``torchrun`` CLI instead) -- with log lines prefixed ``[rankR]:`` (R = global
+     rank), forwarding SIGTERM/SIGINT to it;
   3. writes its exit code to the rendezvous store (see launcher/rendezvous.py) and exits with it.
 
 Heartbeat: from the start, a thread registers this node in the rendezvous store and bumps its
@@ -86,8 +88,11 @@ def check_writable(run_dir: str) -> str | None:
 
 def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[str]) -> list[str]:
     """The torchrun command line of this node."""
-    exe = shutil.which("torchrun")
-    cmd = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
+    if getattr(args, "torchrun", False):  # stock torchrun: every rank a fresh interpreter
+        exe = shutil.which("torchrun")
+        cmd = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
+    else:  # torchrun's agent, ranks forked after one import per node (launcher/forkrun.py)
+        cmd = [sys.executable, "-m", "launcher.forkrun"]
     cmd += [f"--nnodes={args.nnodes}", f"--node-rank={args.node_rank}", f"--nproc-per-node={args.nproc_per_node}",
             f"--rdzv-backend={args.rdzv_backend}", f"--rdzv-endpoint={args.rdzv_endpoint}", f"--rdzv-id={args.run_id}"]
     if args.rdzv_backend == "c10d":
@@ -226,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", default="simcluster", help="rendezvous id (the run name)")
     parser.add_argument("--module", default="train", help="module torchrun runs with -m (default train)")
     parser.add_argument("--node-name", default=None, help="this node's address (default: the hostname)")
+    parser.add_argument("--torchrun", action="store_true",
+                        help="start the ranks with stock torchrun (each a fresh interpreter: ~10 s slower start "
+                             "on 2 cores) instead of launcher.forkrun (torchrun's agent, ranks forked after "
+                             "one import per node)")
     parser.add_argument("--join-timeout-s", type=float, default=None,
                         help=f"rendezvous join timeout (default: the rendezvous' {JOIN_TIMEOUT_S:g}s; torchrun gets +60s)")
     args = parser.parse_args(own)

@@ -8,6 +8,8 @@ launcher.node as local processes on 127.0.0.1, the same code the containers run.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import socket
 import subprocess
 import sys
@@ -71,8 +73,32 @@ def test_node_wrapper_helpers(tmp_path):
                  "--local-addr=node-1", "--tee=3"):
         assert part in cmd
     assert cmd[-4:] == ["-m", "train", "--mesh", "2x2x2"]
+    assert cmd[:3] == [sys.executable, "-m", "launcher.forkrun"]  # ranks forked after one import per node
     args.rdzv_backend = "static"
     assert "--master-addr=rendezvous" in torchrun_command(args, "node-1", [])
+    args.torchrun = True
+    assert Path(torchrun_command(args, "node-1", [])[0]).name in ("torchrun", Path(sys.executable).name)
+
+
+def _launch(launcher: list[str], run_dir: Path, *flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*launcher, "--standalone", "--nproc-per-node=2", "--tee=3", "-m", "train", "--mesh", "1x1x2",
+                           "--model", "tiny", "--steps", "3", "--run-dir", str(run_dir), *flags], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def test_forkrun_trains_like_torchrun(tmp_path):
+    """launcher.forkrun (torchrun's agent, ranks forked after one import) gives the same run
+    as stock torchrun, with torchrun's log prefixes and exit status."""
+    need_torch()
+    fork = _launch([sys.executable, "-m", "launcher.forkrun"], tmp_path / "fork")
+    stock = _launch([sys.executable, "-m", "torch.distributed.run"], tmp_path / "stock")
+    assert fork.returncode == 0 and stock.returncode == 0, fork.stderr[-2000:] + stock.stderr[-2000:]
+    losses = [[json.loads(line)["loss"] for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
+              for d in ("fork", "stock")]
+    assert len(losses[0]) == 3 and losses[0] == losses[1]
+    assert "[default1]:[simcluster] rank=1 local_rank=1 world_size=2" in fork.stdout
+    bad = _launch([sys.executable, "-m", "launcher.forkrun"], tmp_path / "bad", "--n-heads", "3")
+    assert bad.returncode == 1 and "n_heads" in bad.stdout + bad.stderr  # rank exits 2, the agent 1, as torchrun
 
 
 def test_summary_and_targets():

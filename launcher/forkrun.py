@@ -1,0 +1,84 @@
+"""torchrun that imports the training module once per node and forks its ranks from there.
+
+    python -m launcher.forkrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d \
+        --rdzv-endpoint=rendezvous:29400 --rdzv-id=run -m train --mesh 2x2x2
+
+Takes torchrun's own command line (``torch.distributed.run.parse_args``) and runs torchrun's
+own elastic agent (``elastic_launch``: the same rendezvous, restarts, log prefixes, exit
+codes), with one difference: with ``-m MODULE`` the ranks are not fresh interpreters. This
+process first imports torch, MODULE and the modules MODULE lists in ``PRELOAD`` (train lists
+train.trainer: torch.distributed.tensor, FSDP, pipelining, DCP), and the agent then forks each
+rank from it (``start_method="fork"`` with a function entrypoint, which torchrun supports
+for Python functions). A rank then runs ``python -m MODULE ARGS`` as usual (runpy, ``__name__
+== "__main__"``), with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the agent.
+
+Why: on a simulated node every rank shares the node's few cores, and `import torch` plus the
+distributed stack costs each fresh interpreter about 2.7 s of CPU (1.3 s torch, 1.4 s the
+rest, measured on this project's machine); 8 ranks importing at once on 2 cores spent ~13 s
+before the first collective. Forked ranks share the imported pages (copy-on-write), so the
+per-rank cost is gone. The training code is unchanged: on a real cluster the same module runs
+under plain ``torchrun``, and ``python -m launcher.node --torchrun`` uses plain torchrun here too.
+
+Fork safety: this process runs no tensor computation before forking (no intra-op thread pool
+exists yet) and each rank creates its own process group after the fork.
+"""
+from __future__ import annotations
+
+import importlib
+import runpy
+import signal
+import sys
+
+
+def run_module(module: str, *argv: str) -> None:
+    """Body of one forked rank: ``python -m module *argv`` in this interpreter.
+
+    Returns None when the module exits 0 (the agent collects that as the rank's return value);
+    any other exit status ends the rank's process with that status, as it would a fresh
+    interpreter's, so the agent reports the rank failed.
+    """
+    # A fresh interpreter's signal dispositions, not the agent's handlers this fork inherited
+    # (those raise in Python and would wait for a rank blocked in a collective to return).
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.argv = [module, *argv]
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            raise
+
+
+def preload(module: str) -> list[str]:
+    """Import torch.distributed, ``module`` and every module named in its ``PRELOAD`` tuple;
+    returns the names imported. Raises ImportError as ``import module`` would."""
+    import torch.distributed  # noqa: F401 - the agent needs it anyway
+
+    names = [module, *getattr(importlib.import_module(module), "PRELOAD", ())]
+    for name in names[1:]:
+        importlib.import_module(name)
+    return names
+
+
+def main(argv: list[str] | None = None) -> None:
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args, parse_args
+
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.module or args.no_python or args.run_path:
+        sys.exit("launcher.forkrun: give the training code as -m MODULE (use torchrun for scripts)")
+    if args.master_port is None:  # as torchrun's run(): only the static backend reads it
+        args.master_port = 29500
+    preload(args.training_script)
+    config, _, _ = config_from_args(args)
+    config.start_method = "fork"
+    sys.stdout.flush()  # nothing buffered may be copied into the ranks
+    sys.stderr.flush()
+    elastic_launch(config=config, entrypoint=run_module)(args.training_script, *args.training_script_args)
+
+
+if __name__ == "__main__":
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    record(main)()
