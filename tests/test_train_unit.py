@@ -5,6 +5,9 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,8 +16,12 @@ from train.cli import add_config_args, config_from_args
 from train.config import PRESETS, Config, ConfigError, MeshSpec, parse_mesh
 from train.data import dp_shard, lm_batch, load_corpus, seed_batch, train_val_split
 from train.model import build_model, loss_fn, prune_to_stage
+from train.optim import kernel_flags
+from train.pipeline import stage_io
 from train.preflight import check
 from train.split import split_layers, stage_ids
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.parametrize("spec,expected", [("2x2x2", (2, 2, 2)), ("4x1x2", (4, 1, 2)), ("1x1x1", (1, 1, 1)),
@@ -149,6 +156,39 @@ def test_stage_pruning_keeps_fqns():
     assert names and names <= {n for n, _ in full.named_parameters()}
     assert all(n.startswith(("layers.2.", "layers.3.")) for n in names)
     assert hidden.shape == (2, 8, 64)
+
+
+@pytest.mark.parametrize("model,mesh,microbatches", [("tiny", "2x2x1", 2), ("small", "4x1x2", 4), ("seed", "2x1x1", 2)])
+def test_stage_io_matches_a_meta_forward(model, mesh, microbatches):
+    """The static shapes given to PipelineStage are what each stage really takes and returns."""
+    cfg = Config(mesh=mesh, model=model, microbatches=microbatches).resolved()
+    args, pp, dp = cfg.model_args(), cfg.mesh_spec().pp, cfg.mesh_spec().dp
+    layers = split_layers(args.n_layers, pp)
+    for s in range(pp):
+        inp, out = stage_io(cfg, s, pp)
+        with torch.device("meta"):
+            stage = prune_to_stage(build_model(args), layers[s], is_first=s == 0, is_last=s == pp - 1)
+            real = stage(inp)
+        assert inp.shape[0] == cfg.global_batch // dp // microbatches
+        assert real.shape == out.shape and real.dtype == out.dtype, (s, real.shape, out.shape)
+        assert out.requires_grad and (inp.requires_grad == (s > 0))
+
+
+def test_adamw_kernel_flags():
+    """Fused AdamW where parameters are all plain or all DTensors; the loop where they mix."""
+    plain = [torch.zeros(2, 2), torch.zeros(3)]
+    assert kernel_flags(plain) == {"fused": True, "foreach": None}
+    script = (
+        "import torch, torch.distributed as dist\n"
+        "from torch.distributed.device_mesh import init_device_mesh\n"
+        "from torch.distributed.tensor import Replicate, distribute_tensor\n"
+        "from train.optim import kernel_flags\n"
+        "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
+        "d = distribute_tensor(torch.zeros(2, 2), init_device_mesh('cpu', (1,)), [Replicate()])\n"
+        "print(kernel_flags([d, d]), kernel_flags([d, torch.zeros(3)]))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "{'fused': True, 'foreach': None} {'fused': None, 'foreach': False}"
 
 
 def test_causality():

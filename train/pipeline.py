@@ -74,12 +74,38 @@ def build_stage_modules(cfg: Config, pp_rank: int, parallelize: Callable[[nn.Mod
     return modules, ids, n_stages
 
 
+def stage_io(cfg: Config, stage: int, n_stages: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Meta tensors shaped like one microbatch's input and output of ``stage`` (pure).
+
+    LM: stage 0 takes tokens (mb, seq) int64, later stages hidden states (mb, seq, dim) float32
+    that need grad; the last stage returns logits (mb, seq, vocab), the others hidden states
+    (all need grad). ``seed``: the same
+    without the seq dimension, and stage 0 takes features (mb, dim) float32.
+    mb = global_batch / dp / microbatches. Given to ``PipelineStage`` as input_args/output_args,
+    these let the schedule skip its first-step shape inference (a meta forward and backward of
+    every stage through DTensor plus metadata messages): stage I/O are plain tensors, so
+    torch 2.13 runs in its STATIC mode.
+    """
+    args = cfg.model_args()
+    mb = cfg.global_batch // cfg.mesh_spec().dp // cfg.microbatches
+    prefix = (mb,) if args.kind == "seed" else (mb, cfg.seq_len)
+    hidden = torch.empty(*prefix, args.dim, device="meta", requires_grad=True)
+    dtype = torch.float32 if args.kind == "seed" else torch.int64
+    first = torch.empty(*prefix, *((args.dim,) if args.kind == "seed" else ()), dtype=dtype, device="meta")
+    last = torch.empty(*prefix, args.vocab_size, device="meta", requires_grad=True)
+    return (first if stage == 0 else hidden), (last if stage == n_stages - 1 else hidden)
+
+
 def apply_pp(modules: list[nn.Module], ids: list[int], n_stages: int, pp_mesh: DeviceMesh, cfg: Config,
              loss_fn: Callable) -> Pipeline:
-    """Wrap materialized stage modules into PipelineStages and the configured schedule."""
+    """Wrap materialized stage modules into PipelineStages (with static I/O shapes, see
+    ``stage_io``) and the configured schedule."""
     group = pp_mesh.get_group()
     device = torch.device("cpu")
-    stages = [PipelineStage(m, s, n_stages, device, group=group) for m, s in zip(modules, ids)]
+    stages = []
+    for m, s in zip(modules, ids):
+        inp, out = stage_io(cfg, s, n_stages)
+        stages.append(PipelineStage(m, s, n_stages, device, input_args=inp, output_args=out, group=group))
     cls = getattr(schedules, SCHEDULES[cfg.schedule][0])
     if cfg.layout == "single":
         schedule = cls(stages[0], n_microbatches=cfg.microbatches, loss_fn=loss_fn)

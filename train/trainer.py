@@ -25,7 +25,7 @@ from train.config import Config
 from train.data import Batches, dp_shard
 from train.metrics import MetricsWriter, peak_rss_mb, step_line
 from train.model import loss_fn
-from train.optim import build_optimizer, restore_foreach
+from train.optim import build_optimizer, restore_kernel_flags
 from train.parallel import apply_fsdp, apply_tp, init_weights
 from train.pipeline import apply_pp, build_stage_modules
 from train.profiling import maybe_profile
@@ -79,7 +79,7 @@ class Trainer:
         path = resolve_resume(path)
         step = checkpoint.load(path, self.cfg.global_batch, self.pipe.modules, [opt for opt, _ in self.optims])
         for opt, sched in self.optims:
-            restore_foreach(opt)
+            restore_kernel_flags(opt)
             for _ in range(step):
                 sched.step()
         if self.rank == 0:
