@@ -1,4 +1,4 @@
-"""The I/O side of ``python -m launcher up | status | logs | down``.
+"""The I/O side of ``python -m launcher up | status | logs | down`` (log following: launcher/follow.py).
 
     python -m launcher up --mesh 2x2x2 --model tiny --steps 30
     python -m launcher up --mesh 4x1x2 --module launcher.probe --mount-code   # wiring test
@@ -22,24 +22,18 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 from datetime import datetime, timezone
 
 from launcher.compose import RDZV_HOST, RUNS_MOUNT, node_names, node_ranks, format_ranks, run_name
 from launcher.dockercli import (ROOT, LauncherError, Target, compose, containers, exit_codes, image_exists,
                                 nodes_from_doc)
-from launcher.progress import Progress, parse_done, parse_identity, parse_step, split_rank
+from launcher.follow import Stream, Watch
 from train.checkpoint_paths import list_checkpoints
 from train.config import Config, MeshSpec
-
-KILL_AFTER_RDZV_S = 3.0  # containers still up this long after the rendezvous exited are killed
-KILL_AFTER_NODES_S = 10.0  # a rendezvous still up this long after every node exited is killed
-
 
 def default_run_dir_up(mesh: MeshSpec) -> str:
     """``runs/PPxDPxTP-<UTC timestamp>`` (e.g. runs/2x2x2-20250101T120000Z)."""
@@ -80,153 +74,6 @@ def newer_than_image(image: str) -> str | None:
                 if name.endswith(".py") and os.path.getmtime(path) > created + 1:
                     return os.path.relpath(path, ROOT)
     return None
-
-
-def _pump(service: str, cid: str, out: queue.Queue) -> None:
-    proc = subprocess.Popen(["docker", "logs", "-f", cid], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace", bufsize=1)
-    for line in proc.stdout:
-        out.put((service, line.rstrip("\n")))
-    proc.wait()
-    out.put((service, None))
-
-
-class Stream:
-    """Follows every container's log until all containers stopped; tracks progress and ranks."""
-
-    def __init__(self, mesh: MeshSpec, log_path: str, quiet: bool, progress_every: float):
-        self.mesh, self.quiet, self.every = mesh, quiet, progress_every
-        self.names = node_names(mesh.pp)
-        self.width = max(len(n) for n in self.names + [RDZV_HOST]) + 4
-        self.progress = Progress()
-        self.seen_ranks: dict[int, str] = {}
-        self.misplaced: list[str] = []
-        self.first_worker_s: float | None = None
-        self.log = open(log_path, "a", encoding="utf-8")
-        self.t0 = time.monotonic()
-        self.last_progress = 0.0
-        self.lost: list[str] = []  # "node-1 (ranks 2-3): reason", from the rendezvous' LOST lines
-        self.lost_s: float | None = None  # seconds after start of the first LOST line
-        self.lost_t: float | None = None  # its UNIX time
-        self.forced: list[str] = []  # containers up kills because they outlived the rendezvous
-
-    def show(self, text: str) -> None:
-        print(text, flush=True)
-        self.log.write(text + "\n")
-
-    def handle(self, service: str, line: str) -> None:
-        rank, text = split_rank(line)
-        if service == RDZV_HOST and text.startswith("rendezvous: LOST "):
-            self.lost.append(text[len("rendezvous: LOST "):])
-            if self.lost_s is None:
-                self.lost_s, self.lost_t = time.monotonic() - self.t0, time.time()
-        if rank is not None and self.first_worker_s is None:
-            self.first_worker_s = time.monotonic() - self.t0
-        ident = parse_identity(text)
-        if ident and rank is not None:
-            r, host = ident
-            self.seen_ranks[r] = service
-            k = r // self.mesh.ranks_per_node
-            if k >= len(self.names) or self.names[k] != service:
-                self.misplaced.append(f"rank {r} ran on {service} (host={host}), expected on node {k}")
-        step = parse_step(text) if rank == 0 else None
-        done = parse_done(text) if rank == 0 else None
-        if done:
-            self.progress.done = done
-        prefix = f"{service} r{rank}" if rank is not None else service
-        if not (step and self.quiet):
-            self.show(f"{prefix:<{self.width}}| {text}")
-        if step:
-            self.progress.update(step)
-            now = time.monotonic()
-            if now - self.last_progress >= self.every or step["step"] == step["total"]:
-                self.last_progress = now
-                self.show(f"{'launcher':<{self.width}}| {self.progress.line()}")
-
-    def follow(self, ids: dict[str, str], watch: "Watch | None" = None) -> None:
-        """Show every container's log until all ended; ``watch.tick()`` runs about every second
-        and may start more containers (returned as service -> id) to follow too."""
-        q: queue.Queue = queue.Queue()
-
-        def start(more: dict[str, str]) -> int:
-            for service, cid in more.items():
-                threading.Thread(target=_pump, args=(service, cid, q), daemon=True).start()
-            return len(more)
-
-        open_streams = start(ids)
-        last_tick = time.monotonic()
-        while open_streams or (watch and watch.pending):
-            try:
-                service, line = q.get(timeout=1.0)
-                if line is None:
-                    open_streams -= 1
-                else:
-                    self.handle(service, line)
-            except queue.Empty:
-                pass
-            if watch and time.monotonic() - last_tick >= 1.0:
-                last_tick = time.monotonic()
-                open_streams += start(watch.tick(self))
-
-
-class Watch:
-    """Runs during ``up``: starts late nodes when due, kills the container of a node the
-    rendezvous declared lost (it is frozen or cut off, if not dead already), and once the
-    rendezvous has exited kills every container of the run still up after KILL_AFTER_RDZV_S.
-    A frozen (paused) container is unpaused first: a paused one cannot be stopped."""
-
-    def __init__(self, target: Target, late: dict[str, float]):
-        self.target, self.t0 = target, time.monotonic()
-        self.late = dict(late)  # service -> seconds after start
-        self.rdzv_gone: float | None = None
-        self.nodes_gone: float | None = None
-        self.last_poll = 0.0
-
-    @property
-    def pending(self) -> int:
-        return len(self.late)
-
-    def tick(self, stream: Stream) -> dict[str, str]:
-        now = time.monotonic()
-        started: dict[str, str] = {}
-        named = {x.split()[0] for x in stream.lost}
-        for service, delay in sorted(self.late.items()):
-            if self.rdzv_gone is not None or service in named:
-                stream.show(f"{'launcher':<{stream.width}}| not starting {service}: the job has already failed")
-                del self.late[service]
-            elif now - self.t0 >= delay:
-                stream.show(f"{'launcher':<{stream.width}}| starting {service} {now - self.t0:.0f}s late (--start-late)")
-                compose(self.target.project, self.target.file, "up", "-d", "--no-deps", service, capture_output=True)
-                del self.late[service]
-                cid = containers(self.target.project).get(service, {}).get("id")
-                if cid:
-                    started[service] = cid
-        lost = {x.split()[0] for x in stream.lost} - set(stream.forced)
-        if now - self.last_poll < 2.0 and self.rdzv_gone is None and not lost:
-            return started
-        self.last_poll = now
-        try:
-            state = containers(self.target.project)
-        except LauncherError:
-            return started
-        rdzv = state.get(RDZV_HOST)
-        if rdzv and rdzv["state"] not in ("running", "paused", "created", "restarting"):
-            self.rdzv_gone = self.rdzv_gone or now
-        nodes = [c for svc, c in state.items() if svc != RDZV_HOST]
-        if nodes and not self.late and all(c["state"] in ("exited", "dead") for c in nodes):
-            self.nodes_gone = self.nodes_gone or now  # the rendezvous itself may be the one frozen
-        late_kill = (self.rdzv_gone is not None and now - self.rdzv_gone >= KILL_AFTER_RDZV_S) or \
-            (self.nodes_gone is not None and now - self.nodes_gone >= KILL_AFTER_NODES_S)
-        for service, c in sorted(state.items()):
-            if c["state"] in ("running", "paused", "restarting") and (late_kill or service in lost):
-                why = ("the rendezvous declared it lost" if service in lost else "the rendezvous ended"
-                       if self.rdzv_gone is not None else "every node has exited")
-                stream.show(f"{'launcher':<{stream.width}}| {service} is {c['state']} but {why}; killing it")
-                stream.forced.append(service)
-                if c["state"] == "paused":
-                    subprocess.run(["docker", "unpause", c["id"]], capture_output=True)
-                subprocess.run(["docker", "kill", c["id"]], capture_output=True)
-        return started
 
 
 def _final_metrics(run_dir: str, done: dict) -> dict:
