@@ -80,12 +80,15 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--join-timeout-s", type=float, default=None, metavar="S",
                    help="every node must join the rendezvous within S seconds of its start, else the job "
                         "ends naming the missing node (default 300)")
+    g.add_argument("--torchrun", action="store_true",
+                   help="start the ranks with stock torchrun, a fresh interpreter each (default: torchrun's "
+                        "agent forking them after one import per node, ~10 s faster on 2 cores)")
 
 
 def node_options(args: argparse.Namespace) -> NodeOptions:
     return NodeOptions(cpus_per_node=args.cpus_per_node, memory_per_node=args.memory_per_node, image=args.image,
                        rdzv_backend=args.rdzv_backend, module=args.module, mount_code=args.mount_code,
-                       join_timeout_s=args.join_timeout_s)
+                       join_timeout_s=args.join_timeout_s, torchrun=args.torchrun)
 
 
 def prepare(args: argparse.Namespace, run_default: Callable[[MeshSpec], str] = default_run_dir

@@ -51,6 +51,8 @@ class NodeOptions:
         runs the working tree without rebuilding the image).
     join_timeout_s: seconds after the rendezvous starts by which every node must have joined,
         else the job ends naming the missing node(s); None = the rendezvous default (300 s).
+    torchrun: start each node's ranks with the stock torchrun CLI (a fresh interpreter per
+        rank) instead of launcher.forkrun (torchrun's agent, ranks forked after one import).
     """
 
     cpus_per_node: float | None = None
@@ -61,6 +63,7 @@ class NodeOptions:
     module: str = "train"
     mount_code: bool = False
     join_timeout_s: float | None = None
+    torchrun: bool = False
 
 
 def check_node_options(node: NodeOptions) -> list[str]:
@@ -251,6 +254,8 @@ def build_compose(cfg: Config, node: NodeOptions, project_dir: str) -> dict:
             command += ["--module", node.module]
         if node.join_timeout_s is not None:
             command += ["--join-timeout-s", _flag_value(float(node.join_timeout_s))]
+        if node.torchrun:
+            command += ["--torchrun"]
         services[name] = {
             "image": node.image,
             "pull_policy": "never",

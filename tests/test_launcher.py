@@ -115,6 +115,10 @@ def test_node_ranks_and_commands():
         assert doc["services"][name]["depends_on"] == ["rendezvous"]
     rdzv = doc["services"]["rendezvous"]["command"]
     assert rdzv == ["python", "-m", "launcher.rendezvous", "--port", "29400", "--nnodes", "4"]
+    assert "--torchrun" not in cmd  # default: ranks forked by launcher.forkrun
+    stock = build_compose(Config(mesh="4x1x2", run_dir="runs/r"), NodeOptions(torchrun=True), "..")
+    cmd = stock["services"]["node-3"]["command"]
+    assert "--torchrun" in cmd[:cmd.index("--")]
 
 
 @pytest.mark.parametrize("pp,first,last", [(1, "node-0", "node-0"), (9, "node-0", "node-8"),
