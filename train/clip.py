@@ -28,13 +28,16 @@ def _local_and_shards(t: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 @torch.no_grad()
-def clip_grad_norm_(params: list[torch.Tensor], max_norm: float, ranks_per_stage: int) -> torch.Tensor:
+def clip_grad_norm_(params: list[torch.Tensor], max_norm: float, ranks_per_stage: int,
+                    extra: torch.Tensor | None = None) -> torch.Tensor:
     """Clip gradients in place to a global L2 norm of ``max_norm``; returns the pre-clip norm.
 
     Args:
         params: this rank's parameters (all its local stages).
         max_norm: the bound; <= 0 only measures.
         ranks_per_stage: dp*tp, the ranks that hold one stage between them.
+        extra: optional 1-D float64 tensor summed over the world in place, in the same
+            all-reduce (the trainer's per-step loss and RSS ride along: one world sync a step).
 
     Returns:
         The global norm (0-dim float64 tensor), equal on every rank. Collective: call on all ranks.
@@ -49,7 +52,13 @@ def clip_grad_norm_(params: list[torch.Tensor], max_norm: float, ranks_per_stage
         # each piece is held by ranks_per_stage / shards ranks of its stage
         total += local.double().pow(2).sum() * shards / ranks_per_stage
     if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(total)
+        if extra is None:
+            dist.all_reduce(total)
+        else:
+            both = torch.cat([total.reshape(1), extra])
+            dist.all_reduce(both)
+            extra.copy_(both[1:])
+            total = both[0]
     norm = total.sqrt()
     if max_norm > 0:
         coef = float((max_norm / (norm + 1e-6)).clamp(max=1.0))

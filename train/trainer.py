@@ -90,9 +90,16 @@ class Trainer:
     def _shard(self, batch):
         return [dp_shard(t, self.dp_rank, self.spec.dp) for t in batch]
 
+    def _loss_share(self, losses: list[torch.Tensor]) -> torch.Tensor:
+        """This rank's share of the global-batch mean loss (0 off the last stage): the world sum
+        of the shares is the mean, as the last stage's dp*tp ranks each hold the mean of theirs."""
+        if not losses:
+            return torch.zeros((), dtype=torch.float64)
+        return torch.stack(losses).double().mean() / self.spec.ranks_per_node
+
     def _global_mean(self, losses: list[torch.Tensor]) -> tuple[float, list[float]]:
         """(global-batch mean loss, peak RSS MB of every rank): one all_gather on the world."""
-        mine = torch.stack(losses).double().mean() / self.spec.ranks_per_node if losses else torch.zeros((), dtype=torch.float64)
+        mine = self._loss_share(losses)
         local = torch.stack([mine, torch.tensor(peak_rss_mb(), dtype=torch.float64)])
         gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
         dist.all_gather(gathered, local)
@@ -105,7 +112,12 @@ class Trainer:
         lr = self.optims[0][1].get_last_lr()[0]
         inputs, targets = self._shard(self.batches.train(step))
         losses = self.pipe.step(inputs, targets)
-        norm = clip_grad_norm_(self.params, self.cfg.max_norm, self.spec.ranks_per_node)
+        # global-batch mean loss (slot 0) and every rank's peak RSS (slot 1 + rank), summed over
+        # the world in the clipping all-reduce
+        stats = torch.zeros(1 + self.spec.world_size, dtype=torch.float64)
+        stats[0] = self._loss_share([l.detach() for l in losses])
+        stats[1 + self.rank] = peak_rss_mb()
+        norm = clip_grad_norm_(self.params, self.cfg.max_norm, self.spec.ranks_per_node, extra=stats)
         if self.rank_writer.path:
             digest = hashlib.sha1(repr(inputs.flatten().tolist()).encode()).hexdigest()
             self.rank_writer.write({"step": step, "inputs_sha1": digest,
@@ -114,7 +126,7 @@ class Trainer:
             opt.step()
             opt.zero_grad(set_to_none=True)
             sched.step()
-        loss, rss = self._global_mean([l.detach() for l in losses])
+        loss, rss = float(stats[0]), stats[1:].tolist()
         dt = time.perf_counter() - t0
         return {"step": step, "loss": loss, "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
                 "tokens_per_s": self.cfg.tokens_per_step / dt, "rss_mb": rss}
