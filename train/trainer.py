@@ -90,21 +90,21 @@ class Trainer:
     def _shard(self, batch):
         return [dp_shard(t, self.dp_rank, self.spec.dp) for t in batch]
 
-    def _loss_share(self, losses: list[torch.Tensor]) -> torch.Tensor:
-        """This rank's share of the global-batch mean loss (0 off the last stage): the world sum
-        of the shares is the mean, as the last stage's dp*tp ranks each hold the mean of theirs."""
-        if not losses:
-            return torch.zeros((), dtype=torch.float64)
-        return torch.stack(losses).double().mean() / self.spec.ranks_per_node
+    def _stats(self, losses: list[torch.Tensor]) -> torch.Tensor:
+        """(1 + world_size,) float64: slot 0 this rank's share of the global-batch mean loss (0 off
+        the last stage, whose dp*tp ranks each hold the mean of theirs), slot 1 + rank its peak
+        RSS MB. Summed over the world: the mean loss and every rank's RSS."""
+        stats = torch.zeros(1 + self.spec.world_size, dtype=torch.float64)
+        if losses:
+            stats[0] = torch.stack([l.detach() for l in losses]).double().mean() / self.spec.ranks_per_node
+        stats[1 + self.rank] = peak_rss_mb()
+        return stats
 
     def _global_mean(self, losses: list[torch.Tensor]) -> tuple[float, list[float]]:
-        """(global-batch mean loss, peak RSS MB of every rank): one all_gather on the world."""
-        mine = self._loss_share(losses)
-        local = torch.stack([mine, torch.tensor(peak_rss_mb(), dtype=torch.float64)])
-        gathered = [torch.empty_like(local) for _ in range(dist.get_world_size())]
-        dist.all_gather(gathered, local)
-        table = torch.stack(gathered)
-        return float(table[:, 0].sum()), table[:, 1].tolist()
+        """(global-batch mean loss, peak RSS MB of every rank): one all-reduce on the world."""
+        stats = self._stats(losses)
+        dist.all_reduce(stats)
+        return float(stats[0]), stats[1:].tolist()
 
     def train_step(self, step: int) -> dict:
         """One optimizer step on global batch ``step`` (1-based); returns its metrics record."""
@@ -112,11 +112,7 @@ class Trainer:
         lr = self.optims[0][1].get_last_lr()[0]
         inputs, targets = self._shard(self.batches.train(step))
         losses = self.pipe.step(inputs, targets)
-        # global-batch mean loss (slot 0) and every rank's peak RSS (slot 1 + rank), summed over
-        # the world in the clipping all-reduce
-        stats = torch.zeros(1 + self.spec.world_size, dtype=torch.float64)
-        stats[0] = self._loss_share([l.detach() for l in losses])
-        stats[1 + self.rank] = peak_rss_mb()
+        stats = self._stats(losses)  # summed over the world in the clipping all-reduce
         norm = clip_grad_norm_(self.params, self.cfg.max_norm, self.spec.ranks_per_node, extra=stats)
         if self.rank_writer.path:
             digest = hashlib.sha1(repr(inputs.flatten().tolist()).encode()).hexdigest()
