@@ -79,19 +79,21 @@ def stage_io(cfg: Config, stage: int, n_stages: int) -> tuple[torch.Tensor, torc
 
     LM: stage 0 takes tokens (mb, seq) int64, later stages hidden states (mb, seq, dim) float32
     that need grad; the last stage returns logits (mb, seq, vocab), the others hidden states
-    (all need grad). ``seed``: the same
-    without the seq dimension, and stage 0 takes features (mb, dim) float32.
-    mb = global_batch / dp / microbatches. Given to ``PipelineStage`` as input_args/output_args,
-    these let the schedule skip its first-step shape inference (a meta forward and backward of
-    every stage through DTensor plus metadata messages): stage I/O are plain tensors, so
-    torch 2.13 runs in its STATIC mode.
+    (all need grad). ``seed``: the same without the seq dimension, and stage 0 takes features
+    (mb, dim) float32. mb = global_batch / dp / microbatches. Given to ``PipelineStage`` as
+    input_args/output_args, these let the schedule skip its first-step shape inference (a meta
+    forward and backward of every stage through DTensor plus metadata messages): stage I/O are
+    plain tensors, so torch 2.13 runs in its STATIC mode.
     """
     args = cfg.model_args()
     mb = cfg.global_batch // cfg.mesh_spec().dp // cfg.microbatches
-    prefix = (mb,) if args.kind == "seed" else (mb, cfg.seq_len)
+    if args.kind == "seed":
+        prefix = (mb,)
+        first = torch.empty(mb, args.dim, device="meta")
+    else:
+        prefix = (mb, cfg.seq_len)
+        first = torch.empty(*prefix, dtype=torch.int64, device="meta")
     hidden = torch.empty(*prefix, args.dim, device="meta", requires_grad=True)
-    dtype = torch.float32 if args.kind == "seed" else torch.int64
-    first = torch.empty(*prefix, *((args.dim,) if args.kind == "seed" else ()), dtype=dtype, device="meta")
     last = torch.empty(*prefix, args.vocab_size, device="meta", requires_grad=True)
     return (first if stage == 0 else hidden), (last if stage == n_stages - 1 else hidden)
 
