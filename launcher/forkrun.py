@@ -50,15 +50,13 @@ def run_module(module: str, *argv: str) -> None:
             raise
 
 
-def preload(module: str) -> list[str]:
-    """Import torch.distributed, ``module`` and every module named in its ``PRELOAD`` tuple;
-    returns the names imported. Raises ImportError as ``import module`` would."""
+def preload(module: str) -> None:
+    """Import torch.distributed, ``module`` and every module named in its ``PRELOAD`` tuple.
+    Raises ImportError as ``import module`` would."""
     import torch.distributed  # noqa: F401 - the agent needs it anyway
 
-    names = [module, *getattr(importlib.import_module(module), "PRELOAD", ())]
-    for name in names[1:]:
+    for name in getattr(importlib.import_module(module), "PRELOAD", ()):
         importlib.import_module(name)
-    return names
 
 
 def main(argv: list[str] | None = None) -> None:
