@@ -79,6 +79,7 @@ def test_bad_yaml_config(tmp_path, text, match):
     ({"mesh": "2x2x2", "data": "/no/such/file"}, "data: '/no/such/file' does not exist"),
     ({"schedule": "pipedream"}, "unknown 'pipedream'"),
     ({"model": "huge"}, "unknown preset 'huge'"),
+    ({"gc_every": -1}, "gc_every: must be >= 0 steps"),
 ])
 def test_preflight_errors(overrides, match):
     errors = check(Config(**{"model": "tiny", **overrides}))

@@ -168,6 +168,8 @@ class Config:
     """process-group and pipeline timeout (s): a lost, frozen or cut-off peer ends the job after this."""
     threads: int = 0
     """torch intra-op threads per rank (0: OMP_NUM_THREADS or 1)."""
+    gc_every: int = 50
+    """Python garbage collection every N steps instead of automatically, as torchtitan's gc_freq (0: automatic)."""
     ckpt_every: int = 0
     """save a DCP checkpoint into RUN_DIR/checkpoints every N steps and after the last step (0: never)."""
     ckpt_keep: int = 2

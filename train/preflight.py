@@ -88,6 +88,8 @@ def check(cfg: Config, world_size: int | None = None) -> list[str]:
         errors.append(f"val_fraction: must be in (0, 1), got {cfg.val_fraction}")
     if cfg.lr <= 0 or cfg.min_lr < 0:
         errors.append(f"lr: must be > 0 and min_lr >= 0, got lr={cfg.lr} min_lr={cfg.min_lr}")
+    if cfg.gc_every < 0:
+        errors.append(f"gc_every: must be >= 0 steps (0: Python's automatic collection), got {cfg.gc_every}")
     if cfg.timeout_s <= 0:
         errors.append(f"timeout_s: must be > 0 seconds, got {cfg.timeout_s}")
     if cfg.resume is not None:

@@ -19,6 +19,7 @@ from train.metrics import MetricsWriter, peak_rss_mb, step_line
 from train.model import build_model, loss_fn
 from train.optim import build_optimizer
 from train.parallel import init_weights
+from train.runtime import GarbageCollection, tune_malloc
 
 
 def run_reference(cfg: Config, run_dir: str | None = None) -> list[dict]:
@@ -31,22 +32,29 @@ def run_reference(cfg: Config, run_dir: str | None = None) -> list[dict]:
     writer = MetricsWriter(run_dir)
     params = list(model.parameters())
     records = []
-    for step in range(1, cfg.steps + 1):
-        t0 = time.perf_counter()
-        lr = sched.get_last_lr()[0]
-        inputs, targets = batches.train(step)
-        loss = loss_fn(model(inputs), targets)
-        loss.backward()
-        norm = clip_grad_norm_(params, cfg.max_norm, ranks_per_stage=1)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        sched.step()
-        dt = time.perf_counter() - t0
-        rec = {"step": step, "loss": float(loss.detach()), "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
-               "tokens_per_s": cfg.tokens_per_step / dt, "rss_mb": [peak_rss_mb()]}
-        writer.write(rec)
-        records.append(rec)
+    with GarbageCollection(cfg.gc_every) as collector:
+        for step in range(1, cfg.steps + 1):
+            records.append(_step(cfg, step, model, params, opt, sched, batches, writer))
+            collector.step(step)
     return records
+
+
+def _step(cfg: Config, step: int, model, params, opt, sched, batches: Batches, writer: MetricsWriter) -> dict:
+    """One optimizer step of the reference run; returns (and writes) its record."""
+    t0 = time.perf_counter()
+    lr = sched.get_last_lr()[0]
+    inputs, targets = batches.train(step)
+    loss = loss_fn(model(inputs), targets)
+    loss.backward()
+    norm = clip_grad_norm_(params, cfg.max_norm, ranks_per_stage=1)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    sched.step()
+    dt = time.perf_counter() - t0
+    rec = {"step": step, "loss": float(loss.detach()), "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
+           "tokens_per_s": cfg.tokens_per_step / dt, "rss_mb": [peak_rss_mb()]}
+    writer.write(rec)
+    return rec
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     torch.set_num_threads(cfg.threads or 1)
+    tune_malloc()
     save_config(cfg, cfg.run_dir)
     for rec in run_reference(cfg, cfg.run_dir):
         print(step_line(rec, cfg.steps), flush=True)

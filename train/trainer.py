@@ -30,6 +30,7 @@ from train.optim import build_optimizer, restore_kernel_flags
 from train.parallel import apply_fsdp, apply_tp, init_weights
 from train.pipeline import apply_pp, build_stage_modules
 from train.profiling import maybe_profile
+from train.runtime import GarbageCollection, tune_malloc
 
 
 def init_distributed(cfg: Config) -> tuple[int, int, int]:
@@ -135,26 +136,33 @@ class Trainer:
             total += self._global_mean(self.pipe.step(*self._shard(self.batches.val(k)), train=False))[0]
         return total / self.cfg.val_batches
 
+    def _fit_step(self, step: int, writer: MetricsWriter) -> dict:
+        """Train (and maybe validate, log, checkpoint) step ``step``; returns its record."""
+        cfg, rec = self.cfg, {}
+        with maybe_profile(step == cfg.profile_step, cfg.run_dir, self.rank, rec):
+            rec.update(self.train_step(step))
+        if cfg.val_every and (step % cfg.val_every == 0 or step == cfg.steps):
+            rec["val_loss"] = self.validate()
+        writer.write(rec)
+        if self.rank == 0 and (step % cfg.log_every == 0 or step == cfg.steps or step == 1):
+            print(step_line(rec, cfg.steps), flush=True)
+        if cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps):
+            path = checkpoint.save(os.path.join(cfg.run_dir, "checkpoints"), step, cfg.global_batch, self.pipe.modules,
+                                   [opt for opt, _ in self.optims], cfg.ckpt_keep)
+            if self.rank == 0:
+                print(f"[simcluster] checkpoint step {step}: {path}", flush=True)
+        return rec
+
     def fit(self) -> dict:
         """Train ``cfg.steps`` steps; rank 0 logs a line per step and writes metrics.jsonl."""
         cfg = self.cfg
         writer = MetricsWriter(cfg.run_dir if self.rank == 0 else None, keep_until=self.start_step)
         start, rec, tok_s = time.perf_counter(), {}, []
-        for step in range(self.start_step + 1, cfg.steps + 1):
-            rec = {}
-            with maybe_profile(step == cfg.profile_step, cfg.run_dir, self.rank, rec):
-                rec.update(self.train_step(step))
-            if cfg.val_every and (step % cfg.val_every == 0 or step == cfg.steps):
-                rec["val_loss"] = self.validate()
-            tok_s.append(rec["tokens_per_s"])
-            writer.write(rec)
-            if self.rank == 0 and (step % cfg.log_every == 0 or step == cfg.steps or step == 1):
-                print(step_line(rec, cfg.steps), flush=True)
-            if cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps):
-                path = checkpoint.save(os.path.join(cfg.run_dir, "checkpoints"), step, cfg.global_batch, self.pipe.modules,
-                                       [opt for opt, _ in self.optims], cfg.ckpt_keep)
-                if self.rank == 0:
-                    print(f"[simcluster] checkpoint step {step}: {path}", flush=True)
+        with GarbageCollection(cfg.gc_every) as collector:
+            for step in range(self.start_step + 1, cfg.steps + 1):
+                rec = self._fit_step(step, writer)
+                tok_s.append(rec["tokens_per_s"])
+                collector.step(step)
         wall = time.perf_counter() - start
         if not tok_s:
             return rec
@@ -168,6 +176,7 @@ class Trainer:
 def run(cfg: Config) -> int:
     """Run a preflighted config on this process's rank; returns the exit code."""
     torch.set_num_threads(cfg.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
+    tune_malloc()
     rank, local_rank, _ = init_distributed(cfg)
     trainer = None
     try:

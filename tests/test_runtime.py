@@ -1,0 +1,52 @@
+"""Unit tests of train/runtime.py: the glibc allocator settings and the step-driven garbage collector.
+
+    python -m pytest -q tests/test_runtime.py
+"""
+from __future__ import annotations
+
+import gc
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from train.runtime import GarbageCollection
+
+GLIBC = platform.libc_ver()[0] == "glibc"
+
+
+def _tune_malloc_in_child(env: dict[str, str]) -> str:
+    """tune_malloc() in a fresh interpreter (mallopt changes the whole process)."""
+    code = "from train.runtime import tune_malloc; print(tune_malloc())"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt(3) is glibc's")
+def test_tune_malloc_applies_on_glibc_unless_the_user_set_malloc_env():
+    base = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(__import__("pathlib").Path(__file__).resolve().parent.parent)}
+    assert _tune_malloc_in_child(base) == "True"
+    assert _tune_malloc_in_child({**base, "MALLOC_TRIM_THRESHOLD_": "131072"}) == "False"
+
+
+def test_garbage_collection_every_n_steps_and_restored():
+    collected = []
+
+    def on_gc(phase, info):
+        if phase == "stop":
+            collected.append(info["generation"])
+
+    assert gc.isenabled()
+    gc.callbacks.append(on_gc)
+    try:
+        with GarbageCollection(every=3) as collector:
+            assert not gc.isenabled() and gc.get_freeze_count() > 0
+            collected.clear()
+            for step in range(1, 8):
+                collector.step(step)
+            assert collected == [1, 1]  # steps 3 and 6, generation 1
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        with GarbageCollection(every=0) as collector:
+            assert gc.isenabled()
+    finally:
+        gc.callbacks.remove(on_gc)
