@@ -80,6 +80,7 @@ def test_bad_yaml_config(tmp_path, text, match):
     ({"schedule": "pipedream"}, "unknown 'pipedream'"),
     ({"model": "huge"}, "unknown preset 'huge'"),
     ({"gc_every": -1}, "gc_every: must be >= 0 steps"),
+    ({"ffn_dim": 130}, "ffn_dim=130 is not divisible by n_heads=4; set --ffn-dim to a multiple of 4, e.g. 132"),
 ])
 def test_preflight_errors(overrides, match):
     errors = check(Config(**{"model": "tiny", **overrides}))

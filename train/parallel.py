@@ -17,23 +17,17 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, distribute_tensor
-from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, parallelize_module
-from torch.distributed.tensor.placement_types import Replicate
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 # Source: Shoeybi et al., "Megatron-LM" (2019), section 3; torch.distributed.tensor.parallel.
-# The block input enters attention and the MLP as one replicated DTensor, so the input-gradients
-# of wq/wk/wv (and of w1/w3) add up as Partial and are all-reduced once, not once per Linear.
-_REPLICATED_INPUT = PrepareModuleInput(input_layouts=(Replicate(),), desired_input_layouts=(Replicate(),),
-                                       use_local_output=False)
+# The fused projections of train/model.py (wqkv, w13; their rows grouped by head so that a shard
+# is whole groups) make each branch one column-parallel then one row-parallel Linear: one
+# all-reduce in forward (the row-parallel output) and one in backward (the block input's grad).
+# Fusing q/k/v and w1/w3 took 7 DTensor Linears a block to 4 (the gain is in BENCHMARKS.md).
 TP_PLAN = {
-    "attention": _REPLICATED_INPUT,
-    "attention.wq": ColwiseParallel(),
-    "attention.wk": ColwiseParallel(),
-    "attention.wv": ColwiseParallel(),
+    "attention.wqkv": ColwiseParallel(),
     "attention.wo": RowwiseParallel(),
-    "feed_forward": _REPLICATED_INPUT,
-    "feed_forward.w1": ColwiseParallel(),
-    "feed_forward.w3": ColwiseParallel(),
+    "feed_forward.w13": ColwiseParallel(),
     "feed_forward.w2": RowwiseParallel(),
 }
 SEED_TP_PLAN = {

@@ -60,7 +60,10 @@ def check(cfg: Config, world_size: int | None = None) -> list[str]:
                           f"or set --n-heads to a multiple of {tp}")
         if args.dim % args.n_heads:
             errors.append(f"model: dim={args.dim} is not divisible by n_heads={args.n_heads}; change --dim or --n-heads")
-    if args.ffn_dim % tp:
+        if args.ffn_dim % args.n_heads:  # the fused w13 is grouped by head (train/model.py FeedForward)
+            errors.append(f"model: ffn_dim={args.ffn_dim} is not divisible by n_heads={args.n_heads}; set --ffn-dim to "
+                          f"a multiple of {args.n_heads}, e.g. {-(-args.ffn_dim // args.n_heads) * args.n_heads}")
+    elif args.ffn_dim % tp:
         errors.append(f"model: ffn_dim={args.ffn_dim} is not divisible by tp={tp}; set --ffn-dim to a multiple of {tp}")
     n_stages = pp * cfg.local_stages
     if args.n_layers < n_stages:
