@@ -21,6 +21,10 @@ for arg in "$@"; do
     *) echo "build.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
+docker info >/dev/null 2>&1 || {
+  echo "build.sh: no Docker engine answers (docker info failed); start one first: sudo bash .ci/docker-up.sh" >&2
+  exit 1
+}
 t0=$(date +%s)
 say() { echo "[build.sh +$(( $(date +%s) - t0 ))s] $*"; }
 
@@ -37,8 +41,9 @@ say "base image: $base"
 # --- (a) offline base: minimal Debian bookworm rootfs with python3 + venv, imported ------
 build_local_base() {
   command -v debootstrap >/dev/null || { echo "need debootstrap: apt-get install -y debootstrap" >&2; exit 1; }
-  local root; root=$(mktemp -d /tmp/simcluster-rootfs.XXXXXX)
-  trap 'rm -rf "$root"' EXIT
+  ROOTFS=$(mktemp -d /tmp/simcluster-rootfs.XXXXXX)  # global: the EXIT trap runs after this function returns
+  local root=$ROOTFS
+  trap 'rm -rf "$ROOTFS"' EXIT
   say "debootstrap bookworm into $root (a few minutes)"
   debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,passwd \
     bookworm "$root" http://deb.debian.org/debian
