@@ -34,27 +34,22 @@ def run_reference(cfg: Config, run_dir: str | None = None) -> list[dict]:
     records = []
     with GarbageCollection(cfg.gc_every) as collector:
         for step in range(1, cfg.steps + 1):
-            records.append(_step(cfg, step, model, params, opt, sched, batches, writer))
+            t0 = time.perf_counter()
+            lr = sched.get_last_lr()[0]
+            inputs, targets = batches.train(step)
+            loss = loss_fn(model(inputs), targets)
+            loss.backward()
+            norm = clip_grad_norm_(params, cfg.max_norm, ranks_per_stage=1)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            sched.step()
+            dt = time.perf_counter() - t0
+            rec = {"step": step, "loss": float(loss.detach()), "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
+                   "tokens_per_s": cfg.tokens_per_step / dt, "rss_mb": [peak_rss_mb()]}
+            writer.write(rec)
+            records.append(rec)
             collector.step(step)
     return records
-
-
-def _step(cfg: Config, step: int, model, params, opt, sched, batches: Batches, writer: MetricsWriter) -> dict:
-    """One optimizer step of the reference run; returns (and writes) its record."""
-    t0 = time.perf_counter()
-    lr = sched.get_last_lr()[0]
-    inputs, targets = batches.train(step)
-    loss = loss_fn(model(inputs), targets)
-    loss.backward()
-    norm = clip_grad_norm_(params, cfg.max_norm, ranks_per_stage=1)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    sched.step()
-    dt = time.perf_counter() - t0
-    rec = {"step": step, "loss": float(loss.detach()), "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
-           "tokens_per_s": cfg.tokens_per_step / dt, "rss_mb": [peak_rss_mb()]}
-    writer.write(rec)
-    return rec
 
 
 def main(argv: list[str] | None = None) -> int:

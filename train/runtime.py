@@ -37,7 +37,8 @@ def tune_malloc() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):  # not glibc (macOS, musl without mallopt)
         return False
-    return all(mallopt(param, value) == 1 for param, value in MALLOC_SETTINGS.items())
+    applied = [mallopt(param, value) == 1 for param, value in MALLOC_SETTINGS.items()]  # each one, even after a refusal
+    return all(applied)
 
 
 class GarbageCollection:
