@@ -141,6 +141,7 @@ def test_2x2x2_losses_match_the_single_process_reference(cluster_2x2x2):
     """Every step once, loss falls, and each step's loss is the reference's within 1e-4 relative."""
     torch = need_torch()
     from train.config import Config
+    from train.preflight import preflight
     from train.reference import run_reference
 
     c = cluster_2x2x2
@@ -150,13 +151,14 @@ def test_2x2x2_losses_match_the_single_process_reference(cluster_2x2x2):
     losses = [r["loss"] for r in rows]
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 and losses[-1] < 5.0, losses
 
-    cfg = Config(mesh="2x2x2", model="tiny", steps=20, data=str(DATA), run_dir=str(c.run_dir / "ref")).resolved()
+    run = preflight(Config(mesh="2x2x2", model="tiny", steps=20, data=str(DATA), run_dir=str(c.run_dir / "ref")))
+    cfg = run.config
     ran = yaml.safe_load((c.run_dir / "config.yaml").read_text())  # the resolved config rank 0 ran
     for field in ("model", "steps", "seed", "global_batch", "seq_len", "microbatches", "lr", "warmup_steps"):
         assert ran[field] == getattr(cfg, field), field
     assert Path(ran["data"]).name == DATA.name
     torch.set_num_threads(1)
-    ref = [r["loss"] for r in run_reference(cfg)]
+    ref = [r["loss"] for r in run_reference(run)]
     bad = [(i + 1, m, r) for i, (m, r) in enumerate(zip(losses, ref)) if abs(m - r) > 1e-4 * abs(r)]
     assert not bad, f"steps (step, mesh loss, reference loss) off by > 1e-4 relative: {bad}"
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from train.cli import add_config_args, config_from_args
-from train.config import PRESETS, Config, ConfigError, MeshSpec, parse_mesh
+from train.config import PRESETS, Config, ConfigError, MeshSpec, parse_mesh, resolve
 from train.data import dp_shard, lm_batch, load_corpus, seed_batch, train_val_split
 from train.model import build_model, loss_fn, prune_to_stage
 from train.optim import kernel_flags
@@ -57,7 +57,8 @@ def test_yaml_and_flag_overrides(tmp_path):
     add_config_args(parser)
     cfg = config_from_args(parser.parse_args(["--config", str(path), "--steps", "9", "--mesh", "pp=2,dp=1,tp=1"]))
     assert (cfg.steps, cfg.model, cfg.lr, cfg.mesh) == (9, "tiny", 0.01, "pp=2,dp=1,tp=1")
-    assert cfg.resolved().mesh == "2x1x1" and cfg.resolved().seq_len == 64
+    run = resolve(cfg)
+    assert run.config.mesh == "2x1x1" and run.config.seq_len == 64 and run.mesh == MeshSpec(2, 1, 1)
 
 
 @pytest.mark.parametrize("text,match", [("stepz: 3\n", "unknown field"), ("steps: many\n", "steps must be int"),
@@ -163,11 +164,11 @@ def test_stage_pruning_keeps_fqns():
 @pytest.mark.parametrize("model,mesh,microbatches", [("tiny", "2x2x1", 2), ("small", "4x1x2", 4), ("seed", "2x1x1", 2)])
 def test_stage_io_matches_a_meta_forward(model, mesh, microbatches):
     """The static shapes given to PipelineStage are what each stage really takes and returns."""
-    cfg = Config(mesh=mesh, model=model, microbatches=microbatches).resolved()
-    args, pp, dp = cfg.model_args(), cfg.mesh_spec().pp, cfg.mesh_spec().dp
+    run = resolve(Config(mesh=mesh, model=model, microbatches=microbatches))
+    cfg, args, pp, dp = run.config, run.model, run.mesh.pp, run.mesh.dp
     layers = split_layers(args.n_layers, pp)
     for s in range(pp):
-        inp, out = stage_io(cfg, s, pp)
+        inp, out = stage_io(run, s, pp)
         with torch.device("meta"):
             stage = prune_to_stage(build_model(args), layers[s], is_first=s == 0, is_last=s == pp - 1)
             real = stage(inp)

@@ -111,10 +111,12 @@ PRESET_DATA = {"tiny": {"seq_len": 64, "global_batch": 16}, "small": {"seq_len":
                "seed": {"seq_len": 1, "global_batch": 32}}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
-    """Every option of a run. YAML keys and ``--flag`` names are these field names
-    (``--flag-name`` for ``flag_name``); the docstring after each field documents it."""
+    """Every option of a run as the user gave it. YAML keys and ``--flag`` names are these field
+    names (``--flag-name`` for ``flag_name``); the docstring after each field documents it.
+    Derived facts (the parsed mesh, model shape, microbatches, stages) live in ``TrainRun``,
+    made once by ``resolve`` (through ``train.preflight.preflight``)."""
 
     mesh: str = "1x1x1"
     """pp x dp x tp, e.g. 2x2x2 or pp=2,dp=2,tp=2; world size must equal pp*dp*tp."""
@@ -162,8 +164,8 @@ class Config:
     """global batches per validation."""
     log_every: int = 1
     """log line every N steps (metrics.jsonl gets every step)."""
-    run_dir: str = "runs/local"
-    """folder for config.yaml, metrics.jsonl and checkpoints."""
+    run_dir: str | None = None
+    """folder for config.yaml, metrics.jsonl and checkpoints (default: runs/mesh-PPxDPxTP, see default_run_dir)."""
     timeout_s: float = 60.0
     """process-group and pipeline timeout (s): a lost, frozen or cut-off peer ends the job after this."""
     threads: int = 0
@@ -181,38 +183,72 @@ class Config:
     rank_metrics: int = 0
     """1: every rank also writes RUN_DIR/ranks/rank-R.jsonl (input checksum, local losses, grad norm), bit-exact."""
 
-    def mesh_spec(self) -> MeshSpec:
-        return parse_mesh(self.mesh)
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
-    def model_args(self) -> ModelArgs:
-        if self.model not in PRESETS:
-            raise ConfigError(f"model: unknown preset {self.model!r}; choose one of {', '.join(PRESETS)}")
-        overrides = {k: getattr(self, k) for k in ("dim", "n_layers", "n_heads", "ffn_dim") if getattr(self, k)}
-        return dataclasses.replace(PRESETS[self.model], **overrides)
 
-    def resolved(self) -> "Config":
-        """A copy with preset data defaults filled in and the mesh normalised."""
-        extra = {k: v for k, v in PRESET_DATA.get(self.model, {}).items() if getattr(self, k) is None}
-        if not self.microbatches and self.schedule in SCHEDULES:
-            extra["microbatches"] = self.mesh_spec().pp * self.local_stages
-        return dataclasses.replace(self, mesh=str(self.mesh_spec()), **extra)
+def default_run_dir(mesh: MeshSpec) -> str:
+    """The one default run folder of a mesh, for every entry point (``python -m train``, torchrun,
+    ``launcher generate`` and ``launcher up``): ``runs/mesh-PPxDPxTP``. An explicit run_dir wins."""
+    return f"runs/mesh-{mesh}"
+
+
+@dataclass(frozen=True)
+class TrainRun:
+    """A run resolved once from a Config: what every rank and the launcher read, never re-derived.
+
+    config: the user's options with the preset's data defaults (seq_len, global_batch), the
+        default microbatches, the normalised mesh text and the run folder filled in
+        (what RUN_DIR/config.yaml holds).
+    mesh: the parsed (pp, dp, tp) mesh.
+    model: the model shape: the preset with --dim/--n-layers/--n-heads/--ffn-dim applied.
+    layout: stage placement of the schedule: "single", "loop" (round-robin) or "v".
+    local_stages: pipeline stages held by each pp rank.
+    """
+
+    config: Config
+    mesh: MeshSpec
+    model: ModelArgs
+    layout: str
+    local_stages: int
+
+    @property
+    def n_stages(self) -> int:
+        """Pipeline stages in all: pp x local_stages."""
+        return self.mesh.pp * self.local_stages
+
+    @property
+    def microbatch_size(self) -> int:
+        """Sequences per microbatch on one dp rank: global_batch / dp / microbatches."""
+        return self.config.global_batch // self.mesh.dp // self.config.microbatches
 
     @property
     def tokens_per_step(self) -> int:
-        """Tokens of one global batch (samples for the seed model, which has no sequence); resolved configs only."""
-        return self.global_batch * (self.seq_len if self.model_args().kind == "llama" else 1)
+        """Tokens of one global batch (samples for the seed model, which has no sequence)."""
+        return self.config.global_batch * (self.config.seq_len if self.model.kind == "llama" else 1)
 
-    @property
-    def layout(self) -> str:
-        return SCHEDULES[self.schedule][1]
 
-    @property
-    def local_stages(self) -> int:
-        """Pipeline stages held by each pp rank."""
-        return {"single": 1, "loop": self.stages_per_rank, "v": 2}[self.layout]
+def resolve(cfg: Config) -> TrainRun:
+    """Parse the mesh (once) and fill every default of cfg; no other check (see preflight).
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    Raises:
+        ConfigError: the mesh, model preset or schedule cannot be read, naming the field.
+    """
+    mesh = parse_mesh(cfg.mesh)
+    if cfg.model not in PRESETS:
+        raise ConfigError(f"model: unknown preset {cfg.model!r}; choose one of {', '.join(PRESETS)}")
+    if cfg.schedule not in SCHEDULES:
+        raise ConfigError(f"schedule: unknown {cfg.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+    layout = SCHEDULES[cfg.schedule][1]
+    local_stages = {"single": 1, "loop": cfg.stages_per_rank, "v": 2}[layout]
+    filled = {k: v for k, v in PRESET_DATA[cfg.model].items() if getattr(cfg, k) is None}
+    if not cfg.microbatches:
+        filled["microbatches"] = mesh.pp * local_stages
+    if cfg.run_dir is None:
+        filled["run_dir"] = default_run_dir(mesh)
+    overrides = {k: getattr(cfg, k) for k in ("dim", "n_layers", "n_heads", "ffn_dim") if getattr(cfg, k)}
+    model = dataclasses.replace(PRESETS[cfg.model], **overrides)
+    return TrainRun(dataclasses.replace(cfg, mesh=str(mesh), **filled), mesh, model, layout, local_stages)
 
 
 def field_docs() -> dict[str, str]:

@@ -60,14 +60,15 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, k) is None and not args.config:
             setattr(args, k, v)
     try:
-        cfg = preflight(config_from_args(args))
+        run = preflight(config_from_args(args))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     run_dir = args.run_dir or tempfile.mkdtemp(prefix="parity-")
     mesh_dir = os.path.join(run_dir, "mesh")
+    cfg = run.config
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in cfg.to_dict().items() if v is not None and k != "run_dir"]
-    cmd = torchrun_cmd(cfg.mesh_spec().world_size, [*flags, f"--run-dir={mesh_dir}"])
+    cmd = torchrun_cmd(run.mesh.world_size, [*flags, f"--run-dir={mesh_dir}"])
     print(f"[parity] mesh {cfg.mesh} schedule {cfg.schedule} microbatches {cfg.microbatches}: {' '.join(cmd[1:])}",
           flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     from train.reference import run_reference
 
     torch.set_num_threads(1)
-    rows = compare(read_metrics(mesh_dir), run_reference(cfg, os.path.join(run_dir, "reference")))
+    rows = compare(read_metrics(mesh_dir), run_reference(run, os.path.join(run_dir, "reference")))
     print(f"{'step':>5} {'loss':>12} {'ref_loss':>12} {'rel_diff':>9} {'grad_norm':>11} {'ref_norm':>11} {'rel_diff':>9}")
     for r in rows:
         print(f"{r['step']:>5} {r['loss']:>12.7f} {r['ref_loss']:>12.7f} {r['rel_loss']:>9.1e} "

@@ -18,7 +18,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage
 
-from train.config import SCHEDULES, Config
+from train.config import SCHEDULES, TrainRun
 from train.model import build_model, prune_to_stage
 from train.split import split_layers, stage_ids
 
@@ -55,16 +55,14 @@ class Pipeline:
         return losses
 
 
-def build_stage_modules(cfg: Config, pp_rank: int, parallelize: Callable[[nn.Module], nn.Module]) -> tuple[list[nn.Module], list[int], int]:
+def build_stage_modules(run: TrainRun, pp_rank: int, parallelize: Callable[[nn.Module], nn.Module]) -> tuple[list[nn.Module], list[int], int]:
     """Meta-device stage modules for this pp rank, each passed through ``parallelize``.
 
     Returns (modules, stage ids, total stages).
     """
-    mesh = cfg.mesh_spec()
-    args = cfg.model_args()
-    n_stages = mesh.pp * cfg.local_stages
+    args, n_stages = run.model, run.n_stages
     layers = split_layers(args.n_layers, n_stages)
-    ids = stage_ids(pp_rank, mesh.pp, cfg.local_stages, cfg.layout)
+    ids = stage_ids(pp_rank, run.mesh.pp, run.local_stages, run.layout)
     modules = []
     for s in ids:
         with torch.device("meta"):
@@ -74,7 +72,7 @@ def build_stage_modules(cfg: Config, pp_rank: int, parallelize: Callable[[nn.Mod
     return modules, ids, n_stages
 
 
-def stage_io(cfg: Config, stage: int, n_stages: int) -> tuple[torch.Tensor, torch.Tensor]:
+def stage_io(run: TrainRun, stage: int, n_stages: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Meta tensors shaped like one microbatch's input and output of ``stage`` (pure).
 
     LM: stage 0 takes tokens (mb, seq) int64, later stages hidden states (mb, seq, dim) float32
@@ -85,20 +83,19 @@ def stage_io(cfg: Config, stage: int, n_stages: int) -> tuple[torch.Tensor, torc
     forward and backward of every stage through DTensor plus metadata messages): stage I/O are
     plain tensors, so torch 2.13 runs in its STATIC mode.
     """
-    args = cfg.model_args()
-    mb = cfg.global_batch // cfg.mesh_spec().dp // cfg.microbatches
+    args, mb = run.model, run.microbatch_size
     if args.kind == "seed":
         prefix = (mb,)
         first = torch.empty(mb, args.dim, device="meta")
     else:
-        prefix = (mb, cfg.seq_len)
+        prefix = (mb, run.config.seq_len)
         first = torch.empty(*prefix, dtype=torch.int64, device="meta")
     hidden = torch.empty(*prefix, args.dim, device="meta", requires_grad=True)
     last = torch.empty(*prefix, args.vocab_size, device="meta", requires_grad=True)
     return (first if stage == 0 else hidden), (last if stage == n_stages - 1 else hidden)
 
 
-def apply_pp(modules: list[nn.Module], ids: list[int], n_stages: int, pp_mesh: DeviceMesh, cfg: Config,
+def apply_pp(modules: list[nn.Module], ids: list[int], n_stages: int, pp_mesh: DeviceMesh, run: TrainRun,
              loss_fn: Callable) -> Pipeline:
     """Wrap materialized stage modules into PipelineStages (with static I/O shapes, see
     ``stage_io``) and the configured schedule."""
@@ -106,11 +103,9 @@ def apply_pp(modules: list[nn.Module], ids: list[int], n_stages: int, pp_mesh: D
     device = torch.device("cpu")
     stages = []
     for m, s in zip(modules, ids):
-        inp, out = stage_io(cfg, s, n_stages)
+        inp, out = stage_io(run, s, n_stages)
         stages.append(PipelineStage(m, s, n_stages, device, input_args=inp, output_args=out, group=group))
-    cls = getattr(schedules, SCHEDULES[cfg.schedule][0])
-    if cfg.layout == "single":
-        schedule = cls(stages[0], n_microbatches=cfg.microbatches, loss_fn=loss_fn)
-    else:
-        schedule = cls(stages, n_microbatches=cfg.microbatches, loss_fn=loss_fn)
+    cls = getattr(schedules, SCHEDULES[run.config.schedule][0])
+    n = run.config.microbatches
+    schedule = cls(stages[0] if run.layout == "single" else stages, n_microbatches=n, loss_fn=loss_fn)
     return Pipeline(modules, ids, schedule, has_first=0 in ids, has_last=n_stages - 1 in ids)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from train.config import SCHEDULES, Config, ConfigError, PRESETS
+from train.config import SCHEDULES, Config, ConfigError, TrainRun, resolve
 
 
 def data_files(path: str) -> list[str]:
@@ -38,17 +38,16 @@ def data_files(path: str) -> list[str]:
 
 def check(cfg: Config, world_size: int | None = None) -> list[str]:
     """All problems of a config, each naming the field, the numbers and a fix. Empty when fine."""
-    errors: list[str] = []
     try:
-        mesh = cfg.mesh_spec()
+        return check_run(resolve(cfg), world_size)
     except ConfigError as e:
         return [str(e)]
-    if cfg.schedule not in SCHEDULES:
-        return [f"schedule: unknown {cfg.schedule!r}; choose one of {', '.join(SCHEDULES)}"]
-    if cfg.model not in PRESETS:
-        return [f"model: unknown preset {cfg.model!r}; choose one of {', '.join(PRESETS)}"]
-    cfg = cfg.resolved()
-    args = cfg.model_args()
+
+
+def check_run(run: TrainRun, world_size: int | None = None) -> list[str]:
+    """All problems of a resolved run, each naming the field, the numbers and a fix. Empty when fine."""
+    errors: list[str] = []
+    cfg, mesh, args = run.config, run.mesh, run.model
     pp, dp, tp = mesh.pp, mesh.dp, mesh.tp
     if world_size is not None and world_size != mesh.world_size:
         errors.append(f"mesh: world size {world_size} != pp*dp*tp = {pp}*{dp}*{tp} = {mesh.world_size}; "
@@ -65,9 +64,9 @@ def check(cfg: Config, world_size: int | None = None) -> list[str]:
                           f"a multiple of {args.n_heads}, e.g. {-(-args.ffn_dim // args.n_heads) * args.n_heads}")
     elif args.ffn_dim % tp:
         errors.append(f"model: ffn_dim={args.ffn_dim} is not divisible by tp={tp}; set --ffn-dim to a multiple of {tp}")
-    n_stages = pp * cfg.local_stages
+    n_stages = run.n_stages
     if args.n_layers < n_stages:
-        errors.append(f"model: n_layers={args.n_layers} < pipeline stages = pp*stages_per_rank = {pp}*{cfg.local_stages}"
+        errors.append(f"model: n_layers={args.n_layers} < pipeline stages = pp*stages_per_rank = {pp}*{run.local_stages}"
                       f" = {n_stages}; use more layers (--n-layers {n_stages}) or a smaller pp")
     for name in ("steps", "microbatches", "global_batch", "seq_len", "stages_per_rank"):
         if getattr(cfg, name) < 1:
@@ -82,7 +81,7 @@ def check(cfg: Config, world_size: int | None = None) -> list[str]:
     if cls in ("Schedule1F1B", "ScheduleDualPipeV") and cfg.microbatches < n_stages and pp > 1:
         errors.append(f"microbatches={cfg.microbatches} < pipeline stages={n_stages}, which {cfg.schedule} needs; "
                       f"use --microbatches {n_stages} or more")
-    if cfg.layout == "loop" and pp > 1:
+    if run.layout == "loop" and pp > 1:
         rounds = max(1, cfg.microbatches // pp)
         if cfg.microbatches % rounds:
             errors.append(f"microbatches={cfg.microbatches} must be a multiple of its rounds = microbatches // pp = {rounds}"
@@ -110,13 +109,17 @@ def check(cfg: Config, world_size: int | None = None) -> list[str]:
     return errors
 
 
-def preflight(cfg: Config, world_size: int | None = None) -> Config:
-    """Validate a config; returns it resolved (preset defaults filled in).
+def preflight(cfg: Config, world_size: int | None = None) -> TrainRun:
+    """Validate a config and resolve it, once: the TrainRun every later step reads.
 
     Raises:
         ConfigError: every problem found, one per line.
     """
-    errors = check(cfg, world_size)
+    try:
+        run = resolve(cfg)
+    except ConfigError as e:
+        raise ConfigError(f"preflight failed:\n  {e}") from None
+    errors = check_run(run, world_size)
     if errors:
         raise ConfigError("preflight failed:\n  " + "\n  ".join(errors))
-    return cfg.resolved()
+    return run

@@ -13,18 +13,19 @@ import torch
 
 from train.cli import add_config_args, config_from_args, save_config
 from train.clip import clip_grad_norm_
-from train.config import Config, ConfigError
+from train.config import ConfigError, TrainRun
 from train.data import Batches
 from train.metrics import MetricsWriter, peak_rss_mb, step_line
 from train.model import build_model, loss_fn
 from train.optim import build_optimizer
 from train.parallel import init_weights
+from train.preflight import preflight
 from train.runtime import GarbageCollection, tune_malloc
 
 
-def run_reference(cfg: Config, run_dir: str | None = None) -> list[dict]:
-    """Train ``cfg`` (mesh ignored) in this process; returns per-step records like a mesh run's."""
-    args = cfg.model_args()
+def run_reference(run: TrainRun, run_dir: str | None = None) -> list[dict]:
+    """Train ``run`` (mesh ignored) in this process; returns per-step records like a mesh run's."""
+    cfg, args = run.config, run.model
     model = build_model(args)
     init_weights(model, cfg.seed, args.n_layers)
     opt, sched = build_optimizer(model, cfg)
@@ -45,7 +46,7 @@ def run_reference(cfg: Config, run_dir: str | None = None) -> list[dict]:
             sched.step()
             dt = time.perf_counter() - t0
             rec = {"step": step, "loss": float(loss.detach()), "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
-                   "tokens_per_s": cfg.tokens_per_step / dt, "rss_mb": [peak_rss_mb()]}
+                   "tokens_per_s": run.tokens_per_step / dt, "rss_mb": [peak_rss_mb()]}
             writer.write(rec)
             records.append(rec)
             collector.step(step)
@@ -57,14 +58,15 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_config_args(parser)
     try:
-        cfg = config_from_args(parser.parse_args(argv)).resolved()
+        run = preflight(config_from_args(parser.parse_args(argv)))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    cfg = run.config
     torch.set_num_threads(cfg.threads or 1)
     tune_malloc()
     save_config(cfg, cfg.run_dir)
-    for rec in run_reference(cfg, cfg.run_dir):
+    for rec in run_reference(run, cfg.run_dir):
         print(step_line(rec, cfg.steps), flush=True)
     return 0
 

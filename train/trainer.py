@@ -22,7 +22,7 @@ from train import checkpoint
 from train.checkpoint_paths import resolve_resume
 from train.cli import save_config
 from train.clip import clip_grad_norm_
-from train.config import Config
+from train.config import Config, TrainRun
 from train.data import Batches, dp_shard
 from train.metrics import MetricsWriter, peak_rss_mb, step_line
 from train.model import loss_fn
@@ -47,12 +47,12 @@ def init_distributed(cfg: Config) -> tuple[int, int, int]:
 
 
 class Trainer:
-    """One rank's part of a run. Build with a preflighted Config inside an initialized process group."""
+    """One rank's part of a run. Build with a preflighted TrainRun inside an initialized process group."""
 
-    def __init__(self, cfg: Config, rank: int, local_rank: int):
-        self.cfg, self.rank = cfg, rank
-        self.spec = cfg.mesh_spec()
-        self.args = cfg.model_args()
+    def __init__(self, job: TrainRun, rank: int, local_rank: int):
+        self.job, self.cfg, self.rank = job, job.config, rank
+        self.spec, self.args = job.mesh, job.model
+        cfg = self.cfg
         pp, dp, tp = self.spec.pp, self.spec.dp, self.spec.tp
         self.mesh = init_device_mesh("cpu", (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
         self.pp_rank, self.dp_rank, self.tp_rank = self.spec.coords(rank)
@@ -61,11 +61,11 @@ class Trainer:
             apply_tp(model, self.mesh["tp"])
             return apply_fsdp(model, self.mesh["dp"])
 
-        modules, ids, n_stages = build_stage_modules(cfg, self.pp_rank, parallelize)
+        modules, ids, n_stages = build_stage_modules(job, self.pp_rank, parallelize)
         for m in modules:
             m.to_empty(device="cpu")
             init_weights(m, cfg.seed, self.args.n_layers)
-        self.pipe = apply_pp(modules, ids, n_stages, self.mesh["pp"], cfg, loss_fn)
+        self.pipe = apply_pp(modules, ids, n_stages, self.mesh["pp"], job, loss_fn)
         self.params = [p for m in modules for p in m.parameters()]
         self.optims = [build_optimizer(m, cfg) for m in modules]  # (AdamW, LR schedule) per model part
         self.start_step = self._resume(cfg.resume) if cfg.resume else 0
@@ -126,7 +126,7 @@ class Trainer:
         loss, rss = float(stats[0]), stats[1:].tolist()
         dt = time.perf_counter() - t0
         return {"step": step, "loss": loss, "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
-                "tokens_per_s": self.cfg.tokens_per_step / dt, "rss_mb": rss}
+                "tokens_per_s": self.job.tokens_per_step / dt, "rss_mb": rss}
 
     @torch.no_grad()
     def validate(self) -> float:
@@ -173,8 +173,9 @@ class Trainer:
         return rec
 
 
-def run(cfg: Config) -> int:
-    """Run a preflighted config on this process's rank; returns the exit code."""
+def run(job: TrainRun) -> int:
+    """Run a preflighted TrainRun on this process's rank; returns the exit code."""
+    cfg = job.config
     torch.set_num_threads(cfg.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
     tune_malloc()
     rank, local_rank, _ = init_distributed(cfg)
@@ -183,7 +184,7 @@ def run(cfg: Config) -> int:
         if rank == 0:
             save_config(cfg, cfg.run_dir)
             print("[simcluster] config: " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items()), flush=True)
-        trainer = Trainer(cfg, rank, local_rank)
+        trainer = Trainer(job, rank, local_rank)
         trainer.fit()
     finally:
         try:
