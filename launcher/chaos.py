@@ -11,34 +11,28 @@ node's container and prints what it did (with the UNIX time, to measure detectio
     --pause       ``docker pause``: the container freezes (its processes stop, sockets stay open)
     --disconnect  ``docker network disconnect``: the container loses the cluster network
 The run should then end within the trainer's --timeout-s (default 60 s) with an error naming
-the node (see launcher/rendezvous.py). Exit 0 once the fault is applied; 1 if the run ended
+the node (see launcher/container/rendezvous.py). Exit 0 once the fault is applied; 1 if the run ended
 (or --wait-s ran out) before step N, or Docker refused.
 """
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from datetime import datetime
 
-from launcher.dockercli import LauncherError, Target, containers
+from launcher import engine
+from launcher.engine import LauncherError
 from launcher.progress import parse_step, split_rank
+from launcher.target import Target
 from train.config import ConfigError
 
 FAULTS = ("kill", "pause", "disconnect")
 
 
-def _inspect(cid: str) -> dict:
-    proc = subprocess.run(["docker", "inspect", cid], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise LauncherError(f"docker inspect {cid} failed: {proc.stderr.strip()}")
-    return json.loads(proc.stdout)[0]
-
-
-def _started_at(info: dict) -> float:
-    text = info["State"].get("StartedAt", "")
+def _started_at(container) -> float:
+    text = container.attrs["State"].get("StartedAt", "")
     try:
         return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00").timestamp()
     except ValueError:
@@ -61,11 +55,10 @@ def metrics_step(run_dir: str | None, since: float) -> int | None:
     return None
 
 
-def log_step(cid: str) -> int | None:
+def log_step(container) -> int | None:
     """The newest ``step N/M`` line of rank 0 in a container's log."""
-    proc = subprocess.run(["docker", "logs", "--tail", "300", cid], capture_output=True, text=True, errors="replace")
     step = None
-    for line in (proc.stdout + proc.stderr).splitlines():
+    for line in container.logs(tail=300).decode("utf-8", "replace").splitlines():
         rank, text = split_rank(line)
         parsed = parse_step(text) if rank == 0 else None
         if parsed:
@@ -83,26 +76,32 @@ def _find_target(run_dir, file, project, deadline: float) -> Target:
             time.sleep(1.0)
 
 
-def apply_fault(kind: str, cid: str) -> str:
-    """Apply the fault to a container; returns what was done (the docker commands)."""
-    if kind == "kill":
-        cmds = [["docker", "kill", cid]]
-    elif kind == "pause":
-        cmds = [["docker", "pause", cid]]
-    else:
-        nets = sorted((_inspect(cid).get("NetworkSettings") or {}).get("Networks") or {})
+def apply_fault(kind: str, container) -> str:
+    """Apply the fault to a container through the engine; returns what was done.
+
+    Raises:
+        LauncherError: the engine refused (e.g. the container is on no network).
+    """
+    try:
+        if kind == "kill":
+            container.kill()
+            return "kill"
+        if kind == "pause":
+            for attempt in range(5):  # runc's freeze can fail transiently ("unable to freeze") while a process forks
+                try:
+                    container.pause()
+                    break
+                except engine.docker.errors.APIError:
+                    if attempt == 4:
+                        raise
+                    time.sleep(0.3)
+            return "pause"
+        nets = engine.disconnect(container)
         if not nets:
-            raise LauncherError(f"container {cid} is on no network")
-        cmds = [["docker", "network", "disconnect", "-f", net, cid] for net in nets]
-    for cmd in cmds:
-        for attempt in range(5):  # runc's freeze can fail transiently ("unable to freeze") while a process forks
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode == 0 or kind != "pause":
-                break
-            time.sleep(0.3)
-        if proc.returncode != 0:
-            raise LauncherError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip()}")
-    return "; ".join(" ".join(c) for c in cmds)
+            raise LauncherError(f"container {container.short_id} is on no network")
+        return "network disconnect " + ", ".join(nets)
+    except engine.docker.errors.APIError as e:
+        raise LauncherError(f"{kind} of container {container.short_id} failed: {e.explanation or e}") from None
 
 
 def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: str | None = None,
@@ -110,28 +109,28 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
     """Wait for step at_step of the run, then apply ``kind`` to ``node``; returns the exit code."""
     deadline = time.monotonic() + wait_s
     target = _find_target(run_dir, file, project, deadline)
-    print(f"chaos: waiting for step {at_step} of project {target.project} (run folder {target.run_dir}) "
+    print(f"chaos: waiting for step {at_step} of project {target.project} (run folder {target.run_dir or '?'}) "
           f"to {kind} {node}", flush=True)
     ever_running = False
     while True:
-        state = containers(target.project)
-        victim, first = state.get(node), state.get(sorted(s for s in state if s.startswith("node-"))[0]) \
-            if any(s.startswith("node-") for s in state) else None
-        running = victim is not None and victim["state"] == "running"
-        if running:
+        found = engine.containers(target.project)
+        target = target.with_labels(found)
+        victim = found.get(node)
+        nodes = sorted(s for s in found if s.startswith("node-"))
+        first = found[nodes[0]] if nodes else None
+        if victim is not None and victim.status == "running":
             ever_running = True
-            info = _inspect(victim["id"])
-            step = metrics_step(target.run_dir, _started_at(info) - 1)
+            step = metrics_step(target.run_dir, _started_at(victim) - 1)
             source = "metrics.jsonl"
             if step is None and first is not None:
-                step, source = log_step(first["id"]), "the log of " + sorted(s for s in state if s.startswith("node-"))[0]
+                step, source = log_step(first), "the log of " + nodes[0]
             if step is not None and step >= at_step:
-                did = apply_fault(kind, victim["id"])
-                print(f"chaos: {kind} {node} (container {victim['id'][:12]}) at step {step} ({source}) "
+                did = apply_fault(kind, victim)
+                print(f"chaos: {kind} {node} (container {victim.short_id}) at step {step} ({source}) "
                       f"t={time.time():.3f}: {did}", flush=True)
                 return 0
-        elif ever_running or (victim is not None and victim["state"] in ("exited", "dead")):
-            print(f"chaos: {node} is {victim['state'] if victim else 'gone'} before step {at_step}; nothing done",
+        elif ever_running or (victim is not None and victim.status in ("exited", "dead")):
+            print(f"chaos: {node} is {victim.status if victim else 'gone'} before step {at_step}; nothing done",
                   file=sys.stderr, flush=True)
             return 1
         if time.monotonic() > deadline:

@@ -15,137 +15,90 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-from dataclasses import fields
-from typing import Callable
 import re
 import shlex
 import sys
-import tempfile
+from dataclasses import fields
 
-from launcher.compose import (NodeOptions, RDZV_BACKENDS, build_compose, default_compose_path, default_run_dir,
-                              render_yaml)
-from launcher.dockercli import ROOT, LauncherError
+from launcher.compose import default_compose_path, render
+from launcher.engine import LauncherError
+from launcher.files import ROOT, container_user, project_dir_for, repo_path, write_atomic
+from launcher.launch import RDZV_BACKENDS, Launch, NodeOptions, resolve_training
+from launcher.layout import JOIN_TIMEOUT_S
 from train.cli import add_config_args, config_from_args
-from train.config import Config, ConfigError, MeshSpec
-from train.preflight import preflight
+from train.config import Config, ConfigError
 
 EXIT_USAGE = 2
 
 
-def repo_path(path: str, root: str = ROOT) -> str:
-    """A user path (relative to the cwd) as the repo-relative POSIX path when inside the repo,
-    else absolute."""
-    full = os.path.abspath(path)
-    rel = os.path.relpath(full, root)
-    inside = rel != ".." and not rel.startswith(".." + os.sep) and not os.path.isabs(rel)
-    return rel.replace(os.sep, "/") if inside else full
-
-
-def project_dir_for(out_path: str, root: str = ROOT) -> str:
-    """Path from the folder of out_path to the repo root: "." , "..", "../.." or absolute."""
-    folder = os.path.dirname(os.path.abspath(out_path))
-    if repo_path(folder, root).startswith("/"):
-        return root
-    return os.path.relpath(root, folder).replace(os.sep, "/")
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write text to path via a temp file in the same folder + os.replace (no partial files)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def add_node_args(parser: argparse.ArgumentParser) -> None:
-    """Container options of every node (see launcher.compose.NodeOptions)."""
+    """Container options of every node (see launcher.launch.NodeOptions)."""
     g = parser.add_argument_group("node options")
     g.add_argument("--cpus-per-node", type=float, default=None, help="CPU limit per node container (default: none)")
     g.add_argument("--memory-per-node", default=None, help="memory limit per node container, e.g. 3g (default: none)")
     g.add_argument("--image", default=NodeOptions.image, help=f"trainer image (default {NodeOptions.image})")
     g.add_argument("--rdzv-backend", choices=RDZV_BACKENDS, default=NodeOptions.rdzv_backend,
-                   help="torchrun rendezvous backend (default c10d; see launcher/node.py)")
-    g.add_argument("--module", default=NodeOptions.module,
-                   help="module torchrun runs (default train; launcher.probe tests the wiring)")
+                   help="torchrun rendezvous backend (default c10d; see launcher/container/node.py)")
+    g.add_argument("--module", default="train",
+                   help="module torchrun runs (default train; launcher.container.probe tests the wiring)")
     g.add_argument("--mount-code", action="store_true",
                    help="bind-mount this checkout's train/ and launcher/ over /app (no image rebuild)")
-    g.add_argument("--join-timeout-s", type=float, default=None, metavar="S",
-                   help="every node must join the rendezvous within S seconds of its start, else the job "
-                        "ends naming the missing node (default 300)")
+    g.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S, metavar="S",
+                   help=f"every node must join the rendezvous within S seconds of its start, else the job "
+                        f"ends naming the missing node (default {JOIN_TIMEOUT_S:g})")
     g.add_argument("--torchrun", action="store_true",
                    help="start the ranks with stock torchrun, a fresh interpreter each (default: torchrun's "
                         "agent forking them after one import per node, ~10 s faster on 2 cores)")
+    g.add_argument("--user", default=None, metavar="UID:GID",
+                   help="user the containers run as (generate: 1000:1000, the image's; up: yours, or 1000:1000 "
+                        "when run as root)")
 
 
-def node_options(args: argparse.Namespace) -> NodeOptions:
-    return NodeOptions(cpus_per_node=args.cpus_per_node, memory_per_node=args.memory_per_node, image=args.image,
-                       rdzv_backend=args.rdzv_backend, module=args.module, mount_code=args.mount_code,
-                       join_timeout_s=args.join_timeout_s, torchrun=args.torchrun)
-
-
-def prepare(args: argparse.Namespace, run_default: Callable[[MeshSpec], str] = default_run_dir
-            ) -> tuple[Config, NodeOptions]:
-    """Config + NodeOptions from the flags, preflighted, with paths made repo-relative.
-    run_default(mesh) names the run folder when neither --run-dir nor --config sets one.
+def resolve(args: argparse.Namespace, user: str) -> tuple[Launch, str]:
+    """The edge: flags -> (Launch, the canonical ``launcher generate`` line of these options).
+    Paths the user typed are taken relative to the cwd and named repo-relative when inside the
+    repo, else absolute. One preflight, one mesh parse.
 
     Raises:
-        ConfigError: bad mesh, failed preflight, bad node options.
+        ConfigError: a bad mesh, config field, data path or node option.
     """
     cfg = config_from_args(args)
-    if cfg.data is not None:
-        cfg = dataclasses.replace(cfg, data=os.path.abspath(cfg.data))
-    preflight(cfg)  # data paths checked as the user gave them (cwd-relative)
-    cfg = dataclasses.replace(cfg, mesh=str(cfg.mesh_spec()))
-    if cfg.run_dir == Config().run_dir:
-        cfg = dataclasses.replace(cfg, run_dir=run_default(cfg.mesh_spec()))
-    cfg = dataclasses.replace(cfg, run_dir=repo_path(cfg.run_dir),
-                              data=repo_path(cfg.data) if cfg.data is not None else None)
-    node = node_options(args)
-    build_compose(cfg, node, ".")  # raises on bad node options
-    return cfg, node
+    paths = {k: os.path.abspath(getattr(cfg, k)) for k in ("data", "run_dir") if getattr(cfg, k) is not None}
+    cfg = dataclasses.replace(cfg, **paths)
+    node = NodeOptions(cpus_per_node=args.cpus_per_node, memory_per_node=args.memory_per_node, image=args.image,
+                       rdzv_backend=args.rdzv_backend, mount_code=args.mount_code,
+                       join_timeout_s=args.join_timeout_s, torchrun=args.torchrun, user=args.user or user)
+    launch = resolve_training(cfg, node, module=args.module, host_path=repo_path)
+    return launch, generate_command(cfg, args, launch)
 
 
-def regenerate_command(cfg: Config, node: NodeOptions, out: str | None) -> str:
-    """The canonical ``python -m launcher generate`` line for this cfg/node (and --out)."""
-    parts = ["python -m launcher generate", "--mesh", cfg.mesh]
+def generate_command(cfg: Config, args: argparse.Namespace, launch: Launch) -> str:
+    """``python -m launcher generate`` with every option the user set (paths as the compose
+    file names them), in a fixed order: the header line of a generated file."""
+    parts = ["python -m launcher generate"]
     defaults = Config()
     for f in fields(Config):
         value = getattr(cfg, f.name)
-        if f.name == "mesh" or value is None or value == getattr(defaults, f.name):
-            continue
-        if f.name == "run_dir" and value == default_run_dir(cfg.mesh_spec()):
-            continue
-        parts += ["--" + f.name.replace("_", "-"), shlex.quote(str(value))]
-    for f in fields(NodeOptions):
-        value = getattr(node, f.name)
-        if value != f.default and f.name != "rdzv_port":
-            flag = "--" + f.name.replace("_", "-")
+        if value is not None and value != getattr(defaults, f.name) or f.name == "mesh":
+            value = repo_path(value) if f.name in ("data", "run_dir") else launch.mesh if f.name == "mesh" else value
+            parts += ["--" + f.name.replace("_", "-"), shlex.quote(str(value))]
+    node_defaults = {"cpus_per_node": None, "memory_per_node": None, "image": NodeOptions.image,
+                     "rdzv_backend": NodeOptions.rdzv_backend, "module": "train", "mount_code": False,
+                     "join_timeout_s": JOIN_TIMEOUT_S, "torchrun": False, "user": None}
+    for name, default in node_defaults.items():
+        value = getattr(args, name)
+        if value != default:
+            flag = "--" + name.replace("_", "-")
             parts += [flag] if value is True else [flag, shlex.quote(str(value))]
-    if out is not None:
-        parts += ["--out", shlex.quote(out)]
+    if getattr(args, "out", None) is not None:
+        parts += ["--out", shlex.quote(repo_path(args.out))]
     return " ".join(parts)
 
 
-def compose_text(cfg: Config, node: NodeOptions, out_path: str) -> str:
-    """The YAML of cfg/node for a compose file written at out_path."""
-    out_rel = repo_path(out_path)
-    shown = None if out_rel == default_compose_path(cfg.mesh_spec()) else out_rel
-    doc = build_compose(cfg, node, project_dir_for(out_path))
-    return render_yaml(doc, regenerate_command(cfg, node, shown), compose_file=out_rel, run_dir=cfg.run_dir)
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
-    cfg, node = prepare(args)
-    out = args.out or os.path.join(ROOT, default_compose_path(cfg.mesh_spec()))
-    text = compose_text(cfg, node, out)
+    launch, command = resolve(args, user=NodeOptions.user)
+    out = args.out or os.path.join(ROOT, default_compose_path(launch))
+    text = render(launch, repo_path(out), project_dir_for(out), command)
     if args.stdout:
         sys.stdout.write(text)
     else:
@@ -234,27 +187,38 @@ def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -
     return out
 
 
+def cmd_up(args: argparse.Namespace) -> int:
+    from launcher import runner  # Docker side
+
+    launch, command = resolve(args, user=container_user())
+    if args.max_restarts < 0:
+        raise ConfigError(f"--max-restarts: must be >= 0, got {args.max_restarts}")
+    start_late = parse_start_late(args.start_late)
+    unknown = sorted(set(start_late) - set(launch.names))
+    if unknown:
+        raise ConfigError(f"--start-late: no node {', '.join(unknown)} in {launch.shape}; nodes are "
+                          f"{', '.join(launch.names)}")
+    return runner.up(launch, command, build=args.build, keep=args.keep, quiet=args.quiet,
+                     progress_every=args.progress_every, max_restarts=args.max_restarts, start_late=start_late)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(fix_negative_values(sys.argv[1:] if argv is None else argv))
     try:
         if args.command == "generate":
             return cmd_generate(args)
-        from launcher import runner  # subprocess/Docker side
-
         if args.command == "up":
-            cfg, node = prepare(args, run_default=runner.default_run_dir_up)
-            if args.max_restarts < 0:
-                raise ConfigError(f"--max-restarts: must be >= 0, got {args.max_restarts}")
-            return runner.up(cfg, node, compose_text, build=args.build, keep=args.keep, quiet=args.quiet,
-                             progress_every=args.progress_every, max_restarts=args.max_restarts,
-                             start_late=parse_start_late(args.start_late))
+            return cmd_up(args)
+        from launcher import runner
+        from launcher.target import Target
+
         if args.command == "chaos":
             from launcher.chaos import chaos
 
             kind = "kill" if args.kill else "pause" if args.pause else "disconnect"
             return chaos(kind, args.kill or args.pause or args.disconnect, args.at_step, args.run_dir, args.file,
                          args.project, wait_s=args.wait_s)
-        target = runner.Target.find(args.run_dir, args.file, args.project)
+        target = Target.find(args.run_dir, args.file, args.project)
         if args.command == "status":
             return runner.status(target)
         if args.command == "logs":

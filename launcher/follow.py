@@ -2,44 +2,46 @@
 
     python -m launcher up --mesh 2x2x2 --steps 20      # (used by launcher/runner.py's up)
 
-``Stream`` follows each container's log (``docker logs -f``, one thread per container) until
+``Stream`` follows each container's log (the SDK's log stream, one thread per container) until
 all have ended, prefixes each line ``node-K rR |``, prints a progress line from rank 0's step
 lines, checks each rank ran on the node its rank says, and records the rendezvous' LOST lines.
 ``Watch`` runs beside it about once a second: it starts late nodes when due (``--start-late``),
 kills the container of a node the rendezvous declared lost (unpausing a frozen one first), and
-once the rendezvous has exited kills whatever container of the run is still up.
+once the rendezvous has exited kills whatever container of the run is still up; it learns
+container states from the engine's event stream.
 """
 from __future__ import annotations
 
 import queue
-import subprocess
 import threading
 import time
 
-from launcher.compose import RDZV_HOST, node_names
-from launcher.dockercli import LauncherError, Target, compose, containers
+from launcher import engine
+from launcher.engine import compose
+from launcher.launch import Launch
+from launcher.layout import RDZV_HOST
 from launcher.progress import Progress, parse_done, parse_identity, parse_step, split_rank
-from train.config import MeshSpec
+from launcher.target import Target
 
 KILL_AFTER_RDZV_S = 3.0  # containers still up this long after the rendezvous exited are killed
 KILL_AFTER_NODES_S = 10.0  # a rendezvous still up this long after every node exited is killed
 
 
-def _pump(service: str, cid: str, out: queue.Queue) -> None:
-    proc = subprocess.Popen(["docker", "logs", "-f", cid], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace", bufsize=1)
-    for line in proc.stdout:
-        out.put((service, line.rstrip("\n")))
-    proc.wait()
+def _pump(service: str, container, out: queue.Queue) -> None:
+    try:
+        for line in engine.log_lines(container):
+            out.put((service, line))
+    except Exception as e:  # noqa: BLE001 - the container went away under the stream
+        out.put((service, f"(log stream ended: {e})"))
     out.put((service, None))
 
 
 class Stream:
     """Follows every container's log until all containers stopped; tracks progress and ranks."""
 
-    def __init__(self, mesh: MeshSpec, log_path: str, quiet: bool, progress_every: float):
-        self.mesh, self.quiet, self.every = mesh, quiet, progress_every
-        self.names = node_names(mesh.pp)
+    def __init__(self, launch: Launch, log_path: str, quiet: bool, progress_every: float):
+        self.launch, self.quiet, self.every = launch, quiet, progress_every
+        self.names = launch.names
         self.width = max(len(n) for n in self.names + [RDZV_HOST]) + 4
         self.progress = Progress()
         self.seen_ranks: dict[int, str] = {}
@@ -69,7 +71,7 @@ class Stream:
         if ident and rank is not None:
             r, host = ident
             self.seen_ranks[r] = service
-            k = r // self.mesh.ranks_per_node
+            k = r // self.launch.nproc_per_node
             if k >= len(self.names) or self.names[k] != service:
                 self.misplaced.append(f"rank {r} ran on {service} (host={host}), expected on node {k}")
         step = parse_step(text) if rank == 0 else None
@@ -86,17 +88,17 @@ class Stream:
                 self.last_progress = now
                 self.show(f"{'launcher':<{self.width}}| {self.progress.line()}")
 
-    def follow(self, ids: dict[str, str], watch: "Watch | None" = None) -> None:
+    def follow(self, found: dict, watch: "Watch | None" = None) -> None:
         """Show every container's log until all ended; ``watch.tick()`` runs about every second
-        and may start more containers (returned as service -> id) to follow too."""
+        and may start more containers (returned as service -> container) to follow too."""
         q: queue.Queue = queue.Queue()
 
-        def start(more: dict[str, str]) -> int:
-            for service, cid in more.items():
-                threading.Thread(target=_pump, args=(service, cid, q), daemon=True).start()
+        def start(more: dict) -> int:
+            for service, container in more.items():
+                threading.Thread(target=_pump, args=(service, container, q), daemon=True).start()
             return len(more)
 
-        open_streams = start(ids)
+        open_streams = start(found)
         last_tick = time.monotonic()
         while open_streams or (watch and watch.pending):
             try:
@@ -116,22 +118,26 @@ class Watch:
     """Runs during ``up``: starts late nodes when due, kills the container of a node the
     rendezvous declared lost (it is frozen or cut off, if not dead already), and once the
     rendezvous has exited kills every container of the run still up after KILL_AFTER_RDZV_S.
-    A frozen (paused) container is unpaused first: a paused one cannot be stopped."""
+    Container states come from the engine's event stream (engine.Events), not from polling."""
 
     def __init__(self, target: Target, late: dict[str, float]):
         self.target, self.t0 = target, time.monotonic()
         self.late = dict(late)  # service -> seconds after start
         self.rdzv_gone: float | None = None
         self.nodes_gone: float | None = None
-        self.last_poll = 0.0
+        self.events = engine.Events(target.project)
+        self.events.start()
+
+    def close(self) -> None:
+        self.events.close()
 
     @property
     def pending(self) -> int:
         return len(self.late)
 
-    def tick(self, stream: Stream) -> dict[str, str]:
+    def tick(self, stream: Stream) -> dict:
         now = time.monotonic()
-        started: dict[str, str] = {}
+        started: dict = {}
         named = {x.split()[0] for x in stream.lost}
         for service, delay in sorted(self.late.items()):
             if self.rdzv_gone is not None or service in named:
@@ -141,32 +147,27 @@ class Watch:
                 stream.show(f"{'launcher':<{stream.width}}| starting {service} {now - self.t0:.0f}s late (--start-late)")
                 compose(self.target.project, self.target.file, "up", "-d", "--no-deps", service, capture_output=True)
                 del self.late[service]
-                cid = containers(self.target.project).get(service, {}).get("id")
-                if cid:
-                    started[service] = cid
-        lost = {x.split()[0] for x in stream.lost} - set(stream.forced)
-        if now - self.last_poll < 2.0 and self.rdzv_gone is None and not lost:
-            return started
-        self.last_poll = now
-        try:
-            state = containers(self.target.project)
-        except LauncherError:
-            return started
-        rdzv = state.get(RDZV_HOST)
-        if rdzv and rdzv["state"] not in ("running", "paused", "created", "restarting"):
+                container = engine.containers(self.target.project).get(service)
+                if container is not None:
+                    started[service] = container
+        state = dict(self.events.state)
+        lost = named - set(stream.forced)
+        if state.get(RDZV_HOST) in ("exited", "removed"):
             self.rdzv_gone = self.rdzv_gone or now
-        nodes = [c for svc, c in state.items() if svc != RDZV_HOST]
-        if nodes and not self.late and all(c["state"] in ("exited", "dead") for c in nodes):
+        nodes = [st for svc, st in state.items() if svc != RDZV_HOST]
+        if nodes and not self.late and all(st in ("exited", "removed") for st in nodes):
             self.nodes_gone = self.nodes_gone or now  # the rendezvous itself may be the one frozen
         late_kill = (self.rdzv_gone is not None and now - self.rdzv_gone >= KILL_AFTER_RDZV_S) or \
             (self.nodes_gone is not None and now - self.nodes_gone >= KILL_AFTER_NODES_S)
-        for service, c in sorted(state.items()):
-            if c["state"] in ("running", "paused", "restarting") and (late_kill or service in lost):
+        victims = sorted(svc for svc, st in state.items()
+                         if st in ("running", "paused") and svc not in stream.forced and (late_kill or svc in lost))
+        if victims:
+            found = engine.containers(self.target.project)
+            for service in victims:
                 why = ("the rendezvous declared it lost" if service in lost else "the rendezvous ended"
                        if self.rdzv_gone is not None else "every node has exited")
-                stream.show(f"{'launcher':<{stream.width}}| {service} is {c['state']} but {why}; killing it")
+                stream.show(f"{'launcher':<{stream.width}}| {service} is {state[service]} but {why}; killing it")
                 stream.forced.append(service)
-                if c["state"] == "paused":
-                    subprocess.run(["docker", "unpause", c["id"]], capture_output=True)
-                subprocess.run(["docker", "kill", c["id"]], capture_output=True)
+                if service in found:
+                    engine.kill(found[service])
         return started

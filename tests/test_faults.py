@@ -56,10 +56,10 @@ def _free_port() -> int:
 def test_rendezvous_names_silent_and_missing_nodes():
     """No Docker: node 0 heartbeats, then goes silent (lost after 2 s); node 1 never joins (5 s)."""
     need_torch()
-    from launcher.node import Heartbeat
+    from launcher.container.node import Heartbeat
 
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "launcher.rendezvous", "--port", str(port), "--nnodes", "2",
+    server = subprocess.Popen([sys.executable, "-m", "launcher.container.rendezvous", "--port", str(port), "--nnodes", "2",
                                "--lost-after-s", "2", "--join-timeout-s", "5", "--grace-s", "1"], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     hb = Heartbeat(f"127.0.0.1:{port}", "node-0", 0, 2, interval=0.2)
@@ -77,21 +77,23 @@ def test_rendezvous_names_silent_and_missing_nodes():
     assert "rendezvous: FAILED: node-" in out
 
 
-def test_start_late_option_and_restart_config(tmp_path):
+def test_start_late_option_and_restart_launch(tmp_path):
     from launcher.cli import parse_start_late
-    from launcher.runner import restart_config
+    from launcher.launch import NodeOptions, resolve_training
+    from launcher.runner import restart_launch
     from train.config import Config, ConfigError
 
     assert parse_start_late(["node-1=20", "node-2=0.5"]) == {"node-1": 20.0, "node-2": 0.5}
     for bad in (["node-1"], ["=3"], ["node-1=-1"], ["node-1=x"]):
         with pytest.raises(ConfigError):
             parse_start_late(bad)
-    cfg = Config(mesh="2x1x1", run_dir=str(tmp_path / "run"))
-    assert restart_config(cfg, str(tmp_path / "run")) == cfg  # no checkpoint yet: start over
+    launch = resolve_training(Config(mesh="2x1x1", run_dir=str(tmp_path / "run")), NodeOptions())
+    assert restart_launch(launch, str(tmp_path / "run")) is launch  # no checkpoint yet: start over
     step = tmp_path / "run" / "checkpoints" / "step-000005"
     step.mkdir(parents=True)
     (step / ".metadata").write_text("")
-    assert restart_config(cfg, str(tmp_path / "run")).resume == "/runs/run/checkpoints"
+    argv = restart_launch(launch, str(tmp_path / "run")).argv
+    assert argv[-2:] == ("--resume", "/runs/run/checkpoints") and argv[:-2] == launch.argv
 
 
 class Up:

@@ -17,9 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.compose import (NodeOptions, build_compose, check_node_options, host_path, node_names, node_ranks,
-                              omp_threads, train_flags)
-from train.config import Config, ConfigError, MeshSpec
+from launcher.compose import build_compose, escape, host_path, omp_threads
+from launcher.launch import Launch, NodeOptions, check_node_options, resolve_training, train_flags
+from launcher.layout import node_names, node_ranks
+from train.config import Config, ConfigError, MeshSpec, parse_mesh
+
+
+def launch(cfg: Config, node: NodeOptions = NodeOptions(), module: str = "train") -> Launch:
+    return resolve_training(cfg, node, module)
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -92,7 +97,8 @@ def test_bad_node_options_exit_2(tmp_path):
 
 def test_launcher_is_torch_free(tmp_path):
     code = ("import sys; sys.modules['torch'] = None\n"
-            "import launcher.cli, launcher.runner, launcher.dockercli, launcher.progress, launcher.node, launcher.rendezvous\n"
+            "import launcher.cli, launcher.runner, launcher.engine, launcher.follow, launcher.chaos, launcher.progress\n"
+            "import launcher.container.node, launcher.container.rendezvous\n"
             f"sys.exit(launcher.cli.main(['generate', '--mesh', '2x2x2', '--out', {str(tmp_path / 'a.yml')!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -100,23 +106,25 @@ def test_launcher_is_torch_free(tmp_path):
 
 
 def test_node_ranks_and_commands():
-    mesh = MeshSpec(4, 1, 2)
-    assert [list(node_ranks(mesh, k)) for k in range(4)] == [[0, 1], [2, 3], [4, 5], [6, 7]]
-    assert list(node_ranks(MeshSpec(2, 2, 2), 1)) == [4, 5, 6, 7]
-    doc = build_compose(Config(mesh="4x1x2", run_dir="runs/r"), NodeOptions(), "..")
+    assert [list(node_ranks(k, 2)) for k in range(4)] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert list(node_ranks(1, MeshSpec(2, 2, 2).ranks_per_node)) == [4, 5, 6, 7]
+    doc = build_compose(launch(Config(mesh="4x1x2", run_dir="runs/r")), "..")
     for k, name in enumerate(node_names(4)):
         cmd = doc["services"][name]["command"]
-        assert cmd[:3] == ["python", "-m", "launcher.node"]
+        assert cmd[:3] == ["python", "-m", "launcher.container.node"]
         assert cmd[cmd.index("--node-rank") + 1] == str(k)
         assert cmd[cmd.index("--nproc-per-node") + 1] == "2"
         assert cmd[cmd.index("--nnodes") + 1] == "4"
         assert cmd[cmd.index("--rdzv-endpoint") + 1] == "rendezvous:29400"
         assert doc["services"][name]["hostname"] == name
         assert doc["services"][name]["depends_on"] == ["rendezvous"]
+        assert cmd[cmd.index("--lost-after-s") + 1] == "24.0"  # 0.4 x the trainer's default 60 s timeout
+        assert cmd[cmd.index("--run-dir") + 1] == "/runs/r"
     rdzv = doc["services"]["rendezvous"]["command"]
-    assert rdzv == ["python", "-m", "launcher.rendezvous", "--port", "29400", "--nnodes", "4"]
-    assert "--torchrun" not in cmd  # default: ranks forked by launcher.forkrun
-    stock = build_compose(Config(mesh="4x1x2", run_dir="runs/r"), NodeOptions(torchrun=True), "..")
+    assert rdzv == ["python", "-m", "launcher.container.rendezvous", "--port", "29400", "--nnodes", "4",
+                    "--lost-after-s", "24.0", "--join-timeout-s", "300.0"]
+    assert "--torchrun" not in cmd  # default: ranks forked by launcher.container.forkrun
+    stock = build_compose(launch(Config(mesh="4x1x2", run_dir="runs/r"), NodeOptions(torchrun=True)), "..")
     cmd = stock["services"]["node-3"]["command"]
     assert "--torchrun" in cmd[:cmd.index("--")]
 
@@ -131,15 +139,15 @@ def test_zero_padding_keeps_sorted_order(pp, first, last):
 
 
 def test_pp12_compose_services():
-    doc = build_compose(Config(mesh="12x1x1", model="tiny", n_layers=12, run_dir="runs/r"), NodeOptions(), ".")
+    doc = build_compose(launch(Config(mesh="12x1x1", model="tiny", n_layers=12, microbatches=12, global_batch=12, run_dir="runs/r")), ".")
     nodes = [s for s in doc["services"] if s != "rendezvous"]
     assert nodes == [f"node-{k:02d}" for k in range(12)]
     assert doc["services"]["node-11"]["command"][doc["services"]["node-11"]["command"].index("--node-rank") + 1] == "11"
 
 
 def test_security_fields_and_no_ports():
-    doc = build_compose(Config(mesh="2x2x2", data="/srv/corpus.txt", run_dir="runs/r"),
-                        NodeOptions(cpus_per_node=4, memory_per_node="3g", mount_code=True), "..")
+    doc = build_compose(launch(Config(mesh="2x2x2", run_dir="runs/r"),
+                               NodeOptions(cpus_per_node=4, memory_per_node="3g", mount_code=True)), "..")
     assert doc["networks"] == {"cluster": {"internal": True}}
     for name, svc in doc["services"].items():
         assert svc["user"] == "1000:1000"
@@ -156,26 +164,29 @@ def test_security_fields_and_no_ports():
 
 
 def test_mounts_and_train_flags():
-    cfg = Config(mesh="pp=2,dp=1,tp=2", model="tiny", steps=50, lr=0.01, data="data/corpus", run_dir="runs/x")
-    doc = build_compose(cfg, NodeOptions(), "..")
+    corpus = ROOT / "train"  # any folder of UTF-8 text inside the repo
+    cfg = Config(mesh="pp=2,dp=1,tp=2", model="tiny", steps=50, lr=0.01, data=str(corpus), run_dir="runs/x")
+    rel = lambda p: os.path.relpath(p, ROOT) if os.path.isabs(p) else p  # noqa: E731 - as the CLI's repo_path
+    doc = build_compose(resolve_training(cfg, NodeOptions(), host_path=rel), "..")
     node = doc["services"]["node-0"]
-    assert node["volumes"] == ["../runs/x:/runs/x:rw", "../data/corpus:/data/corpus:ro"]
+    assert node["volumes"] == ["../runs/x:/runs/x:rw", "../train:/data/train:ro"]
     flags = node["command"][node["command"].index("--") + 1:]
-    assert flags == ["--data", "/data/corpus", "--lr", "0.01", "--mesh", "2x1x2", "--model", "tiny",
+    assert flags == ["--data", "/data/train", "--lr", "0.01", "--mesh", "2x1x2", "--model", "tiny",
                      "--run-dir", "/runs/x", "--steps", "50"]
-    assert train_flags(cfg) == flags
+    assert list(train_flags(cfg, parse_mesh(cfg.mesh), "x", "train")) == flags
     env = node["environment"]
     assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["GLOO_SOCKET_IFNAME"], env["PYTHONUNBUFFERED"]) == \
         ("rendezvous", "29400", "eth0", "1")
-    outside = build_compose(Config(mesh="1x1x1", data="/abs/c.txt", run_dir="/abs/runs/y"), NodeOptions(), ".")
-    assert outside["services"]["node-0"]["volumes"] == ["/abs/runs/y:/runs/y:rw", "/abs/c.txt:/data/c.txt:ro"]
-    assert build_compose(Config(mesh="1x1x1", run_dir="r"), NodeOptions(), ".")["services"]["node-0"]["volumes"] \
+    outside = build_compose(launch(Config(mesh="1x1x1", data=str(corpus), run_dir="/abs/runs/y")), ".")
+    assert outside["services"]["node-0"]["volumes"] == ["/abs/runs/y:/runs/y:rw", f"{corpus}:/data/train:ro"]
+    assert build_compose(launch(Config(mesh="1x1x1", run_dir="r")), ".")["services"]["node-0"]["volumes"] \
         == ["./r:/runs/r:rw"]
 
 
 def test_no_data_mount_by_default_and_deterministic():
-    cfg = Config(mesh="2x2x2", run_dir="runs/mesh-2x2x2")
-    a, b = build_compose(cfg, NodeOptions(), ".."), build_compose(cfg, NodeOptions(), "..")
+    cfg = Config(mesh="2x2x2")
+    a, b = build_compose(launch(cfg), ".."), build_compose(launch(cfg), "..")
+    assert a["services"]["node-0"]["volumes"] == ["../runs/mesh-2x2x2:/runs/mesh-2x2x2:rw"]  # the one default
     assert a == b
     assert all(":/data/" not in v for v in a["services"]["node-0"]["volumes"])
     assert "--data" not in a["services"]["node-0"]["command"]
@@ -185,7 +196,8 @@ def test_helpers():
     assert omp_threads(None, 4) == 1 and omp_threads(8, 4) == 2 and omp_threads(1.5, 4) == 1 and omp_threads(6, 4) == 1
     assert host_path(".", "runs/a") == "./runs/a" and host_path("..", "runs/a") == "../runs/a"
     assert host_path("../..", "/x/y/") == "/x/y"
-    assert check_node_options(NodeOptions()) == []
-    assert check_node_options(NodeOptions(rdzv_backend="etcd", module="1bad"))  # two problems
+    assert check_node_options(NodeOptions(), "train") == []
+    assert len(check_node_options(NodeOptions(rdzv_backend="etcd", user="me"), "1bad")) == 3
     with pytest.raises(ConfigError):
-        build_compose(Config(mesh="2x2"), NodeOptions(), ".")
+        launch(Config(mesh="2x2"))
+    assert escape({"a$": ["x$y", 1, {"k": "$$"}]}) == {"a$$": ["x$$y", 1, {"k": "$$$$"}]}

@@ -5,7 +5,7 @@
 
 ``config`` runs with every compose CLI present (``docker compose`` v2 and/or ``docker-compose``
 v1). The cluster tests need the image simcluster/trainer:latest (bash images/build.sh) and
-run launcher/probe.py in place of the trainer with the working tree mounted (--mount-code).
+run launcher/container/probe.py in place of the trainer with the working tree mounted (--mount-code).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def generated_files(tmp: Path) -> list[Path]:
     subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "12x1x1", "--model", "tiny",
                     "--n-layers", "12", "--microbatches", "12", "--global-batch", "12", "--data", "train",
                     "--run-dir", str(tmp / "run"), "--cpus-per-node", "1.5", "--memory-per-node", "2g",
-                    "--mount-code", "--module", "launcher.probe", "--rdzv-backend", "static", "--out", str(extra)],
+                    "--mount-code", "--module", "launcher.container.probe", "--rdzv-backend", "static", "--out", str(extra)],
                    cwd=ROOT, check=True, capture_output=True)
     return files + [extra]
 
@@ -53,7 +53,7 @@ def test_compose_config_accepts_generated_files(tmp_path):
 def test_launcher_up_probe_cluster(tmp_path, trainer_image):
     """2 nodes x 2 ranks: node k gets ranks 2k, 2k+1; all exit 0; summary OK; cluster removed."""
     run = tmp_path / "probe-run"
-    proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--mesh", "2x2x1", "--module", "launcher.probe",
+    proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--mesh", "2x2x1", "--module", "launcher.container.probe",
                            "--mount-code", "--run-dir", str(run)], cwd=ROOT, capture_output=True, text=True,
                           timeout=580)
     out = proc.stdout
@@ -74,7 +74,7 @@ def test_plain_compose_up_ends_when_a_rank_fails(tmp_path, trainer_image):
     run.mkdir(mode=0o777)
     run.chmod(0o777)
     file = tmp_path / "fail.yml"
-    subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "2x1x1", "--module", "launcher.probe",
+    subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "2x1x1", "--module", "launcher.container.probe",
                     "--mount-code", "--run-dir", str(run), "--out", str(file)], cwd=ROOT, check=True)
     override = tmp_path / "override.yml"
     override.write_text('services:\n  node-1:\n    environment:\n      PROBE_FAIL_RANK: "1"\n')

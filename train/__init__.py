@@ -4,6 +4,6 @@
     python -m train --mesh 1x1x1 --model tiny --steps 20      # one process
 """
 
-# Modules a launcher may import once per node before forking the ranks (launcher/forkrun.py):
+# Modules a launcher may import once per node before forking the ranks (launcher/container/forkrun.py):
 # the rank's own imports after ``train.__main__`` parses its flags.
 PRELOAD = ("train.trainer",)

@@ -1,32 +1,25 @@
 """Rendezvous service: the cluster's TCPStore, which also collects each node's exit code and
 watches every node's heartbeat, naming the node that is lost.
 
-    python -m launcher.rendezvous --port 29400 --nnodes 2 [--grace-s 30] [--timeout-s 0]
-                                  [--lost-after-s 24] [--join-timeout-s 300]
+    python -m launcher.container.rendezvous --port 29400 --nnodes 2 --lost-after-s 24
+                                            [--grace-s 30] [--timeout-s 0] [--join-timeout-s 300]
 
 Hosts torch.distributed.TCPStore on 0.0.0.0:PORT (torchrun's c10d rendezvous and the
-workers' process-group bootstrap use it). Each node wrapper (launcher/node.py) registers,
+workers' process-group bootstrap use it). Each node wrapper (launcher/container/node.py) registers,
 bumps a heartbeat counter every second, and reports its exit code when its torchrun ends;
 once all NNODES reported, this prints one line per node (name, ranks, exit code) and exits 0
 only if every node exited 0 -- which is what lets a plain ``docker compose up`` end by itself.
 After a node reports failure, the others get GRACE_S seconds to report before this exits 1
 (closing the store, which ends them too).
 
-Fault detection: a node whose heartbeat stops for LOST_AFTER_S seconds (its container was
+Fault detection: a node whose heartbeat stops for --lost-after-s seconds (its container was
 killed, frozen with ``docker pause`` or cut off the network), or that never registered
-within JOIN_TIMEOUT_S of the start (started too late, or not at all), is declared lost: this
+within --join-timeout-s of the start (started too late, or not at all), is declared lost: this
 prints ``rendezvous: LOST node-K (ranks a-b): <reason>`` and publishes the verdict in the
 store, where every surviving node wrapper reads it, prints it as its error and stops its
 ranks. The job then ends non-zero with the lost node named in the summary.
 
-Store protocol (shared with launcher/node.py):
-    simcluster/reported        counter, incremented by each reporting node
-    simcluster/reported/<i>    node name of the i-th report (i = 1, 2, ...)
-    simcluster/exit/<node>     JSON {"node", "node_rank", "ranks", "exit_code"}
-    simcluster/node/<k>        JSON {"node", "node_rank", "ranks", "nproc"}: node rank k registered
-    simcluster/hb/<k>          counter, bumped about every second by node rank k's wrapper
-    simcluster/verdict         JSON {"lost": [{"node", "ranks", "reason"}, ...], "message"}
-    simcluster/finished        set just before this service exits
+Store protocol: the keys in launcher/layout.py, shared with launcher/container/node.py.
 """
 from __future__ import annotations
 
@@ -38,33 +31,10 @@ import sys
 import time
 from datetime import timedelta
 
-REPORTED = "simcluster/reported"
-EXIT_KEY = "simcluster/exit/"
-NODE_KEY = "simcluster/node/"
-HB_KEY = "simcluster/hb/"
-VERDICT = "simcluster/verdict"
-FINISHED = "simcluster/finished"
-LOST_FRACTION = 0.4  # a node silent for this fraction of the trainer's --timeout-s is lost
-LOST_AFTER_S = LOST_FRACTION * 60.0  # 24 s for the default 60 s timeout
-JOIN_TIMEOUT_S = 300.0
+from launcher.layout import (EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, NODE_KEY, REPORTED, VERDICT, node_name,
+                             rank_range, report_key)
 
-
-def report_key(index: int) -> str:
-    """Store key holding the node name of the index-th report (1-based)."""
-    return f"{REPORTED}/{index}"
-
-
-def node_name(k: int, nnodes: int) -> str:
-    """The compose name of node rank k (launcher.compose.node_names, kept torch/yaml-free here)."""
-    return f"node-{k:0{len(str(nnodes))}d}"
-
-
-def rank_range(k: int, nproc: int | None) -> str:
-    """``"4-7"`` for node rank k with nproc ranks (``"5"`` for one, ``"?"`` if unknown)."""
-    if not nproc:
-        return "?"
-    first = k * nproc
-    return str(first) if nproc == 1 else f"{first}-{first + nproc - 1}"
+GRACE_S = 30.0  # after one node failed, the others get this long to report
 
 
 def verdict_message(lost: list[dict]) -> str:
@@ -86,8 +56,8 @@ def summary(reports: dict[str, dict], nnodes: int, lost: list[dict] | None = Non
     return lines, 0 if ok else 1
 
 
-def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, poll_s: float = 0.5,
-          lost_after_s: float = LOST_AFTER_S, join_timeout_s: float = JOIN_TIMEOUT_S) -> int:
+def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, lost_after_s: float, poll_s: float = 0.5,
+          join_timeout_s: float = JOIN_TIMEOUT_S) -> int:
     """Host the store until every node reported or was lost (or grace/timeout ran out); returns the exit status."""
     import torch.distributed as dist  # inside the image only
 
@@ -177,15 +147,15 @@ def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, poll_s: floa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m launcher.rendezvous", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m launcher.container.rendezvous", description=__doc__.split("\n\n")[0])
     parser.add_argument("--port", type=int, default=29400, help="TCP port of the store (default 29400)")
     parser.add_argument("--nnodes", type=int, required=True, help="node wrappers that will report an exit code")
-    parser.add_argument("--grace-s", type=float, default=30.0,
-                        help="seconds the other nodes get to report after one failed (default 30)")
+    parser.add_argument("--grace-s", type=float, default=GRACE_S,
+                        help=f"seconds the other nodes get to report after one failed (default {GRACE_S:g})")
     parser.add_argument("--timeout-s", type=float, default=0.0,
                         help="give up after this many seconds in all (default 0: never)")
-    parser.add_argument("--lost-after-s", type=float, default=LOST_AFTER_S,
-                        help=f"a node silent this long is lost (default {LOST_AFTER_S:g}: 0.4 x the trainer's 60 s timeout)")
+    parser.add_argument("--lost-after-s", type=float, required=True,
+                        help="a node silent this long is lost (the launcher passes 0.4 x the job's timeout)")
     parser.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S,
                         help=f"a node not registered this long after the start is lost (default {JOIN_TIMEOUT_S:g})")
     args = parser.parse_args(argv)

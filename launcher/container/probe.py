@@ -1,7 +1,7 @@
 """Wiring probe: run in place of ``-m train`` to test the rendezvous, ranks and gloo links.
 
-    python -m launcher up --mesh 2x2x2 --module launcher.probe --mount-code
-    torchrun --nproc-per-node 2 -m launcher.probe          # on a host with torch
+    python -m launcher up --mesh 2x2x2 --module launcher.container.probe --mount-code
+    torchrun --nproc-per-node 2 -m launcher.container.probe          # on a host with torch
 
 Each rank joins the gloo process group (env:// from torchrun), prints one line
 ``probe rank=R local_rank=L world_size=W host=H group_rank=G ... t_ready=...``

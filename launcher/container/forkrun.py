@@ -1,6 +1,6 @@
 """torchrun that imports the training module once per node and forks its ranks from there.
 
-    python -m launcher.forkrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d \
+    python -m launcher.container.forkrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d \
         --rdzv-endpoint=rendezvous:29400 --rdzv-id=run -m train --mesh 2x2x2
 
 Takes torchrun's own command line (``torch.distributed.run.parse_args``) and runs torchrun's
@@ -17,7 +17,7 @@ distributed stack costs each fresh interpreter about 2.7 s of CPU (1.3 s torch, 
 rest, measured on this project's machine); 8 ranks importing at once on 2 cores spent ~13 s
 before the first collective. Forked ranks share the imported pages (copy-on-write), so the
 per-rank cost is gone. The training code is unchanged: on a real cluster the same module runs
-under plain ``torchrun``, and ``python -m launcher.node --torchrun`` uses plain torchrun here too.
+under plain ``torchrun``, and ``python -m launcher.container.node --torchrun`` uses plain torchrun here too.
 
 Fork safety: this process runs no tensor computation before forking (no intra-op thread pool
 exists yet) and each rank creates its own process group after the fork.
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if not args.module or args.no_python or args.run_path:
-        sys.exit("launcher.forkrun: give the training code as -m MODULE (use torchrun for scripts)")
+        sys.exit("launcher.container.forkrun: give the training code as -m MODULE (use torchrun for scripts)")
     if args.master_port is None:  # as torchrun's run(): only the static backend reads it
         args.master_port = 29500
     preload(args.training_script)

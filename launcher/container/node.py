@@ -1,12 +1,12 @@
 """Node wrapper: torchrun for one simulated node, then report its exit code to the rendezvous.
 
-    python -m launcher.node --nnodes 2 --node-rank 0 --nproc-per-node 4 \
-        --rdzv-endpoint rendezvous:29400 --run-id mesh-2x2x2 -- --mesh 2x2x2 --run-dir /runs/mesh-2x2x2
+    python -m launcher.container.node --nnodes 2 --node-rank 0 --nproc-per-node 4 \
+        --rdzv-endpoint rendezvous:29400 --run-id mesh-2x2x2 --run-dir /runs/mesh-2x2x2 \
+        --lost-after-s 24.0 -- --mesh 2x2x2 --run-dir /runs/mesh-2x2x2
 
 Runs inside the trainer image (the compose ``command`` of every node-K service):
-  1. checks the run folder (the value of --run-dir among the train flags) is writable by
-     this user (uid 1000); if not, exits 2 with the fix;
-  2. runs ``python -m launcher.forkrun --nnodes N --node-rank K --nproc-per-node P
+  1. checks the run folder (--run-dir) is writable by this user; if not, exits 2 with the fix;
+  2. runs ``python -m launcher.container.forkrun --nnodes N --node-rank K --nproc-per-node P
      --rdzv-backend c10d --rdzv-endpoint rendezvous:29400 --rdzv-conf is_host=false
      --rdzv-id RUN_ID --local-addr HOSTNAME --tee 3 -m MODULE <train flags>`` -- torchrun's
      command line and agent, with the ranks forked after one import per node (``--torchrun``:
@@ -16,10 +16,10 @@ Runs inside the trainer image (the compose ``command`` of every node-K service):
 
 Heartbeat: from the start, a thread registers this node in the rendezvous store and bumps its
 heartbeat counter every second; the rendezvous declares a node lost when it goes silent for
-LOST_AFTER_S (0.4 x the trainer's --timeout-s: 24 s by default) or never registers within the join
-timeout. When that verdict appears, this wrapper prints ``[node-0] error: node-1 (ranks 2-3)
+--lost-after-s (the launcher passes 0.4 x the job's timeout: 24 s for the trainer's default 60 s)
+or never registers within --join-timeout-s. When that verdict appears, this wrapper prints ``[node-0] error: node-1 (ranks 2-3)
 lost: ...``, stops its torchrun (SIGTERM, SIGKILL after 2 s) and exits non-zero. If this
-wrapper itself cannot reach the rendezvous for LOST_AFTER_S (its container was cut off the
+wrapper itself cannot reach the rendezvous for --lost-after-s (its container was cut off the
 network), it stops its ranks likewise, naming itself as the node cut off.
 
 Rendezvous backend (both verified with 2- and 4-node probe clusters):
@@ -48,23 +48,12 @@ import threading
 import time
 from datetime import timedelta
 
-from launcher.rendezvous import (EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, LOST_AFTER_S, LOST_FRACTION, NODE_KEY, REPORTED,
-                                 VERDICT, rank_range, report_key)
+from launcher.layout import (EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, NODE_KEY, REPORTED, VERDICT, rank_range,
+                             report_key)
 
 STOP_GRACE_S = 2.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
 
 EXIT_CONFIG = 2
-
-
-def flag_value(argv: list[str], flag: str) -> str | None:
-    """Value of ``--flag V`` or ``--flag=V`` in argv (the last one wins), else None."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-    return value
 
 
 def check_writable(run_dir: str) -> str | None:
@@ -82,8 +71,8 @@ def check_writable(run_dir: str) -> str | None:
             owner = "missing"
         host = os.environ.get("SIMCLUSTER_HOST_RUN_DIR") or "the host folder mounted there"
         return (f"run folder {run_dir} is not writable by uid {os.getuid()} ({owner}: {e.strerror}). "
-                f"Fix on the host: chmod 1777 {host} (before `docker compose up`), "
-                f"or start the cluster with `python -m launcher up`, which creates it writable.")
+                f"Fix on the host: chown {os.getuid()}:{os.getgid()} {host} (before `docker compose up`), "
+                f"or start the cluster with `python -m launcher up`, which creates it for its containers' user.")
 
 
 def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[str]) -> list[str]:
@@ -92,7 +81,7 @@ def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[
         exe = shutil.which("torchrun")
         cmd = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
     else:  # torchrun's agent, ranks forked after one import per node (launcher/forkrun.py)
-        cmd = [sys.executable, "-m", "launcher.forkrun"]
+        cmd = [sys.executable, "-m", "launcher.container.forkrun"]
     cmd += [f"--nnodes={args.nnodes}", f"--node-rank={args.node_rank}", f"--nproc-per-node={args.nproc_per_node}",
             f"--rdzv-backend={args.rdzv_backend}", f"--rdzv-endpoint={args.rdzv_endpoint}", f"--rdzv-id={args.run_id}"]
     if args.rdzv_backend == "c10d":
@@ -133,15 +122,6 @@ def _report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int
         print(f"[{node_name}] reported exit code {code} to {endpoint}", flush=True)
     except Exception as e:  # the rendezvous may have given up already
         print(f"[{node_name}] could not report exit code {code} to {endpoint}: {e}", file=sys.stderr, flush=True)
-
-
-def lost_after(train_argv: list[str]) -> float:
-    """Seconds of silence after which a node counts as lost: LOST_FRACTION x the trainer's --timeout-s (default 60)."""
-    try:
-        value = flag_value(train_argv, "--timeout-s")
-        return round(float(value) * LOST_FRACTION, 3) if value else LOST_AFTER_S
-    except ValueError:
-        return LOST_AFTER_S
 
 
 class Heartbeat(threading.Thread):
@@ -221,7 +201,7 @@ def supervise(proc: subprocess.Popen, hb: Heartbeat, name: str, ranks: str, sile
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     own, train_argv = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = argparse.ArgumentParser(prog="python -m launcher.node", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m launcher.container.node", description=__doc__.split("\n\n")[0],
                                      epilog="Everything after -- goes to the training module.")
     parser.add_argument("--nnodes", type=int, required=True, help="nodes in the cluster (= pp)")
     parser.add_argument("--node-rank", type=int, required=True, help="this node's index K (0-based)")
@@ -235,20 +215,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="start the ranks with stock torchrun (each a fresh interpreter: ~10 s slower start "
                              "on 2 cores) instead of launcher.forkrun (torchrun's agent, ranks forked after "
                              "one import per node)")
-    parser.add_argument("--join-timeout-s", type=float, default=None,
-                        help=f"rendezvous join timeout (default: the rendezvous' {JOIN_TIMEOUT_S:g}s; torchrun gets +60s)")
+    parser.add_argument("--run-dir", default=None, help="the job's output folder: must be writable (checked first)")
+    parser.add_argument("--lost-after-s", type=float, required=True,
+                        help="a rendezvous silent this long means this node is cut off (the launcher passes "
+                             "0.4 x the job's timeout)")
+    parser.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S,
+                        help=f"rendezvous join timeout (default {JOIN_TIMEOUT_S:g}s; torchrun gets +60s)")
     args = parser.parse_args(own)
     name = args.node_name or socket.gethostname()
     ranks = rank_range(args.node_rank, args.nproc_per_node)
 
-    run_dir = flag_value(train_argv, "--run-dir")
-    problem = check_writable(run_dir) if run_dir else None
+    problem = check_writable(args.run_dir) if args.run_dir else None
     if problem:
         print(f"[{name}] error: {problem}", file=sys.stderr, flush=True)
         report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, EXIT_CONFIG)
         return EXIT_CONFIG
 
-    silent_s = lost_after(train_argv)
+    silent_s = args.lost_after_s
     hb = Heartbeat(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node)
     hb.start()
     env = dict(os.environ)
@@ -262,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    code, stopped = supervise(proc, hb, name, ranks, silent_s, args.join_timeout_s or JOIN_TIMEOUT_S)
+    code, stopped = supervise(proc, hb, name, ranks, silent_s, args.join_timeout_s)
     code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
     code = code or (1 if stopped else 0)
     print(f"[{name}] torchrun exited {code}", flush=True)

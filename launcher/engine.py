@@ -1,0 +1,161 @@
+"""The Docker engine through the Docker SDK for Python, and the Compose CLI (which has no SDK).
+
+    python -c "from launcher.engine import compose_cli; print(compose_cli())"
+    SIMCLUSTER_COMPOSE=docker-compose python -m launcher status    # choose compose v1
+
+Containers are found by the labels both Compose versions set (com.docker.compose.project /
+.service), so the rest of the launcher is version-agnostic. The SDK negotiates the API version
+with the engine (1.41 on Docker 20.10). Container state is followed with the engine's event
+stream (``Events``), not by polling.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import shutil
+import subprocess
+import threading
+from datetime import datetime
+
+import docker
+from docker.errors import DockerException, NotFound
+
+PROJECT_LABEL = "com.docker.compose.project"
+SERVICE_LABEL = "com.docker.compose.service"
+
+
+class LauncherError(RuntimeError):
+    """Docker or Compose failed or is missing; the message says what to do (exit code 1)."""
+
+
+@functools.lru_cache(maxsize=None)
+def client() -> docker.DockerClient:
+    """The engine's client (API version negotiated).
+
+    Raises:
+        LauncherError: no engine answers.
+    """
+    try:
+        c = docker.from_env(timeout=120)
+        c.ping()
+        return c
+    except DockerException as e:
+        raise LauncherError(f"no Docker engine answers ({e}); start one: sudo bash .ci/docker-up.sh") from None
+
+
+def containers(project: str) -> dict:
+    """service -> Container of a compose project (all, running or not)."""
+    found = client().containers.list(all=True, filters={"label": f"{PROJECT_LABEL}={project}"})
+    return {c.labels.get(SERVICE_LABEL, c.name): c for c in found}
+
+
+def exit_code(container) -> int | None:
+    """Exit code of a stopped container (None if it is gone)."""
+    try:
+        container.reload()
+    except NotFound:
+        return None
+    return container.attrs["State"]["ExitCode"]
+
+
+def image_created(image: str) -> float | None:
+    """UNIX time the image was created, or None if it does not exist."""
+    try:
+        text = client().images.get(image).attrs["Created"]
+    except NotFound:
+        return None
+    return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00").timestamp()
+
+
+def kill(container) -> None:
+    """Kill a container, unpausing it first (a paused one cannot be stopped); gone is fine."""
+    try:
+        container.reload()
+        if container.status == "paused":
+            container.unpause()
+        container.kill()
+    except (NotFound, docker.errors.APIError):
+        pass
+
+
+def disconnect(container) -> list[str]:
+    """Disconnect a container from every network it is on; returns their names."""
+    container.reload()
+    nets = sorted((container.attrs.get("NetworkSettings") or {}).get("Networks") or {})
+    for net in nets:
+        client().networks.get(net).disconnect(container, force=True)
+    return nets
+
+
+def log_lines(container):
+    """The container's log from the start, following, as text lines (stdout and stderr)."""
+    buf = b""
+    for chunk in container.logs(stream=True, follow=True):
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", "replace")
+    if buf:
+        yield buf.decode("utf-8", "replace")
+
+
+class Events(threading.Thread):
+    """Follows the engine's container events of a project: ``state`` maps service -> the
+    container state after its latest event (running, paused, exited), ``on_change`` is set
+    on every change. Seeded from one listing; stop with ``close()``."""
+
+    STATES = {"start": "running", "unpause": "running", "pause": "paused", "die": "exited", "destroy": "removed"}
+
+    def __init__(self, project: str):
+        super().__init__(daemon=True, name=f"events-{project}")
+        self.project = project
+        self.on_change = threading.Event()
+        self._stream = client().events(decode=True, filters={"type": "container",
+                                                             "label": f"{PROJECT_LABEL}={project}"})
+        self.state = {s: c.status for s, c in containers(project).items()}
+
+    def run(self) -> None:
+        try:
+            for ev in self._stream:
+                new = self.STATES.get(ev.get("Action") or ev.get("status"))
+                service = (ev.get("Actor") or {}).get("Attributes", {}).get(SERVICE_LABEL)
+                if new and service:
+                    self.state[service] = new
+                    self.on_change.set()
+        except Exception:  # noqa: BLE001 - the stream was closed
+            pass
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+@functools.lru_cache(maxsize=None)
+def compose_cli() -> tuple[str, ...]:
+    """The compose command: $SIMCLUSTER_COMPOSE (e.g. ``docker-compose`` for v1), else
+    ``docker compose`` (v2) if it answers, else ``docker-compose`` (v1).
+
+    Raises:
+        LauncherError: neither is installed.
+    """
+    if os.environ.get("SIMCLUSTER_COMPOSE"):
+        return tuple(shlex.split(os.environ["SIMCLUSTER_COMPOSE"]))
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ("docker", "compose")
+    if shutil.which("docker-compose"):
+        return ("docker-compose",)
+    raise LauncherError("no compose found: install the Docker Compose v2 plugin (bash .ci/docker-up.sh does) "
+                        "or docker-compose v1")
+
+
+def compose(project: str, file: str, *args: str, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``<compose> -p PROJECT -f FILE ARGS...`` (output goes to the terminal unless captured).
+
+    Raises:
+        LauncherError: check is set and compose exited non-zero.
+    """
+    cmd = [*compose_cli(), "-p", project, "-f", file, *args]
+    proc = subprocess.run(cmd, **kwargs)
+    if check and proc.returncode != 0:
+        raise LauncherError(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}")
+    return proc

@@ -1,0 +1,68 @@
+"""Host paths and files of the launcher: the repo root, paths as the compose files name them,
+atomic writes and run folders.
+
+    python -c "from launcher.files import ROOT, repo_path; print(ROOT, repo_path('runs/x'))"
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+
+from launcher.layout import IMAGE_USER, RUN_DIR_MODE
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root
+
+
+def repo_path(path: str, root: str = ROOT) -> str:
+    """A user path (relative to the cwd) as the repo-relative POSIX path when inside the repo,
+    else absolute."""
+    full = os.path.abspath(path)
+    rel = os.path.relpath(full, root)
+    inside = rel != ".." and not rel.startswith(".." + os.sep) and not os.path.isabs(rel)
+    return rel.replace(os.sep, "/") if inside else full
+
+
+def host_abspath(path: str, root: str = ROOT) -> str:
+    """A repo-relative or absolute path (as a Launch holds it) made absolute."""
+    return path if os.path.isabs(path) else os.path.join(root, path)
+
+
+def project_dir_for(out_path: str, root: str = ROOT) -> str:
+    """Path from the folder of out_path to the repo root: "." , "..", "../.." or absolute."""
+    folder = os.path.dirname(os.path.abspath(out_path))
+    if repo_path(folder, root).startswith("/"):
+        return root
+    return os.path.relpath(root, folder).replace(os.sep, "/")
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write text to path via a temp file in the same folder + os.replace (no partial files)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def container_user() -> str:
+    """``UID:GID`` the containers of ``launcher up`` run as: the invoking user's, so the outputs
+    are theirs; the image's own user (1000:1000) when the launcher runs as root."""
+    uid, gid = os.getuid(), os.getgid()
+    return IMAGE_USER if uid == 0 else f"{uid}:{gid}"
+
+
+def make_run_dir(path: str, user: str) -> None:
+    """Create the run folder (mode RUN_DIR_MODE) owned by the containers' user ``UID:GID``
+    (a chown only when running as root; otherwise the user is the invoking one)."""
+    os.makedirs(path, exist_ok=True)
+    os.chmod(path, RUN_DIR_MODE)
+    if os.getuid() == 0:
+        uid, gid = (int(x) for x in user.split(":"))
+        os.chown(path, uid, gid)

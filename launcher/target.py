@@ -1,0 +1,68 @@
+"""What ``status``, ``logs``, ``down`` and ``chaos`` act on: a compose file, its project name and
+its host run folder.
+
+    python -c "from launcher.target import Target; print(Target.for_run('runs/mesh-2x2x2'))"
+"""
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+
+from launcher.compose import LABEL
+from launcher.files import ROOT, host_abspath
+from train.config import ConfigError
+
+
+def sanitize_project(name: str) -> str:
+    """A compose project name both versions accept: lowercase [a-z0-9_-], starting alphanumeric."""
+    name = re.sub(r"[^a-z0-9_-]", "", name.lower()).lstrip("-_")
+    return name or "simcluster"
+
+
+@dataclass(frozen=True)
+class Target:
+    """A compose file, its project name, its host run folder (None until known)."""
+
+    file: str
+    project: str
+    run_dir: str | None
+
+    @classmethod
+    def for_run(cls, run_dir: str) -> "Target":
+        """The target of a ``launcher up`` run folder: RUN_DIR/compose.yml, project sc-<folder name>."""
+        run_dir = os.path.abspath(host_abspath(run_dir))
+        return cls(os.path.join(run_dir, "compose.yml"), sanitize_project("sc-" + os.path.basename(run_dir)), run_dir)
+
+    @classmethod
+    def find(cls, run_dir: str | None, file: str | None, project: str | None) -> "Target":
+        """From --run-dir, or --file (+ --project), or else the newest run under ROOT/runs.
+        With --file the run folder is read from the containers' labels, once they exist.
+
+        Raises:
+            ConfigError: nothing to act on (no such file, no runs yet).
+        """
+        if file:
+            if not os.path.isfile(file):
+                raise ConfigError(f"--file {file}: no such compose file")
+            folder = os.path.dirname(os.path.abspath(file))
+            default = os.environ.get("COMPOSE_PROJECT_NAME") or os.path.basename(folder)
+            return cls(os.path.abspath(file), project or sanitize_project(default), None)
+        if run_dir is None:
+            runs = sorted(glob.glob(os.path.join(ROOT, "runs", "*", "compose.yml")), key=os.path.getmtime)
+            if not runs:
+                raise ConfigError("no run found under runs/; pass --run-dir DIR or --file COMPOSE_FILE")
+            run_dir = os.path.dirname(runs[-1])
+        target = cls.for_run(run_dir)
+        if not os.path.isfile(target.file):
+            raise ConfigError(f"--run-dir {run_dir}: no compose.yml there (not started by `python -m launcher up`?)")
+        return target if project is None else cls(target.file, project, target.run_dir)
+
+    def with_labels(self, found: dict) -> "Target":
+        """This target with the run folder its containers' labels name, when not known yet."""
+        for c in found.values():
+            label = c.labels.get(LABEL + "run-dir")
+            if self.run_dir is None and label:
+                return Target(self.file, self.project, host_abspath(label))
+        return self

@@ -1,0 +1,130 @@
+"""The launcher resolves once at the edge: one mesh parse and one compose build per `generate`,
+no import cycle, the Docker SDK instead of parsing `docker` output, one run_dir rule, `$`
+escaped, and bad input refused before anything is written. No Docker, no torch.
+
+    python -m pytest -q tests/test_launcher_edge.py
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+import launcher.cli
+import launcher.compose
+import train.config
+from launcher import files
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def calls_during(funcs, fn) -> dict[str, int]:
+    """How often each of funcs ran (by code object, however it was imported) while fn ran."""
+    codes = {f.__code__: f.__name__ for f in funcs}
+    counts = dict.fromkeys(codes.values(), 0)
+
+    def profile(frame, event, _arg):
+        if event == "call" and frame.f_code in codes:
+            counts[codes[frame.f_code]] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return counts
+
+
+def test_generate_parses_the_mesh_once_and_builds_once(tmp_path, capsys):
+    out = tmp_path / "c.yml"
+    counts = calls_during([train.config.parse_mesh, launcher.compose.build_compose],
+                          lambda: launcher.cli.main(["generate", "--mesh", "pp=2,dp=2,tp=2", "--model", "tiny",
+                                                     "--out", str(out)]))
+    assert counts == {"parse_mesh": 1, "build_compose": 1}
+    assert out.is_file()
+
+
+def _imports(path: Path) -> set[str]:
+    """launcher.* modules a file imports (module level and inside functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("launcher"):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("launcher"))
+    return found
+
+
+def test_launcher_import_graph_has_no_cycle():
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts): p for p in (ROOT / "launcher").rglob("*.py")}
+    modules = {m.removesuffix(".__init__"): p for m, p in modules.items()}
+    graph = {m: sorted(i for i in _imports(p) if i in modules and i != m) for m, p in modules.items()}
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in graph[m]:
+            assert state.get(n) != 1, "import cycle: " + " -> ".join(path + [m, n])
+            if n not in state:
+                visit(n, path + [m])
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m, [])
+    importers = {m for m, deps in graph.items() if "launcher.cli" in deps}
+    assert importers == {"launcher.__main__"}  # nobody else imports the door
+
+
+def test_docker_through_the_sdk_only():
+    sources = {p: p.read_text() for p in (ROOT / "launcher").rglob("*.py")}
+    assert "import docker" in sources[ROOT / "launcher" / "engine.py"]
+    for path, text in sources.items():
+        assert not re.search(r"""\[["']docker["'],(?!\s*["']compose["'])""", text), f"{path} runs the docker CLI"
+        assert "yaml.safe_load" not in text, f"{path} parses a YAML file"
+
+
+def test_explicit_run_dir_wins_and_dollar_is_escaped(tmp_path):
+    def gen(*args: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "launcher", "generate", *args, "--stdout"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    node = yaml.safe_load(gen("--mesh", "2x1x1", "--run-dir", "runs/local"))["services"]["node-0"]
+    assert node["volumes"] == ["../runs/local:/runs/local:rw"]
+    assert node["command"][-2:] == ["--run-dir", "/runs/local"]
+    text = gen("--mesh", "2x1x1", "--run-dir", "runs/a$b")
+    node = yaml.safe_load(text)["services"]["node-0"]
+    assert node["volumes"] == ["../runs/a$$b:/runs/a$$b:rw"]  # Compose reads $$ as a literal $
+    body = "".join(line for line in text.splitlines(True) if not line.startswith("#"))
+    assert "$b" not in body.replace("$$b", "")
+    assert "mkdir -p 'runs/a$b'" in text  # the header's shell line quotes it
+
+
+def test_start_late_for_an_unknown_node_writes_nothing(tmp_path):
+    run = tmp_path / "never"
+    proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--mesh", "2x1x1", "--model", "tiny",
+                           "--start-late", "node-7=5", "--run-dir", str(run)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--start-late: no node node-7 in mesh 2x1x1; nodes are node-0, node-1" in proc.stderr
+    assert not run.exists()
+
+
+def test_containers_run_as_the_invoking_user(monkeypatch):
+    monkeypatch.setattr(os, "getuid", lambda: 1234)
+    monkeypatch.setattr(os, "getgid", lambda: 99)
+    assert files.container_user() == "1234:99"
+    monkeypatch.setattr(os, "getuid", lambda: 0)
+    assert files.container_user() == "1000:1000"  # root: the image's own user
+    doc = yaml.safe_load(subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "1x1x1",
+                                         "--user", "1234:99", "--stdout"], cwd=ROOT, capture_output=True,
+                                        text=True, timeout=120).stdout)
+    assert {svc["user"] for svc in doc["services"].values()} == {"1234:99"}
