@@ -1,10 +1,12 @@
-"""Shared pytest setup: the ``docker`` marker and the check that Docker is there.
+"""Shared pytest setup: the ``docker`` marker, the check that Docker is there, the Compose choice.
 
     python -m pytest -q tests                 # docker tests skip where Docker is missing ...
     CI=true python -m pytest -q tests         # ... and fail instead under CI=true
     python -m pytest -q -m "not docker" tests # everything that needs no Docker
 
-Other fixtures may be added below; keep this file free of torch imports.
+Every cluster test runs under Compose v2 (``docker compose``), chosen explicitly through the
+launcher's SIMCLUSTER_COMPOSE for the whole session; a test that wants v1 passes
+``compose_env(COMPOSE_V1)`` to its `launcher up`. Keep this file free of torch imports.
 """
 from __future__ import annotations
 
@@ -14,20 +16,30 @@ import subprocess
 
 import pytest
 
+COMPOSE_V2 = "docker compose"
+COMPOSE_V1 = "docker-compose"
+os.environ["SIMCLUSTER_COMPOSE"] = COMPOSE_V2  # inherited by every `python -m launcher` a test starts
+
+
+def compose_env(cli: str) -> dict[str, str]:
+    """This process's environment with the launcher's Compose set to cli (COMPOSE_V1 or COMPOSE_V2)."""
+    return {**os.environ, "SIMCLUSTER_COMPOSE": cli}
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "docker: needs a Docker engine and compose (skipped without, fails if CI=true)")
 
 
 def _docker_problem() -> str | None:
-    """None when `docker info` answers and a compose CLI exists, else what is missing."""
+    """None when `docker info` answers and both Compose versions are installed, else what is missing."""
     if not shutil.which("docker"):
         return "docker CLI not installed"
     if subprocess.run(["docker", "info"], capture_output=True, timeout=60).returncode != 0:
         return "Docker engine not reachable (`docker info` failed)"
-    v2 = subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=60).returncode == 0
-    if not v2 and not shutil.which("docker-compose"):
-        return "neither `docker compose` nor `docker-compose` installed"
+    if subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=60).returncode != 0:
+        return "Compose v2 (`docker compose`) not installed: bash .ci/docker-up.sh"
+    if not shutil.which("docker-compose"):
+        return "Compose v1 (`docker-compose`) not installed: bash .ci/docker-up.sh"
     return None
 
 

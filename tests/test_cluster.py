@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_torch
+from conftest import COMPOSE_V1, compose_env, need_torch
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,8 +51,8 @@ def inspect(cid: str) -> dict:
 class Cluster:
     """One `launcher up --keep` run in its own run folder (and so its own compose project)."""
 
-    def __init__(self, tmp: Path, mesh: str, *flags: str):
-        self.mesh = mesh
+    def __init__(self, tmp: Path, mesh: str, *flags: str, compose: str | None = None):
+        self.mesh, self.env = mesh, compose_env(compose) if compose else None
         self.run_dir = tmp / f"ct-{mesh}-{uuid.uuid4().hex[:8]}"  # basename -> project sc-<basename>
         self.project = "sc-" + self.run_dir.name
         self.out = tmp / f"up-{mesh}.out"
@@ -66,7 +66,7 @@ class Cluster:
         """Run `launcher up` to the end; if watch names a service, `docker exec id -u` in it while it runs."""
         t0 = time.monotonic()
         with open(self.out, "w") as fh:
-            proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, text=True)
+            proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, text=True, env=self.env)
             try:
                 while proc.poll() is None and time.monotonic() - t0 < UP_TIMEOUT_S:
                     if watch and not self.live:
@@ -183,5 +183,28 @@ def test_4x1x2_four_nodes_finish(tmp_path):
         assert codes == {"node-0": 0, "node-1": 0, "node-2": 0, "node-3": 0, "rendezvous": 0}, c.why()
         assert "ranks seen   8/8" in c.output() and "MISPLACED" not in c.output()
         assert [r["step"] for r in c.metrics()] == list(range(1, 9))
+    finally:
+        c.down()
+
+
+def test_2x2x2_under_compose_v1(tmp_path):
+    """The same 2x2x2 job end to end under Compose v1 (docker-compose 1.29): every node exits 0,
+    each step once, and the first step's loss equals the one-process reference within 1e-4."""
+    torch = need_torch()
+    from train.config import Config
+    from train.preflight import preflight
+    from train.reference import run_reference
+
+    c = Cluster(tmp_path, "2x2x2", "--steps", "3", "--data", str(DATA), compose=COMPOSE_V1)
+    try:
+        c.run()
+        assert c.returncode == 0, c.why()
+        assert c.exit_codes() == {"node-0": 0, "node-1": 0, "rendezvous": 0}, c.why()
+        assert "ranks seen   8/8" in c.output() and "MISPLACED" not in c.output()
+        losses = [r["loss"] for r in c.metrics()]
+        assert len(losses) == 3
+        torch.set_num_threads(1)
+        ref = [r["loss"] for r in run_reference(preflight(Config(mesh="2x2x2", model="tiny", steps=3, data=str(DATA))))]
+        assert all(abs(m - r) <= 1e-4 * abs(r) for m, r in zip(losses, ref)), (losses, ref)
     finally:
         c.down()

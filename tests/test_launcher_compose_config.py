@@ -3,30 +3,26 @@
     python -m pytest -q tests/test_launcher_compose_config.py           # skips without Docker
     CI=true python -m pytest -q tests/test_launcher_compose_config.py   # fails without Docker
 
-``config`` runs with every compose CLI present (``docker compose`` v2 and/or ``docker-compose``
-v1). The cluster tests need the image simcluster/trainer:latest (bash images/build.sh) and
+``config`` runs with both Compose versions (``docker compose`` v2 and ``docker-compose`` v1). The cluster tests need the image simcluster/trainer:latest (bash images/build.sh) and
 run launcher/container/probe.py in place of the trainer with the working tree mounted (--mount-code).
 """
 from __future__ import annotations
 
-import shutil
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import COMPOSE_V1, COMPOSE_V2
+
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("docker_available")]
 
 
 def compose_clis() -> list[list[str]]:
-    clis = []
-    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-        clis.append(["docker", "compose"])
-    if shutil.which("docker-compose"):
-        clis.append(["docker-compose"])
-    return clis
+    return [COMPOSE_V2.split(), COMPOSE_V1.split()]
 
 
 def generated_files(tmp: Path) -> list[Path]:
@@ -35,7 +31,7 @@ def generated_files(tmp: Path) -> list[Path]:
     extra = tmp / "everything.yml"
     subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "12x1x1", "--model", "tiny",
                     "--n-layers", "12", "--microbatches", "12", "--global-batch", "12", "--data", "train",
-                    "--run-dir", str(tmp / "run"), "--cpus-per-node", "1.5", "--memory-per-node", "2g",
+                    "--run-dir", str(tmp / "run$HOME"), "--cpus-per-node", "1.5", "--memory-per-node", "2g",
                     "--mount-code", "--module", "launcher.container.probe", "--rdzv-backend", "static", "--out", str(extra)],
                    cwd=ROOT, check=True, capture_output=True)
     return files + [extra]
@@ -46,8 +42,11 @@ def test_compose_config_accepts_generated_files(tmp_path):
     assert clis
     for cli in clis:
         for f in generated_files(tmp_path):
-            proc = subprocess.run([*cli, "-f", str(f), "config", "-q"], cwd=f.parent, capture_output=True, text=True)
+            proc = subprocess.run([*cli, "-f", str(f), "config"], cwd=f.parent, capture_output=True, text=True)
             assert proc.returncode == 0, f"{' '.join(cli)} config {f}: {proc.stderr}"
+            assert "variable is not set" not in proc.stderr
+            if f.name == "everything.yml":  # its run folder is named run$HOME: a literal $, not interpolated
+                assert "run$HOME" in proc.stdout.replace("$$", "$") and os.environ["HOME"] not in proc.stdout
 
 
 def test_launcher_up_probe_cluster(tmp_path, trainer_image):
