@@ -13,90 +13,23 @@ Exit codes: 0 ok; 1 the run failed (a node exited non-zero, Docker error); 2 bad
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import re
-import shlex
 import sys
-from dataclasses import fields
 
 from launcher.compose import default_compose_path, render
 from launcher.engine import LauncherError
 from launcher.files import ROOT, container_user, project_dir_for, repo_path, write_atomic
-from launcher.launch import RDZV_BACKENDS, Launch, NodeOptions, resolve_training
-from launcher.layout import JOIN_TIMEOUT_S
-from train.cli import add_config_args, config_from_args
-from train.config import Config, ConfigError
+from launcher.launch import NodeOptions
+from launcher.options import add_job_args, add_node_args, resolve, split_job_argv
+from train.cli import add_config_args
+from train.config import ConfigError
 
 EXIT_USAGE = 2
 
 
-def add_node_args(parser: argparse.ArgumentParser) -> None:
-    """Container options of every node (see launcher.launch.NodeOptions)."""
-    g = parser.add_argument_group("node options")
-    g.add_argument("--cpus-per-node", type=float, default=None, help="CPU limit per node container (default: none)")
-    g.add_argument("--memory-per-node", default=None, help="memory limit per node container, e.g. 3g (default: none)")
-    g.add_argument("--image", default=NodeOptions.image, help=f"trainer image (default {NodeOptions.image})")
-    g.add_argument("--rdzv-backend", choices=RDZV_BACKENDS, default=NodeOptions.rdzv_backend,
-                   help="torchrun rendezvous backend (default c10d; see launcher/container/node.py)")
-    g.add_argument("--module", default="train",
-                   help="module torchrun runs (default train; launcher.container.probe tests the wiring)")
-    g.add_argument("--mount-code", action="store_true",
-                   help="bind-mount this checkout's train/ and launcher/ over /app (no image rebuild)")
-    g.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S, metavar="S",
-                   help=f"every node must join the rendezvous within S seconds of its start, else the job "
-                        f"ends naming the missing node (default {JOIN_TIMEOUT_S:g})")
-    g.add_argument("--torchrun", action="store_true",
-                   help="start the ranks with stock torchrun, a fresh interpreter each (default: torchrun's "
-                        "agent forking them after one import per node, ~10 s faster on 2 cores)")
-    g.add_argument("--user", default=None, metavar="UID:GID",
-                   help="user the containers run as (generate: 1000:1000, the image's; up: yours, or 1000:1000 "
-                        "when run as root)")
-
-
-def resolve(args: argparse.Namespace, user: str) -> tuple[Launch, str]:
-    """The edge: flags -> (Launch, the canonical ``launcher generate`` line of these options).
-    Paths the user typed are taken relative to the cwd and named repo-relative when inside the
-    repo, else absolute. One preflight, one mesh parse.
-
-    Raises:
-        ConfigError: a bad mesh, config field, data path or node option.
-    """
-    cfg = config_from_args(args)
-    paths = {k: os.path.abspath(getattr(cfg, k)) for k in ("data", "run_dir") if getattr(cfg, k) is not None}
-    cfg = dataclasses.replace(cfg, **paths)
-    node = NodeOptions(cpus_per_node=args.cpus_per_node, memory_per_node=args.memory_per_node, image=args.image,
-                       rdzv_backend=args.rdzv_backend, mount_code=args.mount_code,
-                       join_timeout_s=args.join_timeout_s, torchrun=args.torchrun, user=args.user or user)
-    launch = resolve_training(cfg, node, module=args.module, host_path=repo_path)
-    return launch, generate_command(cfg, args, launch)
-
-
-def generate_command(cfg: Config, args: argparse.Namespace, launch: Launch) -> str:
-    """``python -m launcher generate`` with every option the user set (paths as the compose
-    file names them), in a fixed order: the header line of a generated file."""
-    parts = ["python -m launcher generate"]
-    defaults = Config()
-    for f in fields(Config):
-        value = getattr(cfg, f.name)
-        if value is not None and value != getattr(defaults, f.name) or f.name == "mesh":
-            value = repo_path(value) if f.name in ("data", "run_dir") else launch.mesh if f.name == "mesh" else value
-            parts += ["--" + f.name.replace("_", "-"), shlex.quote(str(value))]
-    node_defaults = {"cpus_per_node": None, "memory_per_node": None, "image": NodeOptions.image,
-                     "rdzv_backend": NodeOptions.rdzv_backend, "module": "train", "mount_code": False,
-                     "join_timeout_s": JOIN_TIMEOUT_S, "torchrun": False, "user": None}
-    for name, default in node_defaults.items():
-        value = getattr(args, name)
-        if value != default:
-            flag = "--" + name.replace("_", "-")
-            parts += [flag] if value is True else [flag, shlex.quote(str(value))]
-    if getattr(args, "out", None) is not None:
-        parts += ["--out", shlex.quote(repo_path(args.out))]
-    return " ".join(parts)
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
-    launch, command = resolve(args, user=NodeOptions.user)
+    launch, command = resolve(args, user=NodeOptions.user, parser=build_parser())
     out = args.out or os.path.join(ROOT, default_compose_path(launch))
     text = render(launch, repo_path(out), project_dir_for(out), command)
     if args.stdout:
@@ -122,9 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", default=None, help="output file (default compose/mesh-PPxDPxTP.yml in the repo)")
     gen.add_argument("--stdout", action="store_true", help="print the YAML that would go to --out; write nothing")
     add_config_args(gen)
+    add_job_args(gen)
     add_node_args(gen)
     up = sub.add_parser("up", help="run a training job on a fresh cluster, stream its logs, summarise, down")
     add_config_args(up)
+    add_job_args(up)
     add_node_args(up)
     up.add_argument("--build", action="store_true", help="run images/build.sh even if the image exists")
     up.add_argument("--keep", action="store_true", help="leave the stopped containers (no `down` at the end)")
@@ -190,7 +125,7 @@ def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -
 def cmd_up(args: argparse.Namespace) -> int:
     from launcher import runner  # Docker side
 
-    launch, command = resolve(args, user=container_user())
+    launch, command = resolve(args, user=container_user(), parser=build_parser())
     if args.max_restarts < 0:
         raise ConfigError(f"--max-restarts: must be >= 0, got {args.max_restarts}")
     start_late = parse_start_late(args.start_late)
@@ -203,7 +138,9 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(fix_negative_values(sys.argv[1:] if argv is None else argv))
+    own, job_argv = split_job_argv(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(fix_negative_values(own))
+    args.job_argv = job_argv
     try:
         if args.command == "generate":
             return cmd_generate(args)

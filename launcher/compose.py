@@ -8,10 +8,10 @@ print(render(resolve_training(Config(mesh='2x2x2'), NodeOptions()), 'compose/x.y
 Layout: service ``rendezvous`` (a TCPStore that also collects every node's exit code, then
 exits) and one service per node ``node-0`` .. ``node-{N-1}`` (zero-padded, so sorted names
 are node ranks; see launcher/layout.py), each running nproc_per_node ranks under torchrun.
-Node env: MASTER_ADDR=rendezvous, MASTER_PORT, GLOO_SOCKET_IFNAME=eth0 (the only network),
-OMP_NUM_THREADS (see omp_threads), PYTHONUNBUFFERED=1, HOME=/tmp (any uid works),
-SIMCLUSTER_HOST_RUN_DIR (for messages). torchrun then gives each worker RANK, LOCAL_RANK,
-WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK and its own MASTER_ADDR/MASTER_PORT.
+Node env (see node_env): MASTER_ADDR=rendezvous, MASTER_PORT, GLOO_SOCKET_IFNAME=eth0 (the only
+network), OMP_NUM_THREADS (see omp_threads), PYTHONUNBUFFERED=1, HOME=/tmp (any uid works), the
+SIMCLUSTER_* contract; torchrun then gives each worker RANK, LOCAL_RANK, WORLD_SIZE,
+LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK, TORCHELASTIC_* and its own MASTER_ADDR/MASTER_PORT.
 """
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ import shlex
 import yaml
 
 from launcher.launch import Launch
-from launcher.layout import (APP_DIR, DATA_MOUNT, NETWORK, RDZV_HOST, RDZV_PORT, RUNS_MOUNT, format_ranks, node_ranks,
-                             run_name)
+from launcher.layout import APP_DIR, NETWORK, RDZV_HOST, RDZV_PORT, format_ranks, node_ranks
 
 LABEL = "io.simcluster."  # container labels: what `launcher status` reads back from the engine
 
@@ -67,16 +66,47 @@ def _hardening(user: str) -> dict:
 
 def node_command(launch: Launch, k: int) -> list[str]:
     """The command of node k: the node wrapper with everything it needs as its own flags, then
-    ``--`` and the entry module's arguments."""
+    ``--`` and the entry's arguments. The user's code starts with stock torchrun (``--torchrun``);
+    only the built-in trainer may be forked by the node agent."""
     node = launch.node
+    entry = ["--module", launch.module] if launch.module else ["--script", launch.script]
     cmd = ["python", "-m", "launcher.container.node", "--nnodes", str(launch.nnodes), "--node-rank", str(k),
            "--nproc-per-node", str(launch.nproc_per_node), "--rdzv-endpoint", f"{RDZV_HOST}:{RDZV_PORT}",
-           "--rdzv-backend", node.rdzv_backend, "--run-id", launch.run_name, "--module", launch.module,
-           "--run-dir", f"{RUNS_MOUNT}/{launch.run_name}", "--lost-after-s", repr(launch.lost_after_s),
+           "--rdzv-backend", node.rdzv_backend, "--run-id", launch.run_name, *entry,
+           "--run-dir", launch.output_dir, "--lost-after-s", repr(launch.lost_after_s),
            "--join-timeout-s", repr(float(node.join_timeout_s))]
-    if node.torchrun:
+    if launch.workdir:
+        cmd += ["--workdir", launch.workdir]
+    if node.torchrun or launch.train is None:
         cmd.append("--torchrun")
     return [*cmd, "--", *launch.argv]
+
+
+def node_env(launch: Launch, k: int) -> dict[str, str]:
+    """Environment of node k's container: the standard settings and the SIMCLUSTER_* contract
+    (README, "Your own code"): SIMCLUSTER_NODE (k), SIMCLUSTER_NNODES, SIMCLUSTER_OUTPUT_DIR (the
+    run folder, shared with the host), SIMCLUSTER_RESTART_COUNT (the launcher's restarts; a
+    restart is a fresh cluster, so torchrun's TORCHELASTIC_RESTART_COUNT stays 0) and, for a
+    mesh, SIMCLUSTER_PP, SIMCLUSTER_DP, SIMCLUSTER_TP."""
+    env = {
+        "MASTER_ADDR": RDZV_HOST,
+        "MASTER_PORT": str(RDZV_PORT),
+        "GLOO_SOCKET_IFNAME": "eth0",
+        "OMP_NUM_THREADS": str(omp_threads(launch.node.cpus_per_node, launch.nproc_per_node)),
+        "PYTHONUNBUFFERED": "1",
+        "HOME": "/tmp",
+        "SIMCLUSTER_HOST_RUN_DIR": launch.run_dir,  # named in the wrapper's "not writable" fix
+        "SIMCLUSTER_NODE": str(k),
+        "SIMCLUSTER_NNODES": str(launch.nnodes),
+        "SIMCLUSTER_OUTPUT_DIR": launch.output_dir,
+        "SIMCLUSTER_RESTART_COUNT": str(launch.restart),
+    }
+    if launch.mesh:
+        env.update(SIMCLUSTER_PP=str(launch.mesh.pp), SIMCLUSTER_DP=str(launch.mesh.dp),
+                   SIMCLUSTER_TP=str(launch.mesh.tp))
+    if launch.workdir:
+        env["PYTHONPATH"] = APP_DIR  # the user's folder first (the script's or the cwd), the image's code after
+    return env
 
 
 def build_compose(launch: Launch, project_dir: str) -> dict:
@@ -86,7 +116,7 @@ def build_compose(launch: Launch, project_dir: str) -> dict:
         docker-compose.yml, ".." for compose/*.yml, absolute if outside the repo); every
         relative bind-mount source is resolved against it.
     """
-    node, run = launch.node, launch.run_name
+    node = launch.node
     code_mounts = []
     if node.mount_code:
         code_mounts = [f"{host_path(project_dir, d)}:{APP_DIR}/{d}:ro" for d in ("train", "launcher")]
@@ -105,19 +135,9 @@ def build_compose(launch: Launch, project_dir: str) -> dict:
             **_hardening(node.user),
         }
     }
-    volumes = [f"{host_path(project_dir, launch.run_dir)}:{RUNS_MOUNT}/{run}:rw"]
-    if launch.data is not None:
-        volumes.append(f"{host_path(project_dir, launch.data)}:{DATA_MOUNT}/{run_name(launch.data)}:ro")
+    volumes = [f"{host_path(project_dir, launch.run_dir)}:{launch.output_dir}:rw"]
+    volumes += [f"{host_path(project_dir, m.source)}:{m.target}:{m.mode}" for m in launch.mounts]
     volumes += code_mounts
-    env = {
-        "MASTER_ADDR": RDZV_HOST,
-        "MASTER_PORT": str(RDZV_PORT),
-        "GLOO_SOCKET_IFNAME": "eth0",
-        "OMP_NUM_THREADS": str(omp_threads(node.cpus_per_node, launch.nproc_per_node)),
-        "PYTHONUNBUFFERED": "1",
-        "HOME": "/tmp",
-        "SIMCLUSTER_HOST_RUN_DIR": launch.run_dir,  # named in the wrapper's "not writable" fix
-    }
     limits = {}
     if node.cpus_per_node is not None:
         limits["cpus"] = node.cpus_per_node
@@ -129,7 +149,7 @@ def build_compose(launch: Launch, project_dir: str) -> dict:
             "pull_policy": "never",
             "hostname": name,
             "command": node_command(launch, k),
-            "environment": dict(env),
+            "environment": node_env(launch, k),
             "volumes": list(volumes),
             "networks": [NETWORK],
             "depends_on": [RDZV_HOST],

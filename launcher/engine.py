@@ -68,6 +68,32 @@ def image_created(image: str) -> float | None:
     return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00").timestamp()
 
 
+PROBE = ("import importlib.util, sys; missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]; "
+         "missing and print('cannot import ' + ', '.join(missing), file=sys.stderr); sys.exit(3 if missing else 0)")
+
+
+def probe_image(image: str, modules: list[str], volumes: list[str], user: str) -> str | None:
+    """Start a short container of image that looks for each module with Python (``-c PROBE``),
+    with the job's bind mounts (``SRC:DST:MODE``); None when all are found, else what is wrong.
+
+    Raises:
+        LauncherError: the engine itself failed.
+    """
+    if image_created(image) is None:
+        return f"image {image} not found (nothing is pulled: build it, or docker pull / docker load it first)"
+    try:
+        client().containers.run(image, ["python", "-c", PROBE, *modules], remove=True, user=user,
+                                network_disabled=True, volumes=volumes, stdout=True, stderr=True)
+        return None
+    except docker.errors.ContainerError as e:
+        text = (e.stderr or b"").decode("utf-8", "replace").strip() if isinstance(e.stderr, bytes) else str(e.stderr or "")
+        return text.splitlines()[-1] if text else f"the probe exited {e.exit_status}"
+    except docker.errors.APIError as e:
+        if "executable file not found" in str(e) or "no such file" in str(e).lower():
+            return f"image {image} has no `python` on its PATH"
+        raise LauncherError(f"the probe container of {image} failed: {e.explanation or e}") from None
+
+
 def kill(container) -> None:
     """Kill a container, unpausing it first (a paused one cannot be stopped); gone is fine."""
     try:

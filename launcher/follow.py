@@ -12,6 +12,9 @@ container states from the engine's event stream.
 """
 from __future__ import annotations
 
+import collections
+import json
+import os
 import queue
 import threading
 import time
@@ -20,7 +23,7 @@ from launcher import engine
 from launcher.engine import compose
 from launcher.launch import Launch
 from launcher.layout import RDZV_HOST
-from launcher.progress import Progress, parse_done, parse_identity, parse_step, split_rank
+from launcher.progress import Progress, parse_done, parse_step, split_rank
 from launcher.target import Target
 
 KILL_AFTER_RDZV_S = 3.0  # containers still up this long after the rendezvous exited are killed
@@ -54,6 +57,7 @@ class Stream:
         self.lost_s: float | None = None  # seconds after start of the first LOST line
         self.lost_t: float | None = None  # its UNIX time
         self.forced: list[str] = []  # containers up kills because they outlived the rendezvous
+        self.recent: dict[int, collections.deque] = {}  # rank -> its last lines (for a failure's traceback)
 
     def show(self, text: str) -> None:
         print(text, flush=True)
@@ -65,15 +69,15 @@ class Stream:
             self.lost.append(text[len("rendezvous: LOST "):])
             if self.lost_s is None:
                 self.lost_s, self.lost_t = time.monotonic() - self.t0, time.time()
-        if rank is not None and self.first_worker_s is None:
-            self.first_worker_s = time.monotonic() - self.t0
-        ident = parse_identity(text)
-        if ident and rank is not None:
-            r, host = ident
-            self.seen_ranks[r] = service
-            k = r // self.launch.nproc_per_node
-            if k >= len(self.names) or self.names[k] != service:
-                self.misplaced.append(f"rank {r} ran on {service} (host={host}), expected on node {k}")
+        if rank is not None:
+            if self.first_worker_s is None:
+                self.first_worker_s = time.monotonic() - self.t0
+            self.recent.setdefault(rank, collections.deque(maxlen=40)).append(text)
+            if rank not in self.seen_ranks:  # torchrun prefixes every line of a rank with [rankR]:
+                self.seen_ranks[rank] = service
+                k = rank // self.launch.nproc_per_node
+                if k >= len(self.names) or self.names[k] != service:
+                    self.misplaced.append(f"rank {rank} ran on {service}, expected on {self.names[k] if k < len(self.names) else '?'}")
         step = parse_step(text) if rank == 0 else None
         done = parse_done(text) if rank == 0 else None
         if done:
@@ -81,12 +85,26 @@ class Stream:
         prefix = f"{service} r{rank}" if rank is not None else service
         if not (step and self.quiet):
             self.show(f"{prefix:<{self.width}}| {text}")
-        if step:
-            self.progress.update(step)
-            now = time.monotonic()
-            if now - self.last_progress >= self.every or step["step"] == step["total"]:
-                self.last_progress = now
-                self.show(f"{'launcher':<{self.width}}| {self.progress.line()}")
+
+    def on_metrics(self, row: dict) -> None:
+        """A new metrics.jsonl row (the schema of train/metrics.py): update and maybe show progress."""
+        if not isinstance(row.get("step"), int):
+            return
+        self.progress.update({"step": row["step"], "total": row.get("total_steps") or 0, "loss": row.get("loss"),
+                              "tokens_per_s": row.get("tokens_per_s"), "step_time": row.get("step_time_s")})
+        now = time.monotonic()
+        if now - self.last_progress >= self.every or row["step"] == row.get("total_steps"):
+            self.last_progress = now
+            self.show(f"{'launcher':<{self.width}}| {self.progress.line()}")
+
+    def tracebacks(self) -> dict[int, list[str]]:
+        """rank -> the last lines of its latest Python traceback (ranks that printed one)."""
+        out = {}
+        for rank, lines in sorted(self.recent.items()):
+            starts = [i for i, x in enumerate(lines) if x.startswith("Traceback (most recent call last)")]
+            if starts:
+                out[rank] = list(lines)[starts[-1]:][-4:]
+        return out
 
     def follow(self, found: dict, watch: "Watch | None" = None) -> None:
         """Show every container's log until all ended; ``watch.tick()`` runs about every second
@@ -114,14 +132,44 @@ class Stream:
                 open_streams += start(watch.tick(self))
 
 
+class MetricsTail:
+    """New complete rows of a metrics.jsonl as it grows (a rewritten, shorter file is read anew)."""
+
+    def __init__(self, path: str):
+        self.path, self.offset = path, 0
+
+    def rows(self) -> list[dict]:
+        try:
+            size = os.path.getsize(self.path)
+        except OSError:
+            return []
+        if size < self.offset:  # rewritten (a resume keeps the steps up to its checkpoint)
+            self.offset = 0
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        out = []
+        for line in data[:end].splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                out.append(row)
+        return out
+
+
 class Watch:
     """Runs during ``up``: starts late nodes when due, kills the container of a node the
     rendezvous declared lost (it is frozen or cut off, if not dead already), and once the
     rendezvous has exited kills every container of the run still up after KILL_AFTER_RDZV_S.
     Container states come from the engine's event stream (engine.Events), not from polling."""
 
-    def __init__(self, target: Target, late: dict[str, float]):
+    def __init__(self, target: Target, late: dict[str, float], metrics_path: str):
         self.target, self.t0 = target, time.monotonic()
+        self.metrics = MetricsTail(metrics_path)
         self.late = dict(late)  # service -> seconds after start
         self.rdzv_gone: float | None = None
         self.nodes_gone: float | None = None
@@ -136,6 +184,8 @@ class Watch:
         return len(self.late)
 
     def tick(self, stream: Stream) -> dict:
+        for row in self.metrics.rows():
+            stream.on_metrics(row)
         now = time.monotonic()
         started: dict = {}
         named = {x.split()[0] for x in stream.lost}

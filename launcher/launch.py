@@ -1,22 +1,23 @@
 """The launch description: one cluster job, resolved once at the edge, frozen, passed everywhere.
 
-    python -c "from launcher.launch import *; from train.config import Config; \
-print(resolve_training(Config(mesh='2x2x2', model='tiny'), NodeOptions()).argv)"
+    python -c "from launcher.jobs import *; from launcher.launch import *; from train.config import Config; \
+print(resolve_training(Config(mesh='2x2x2', model='tiny'), NodeOptions()))"
 
-``launcher/cli.py`` turns the flags into a Launch (``resolve_training``: one mesh parse, one
-preflight); ``launcher/compose.py`` turns a Launch into a compose document; ``runner.py`` runs
-it. Nothing downstream re-parses the mesh, the generated YAML or another program's argv.
+``launcher/cli.py`` turns the flags into a Launch (``launcher/jobs.py``: the built-in trainer or
+the user's own code, one mesh parse); ``launcher/compose.py`` turns a Launch into a compose
+document; ``runner.py`` runs it. Nothing downstream re-parses the mesh, the generated YAML or
+another program's argv.
 """
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 import math
 import re
 from dataclasses import dataclass, fields
 
-from launcher.layout import DATA_MOUNT, IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, lost_after_s, node_names, run_name
-from train.config import Config, ConfigError, MeshSpec, TrainRun
-from train.preflight import preflight
+from launcher.layout import IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, lost_after_s, node_names, run_name
+from train.config import MeshSpec, TrainRun
 
 RDZV_BACKENDS = ("c10d", "static")
 
@@ -48,8 +49,8 @@ class NodeOptions:
     user: str = IMAGE_USER
 
 
-def check_node_options(node: NodeOptions, module: str) -> list[str]:
-    """Problems of the node options and the entry module, each naming the option and a fix."""
+def check_node_options(node: NodeOptions) -> list[str]:
+    """Problems of the node options, each naming the option and a fix."""
     errors = []
     if node.cpus_per_node is not None and not (node.cpus_per_node > 0 and math.isfinite(node.cpus_per_node)):
         errors.append(f"cpus_per_node: must be > 0 CPUs, got {node.cpus_per_node}; e.g. --cpus-per-node 2")
@@ -61,9 +62,17 @@ def check_node_options(node: NodeOptions, module: str) -> list[str]:
         errors.append(f"join_timeout_s: must be > 0 seconds, got {node.join_timeout_s}; e.g. --join-timeout-s 120")
     if not re.fullmatch(r"\d+:\d+", node.user):
         errors.append(f"user: {node.user!r} is not UID:GID; e.g. --user 1000:1000")
-    if not re.fullmatch(r"[A-Za-z_][\w.]*", module):
-        errors.append(f"module: {module!r} is not a Python module name; e.g. train or launcher.container.probe")
     return errors
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A bind mount of every node: host source (as the compose file names it: repo-relative
+    POSIX or absolute), container target (absolute), mode "ro" or "rw"."""
+
+    source: str
+    target: str
+    mode: str = "ro"
 
 
 @dataclass(frozen=True)
@@ -71,24 +80,31 @@ class Launch:
     """One job on a simulated cluster: nnodes containers of nproc_per_node ranks each.
 
     mesh: the (pp, dp, tp) mesh when the job is 3D (nnodes = pp, nproc_per_node = dp*tp).
-    module: what each rank runs, ``python -m MODULE``; argv: its arguments inside a node (paths
-        already rewritten to the mounts, /runs/<run name> and /data/<name>).
-    run_dir: the host run folder (repo-relative POSIX or absolute), mounted at /runs/<run name>.
-    data: a host data path (file or folder) mounted read-only at /data/<name>, or None.
+    module / script: what each rank runs, ``python -m MODULE`` or ``python SCRIPT`` (a container
+        path); exactly one is set. argv: its arguments inside a node.
+    run_dir: the host run folder (repo-relative POSIX or absolute), mounted read-write at
+        /runs/<run name>: the job's output folder ($SIMCLUSTER_OUTPUT_DIR).
+    mounts: further bind mounts (data, the user's code, --mount).
+    workdir: the ranks' working directory in the container (None: the image's, /app).
     timeout_s: the job's timeout (s): a peer silent for lost_after_s of it is lost.
-    train: the built-in trainer's resolved run (None for other code).
+    train: the built-in trainer's resolved run (None for the user's own code, which starts with
+        stock torchrun, never inside the node agent).
+    restart: the launcher's restart count ($SIMCLUSTER_RESTART_COUNT): 0, then 1, 2, ...
     """
 
     nnodes: int
     nproc_per_node: int
     mesh: MeshSpec | None
-    module: str
+    module: str | None
+    script: str | None
     argv: tuple[str, ...]
     run_dir: str
-    data: str | None
+    mounts: tuple[Mount, ...]
+    workdir: str | None
     timeout_s: float
     node: NodeOptions
     train: TrainRun | None = None
+    restart: int = 0
 
     @property
     def names(self) -> list[str]:
@@ -104,59 +120,28 @@ class Launch:
         return run_name(self.run_dir)
 
     @property
+    def output_dir(self) -> str:
+        """The run folder inside the containers."""
+        return f"{RUNS_MOUNT}/{self.run_name}"
+
+    @property
     def lost_after_s(self) -> float:
         return lost_after_s(self.timeout_s)
 
     @property
     def job_name(self) -> str:
-        """``mesh-2x2x2``: names the default run folder and compose file."""
-        return f"mesh-{self.mesh}"
+        """Names the default run folder and compose file: ``mesh-2x2x2`` for the built-in trainer,
+        ``<script or module>-mesh-2x2x2`` or ``<script or module>-nodes-2x4`` for other code."""
+        shape = f"mesh-{self.mesh}" if self.mesh else f"nodes-{self.nnodes}x{self.nproc_per_node}"
+        if self.train is not None:
+            return shape
+        entry = posixpath.splitext(posixpath.basename(self.script))[0] if self.script else self.module
+        return f"{entry}-{shape}"
 
     @property
     def shape(self) -> str:
         """``mesh 2x2x2`` or ``2 node(s) x 4 rank(s)``, for messages."""
         return f"mesh {self.mesh}" if self.mesh else f"{self.nnodes} node(s) x {self.nproc_per_node} rank(s)"
-
-
-def _flag_value(value) -> str:
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-def train_flags(cfg: Config, mesh: MeshSpec, run: str, data: str | None) -> tuple[str, ...]:
-    """The ``-m train`` flags inside a node: every Config field the user set (not None, not its
-    default), with --mesh normalised, --run-dir /runs/<run> and --data /data/<name>; sorted by
-    flag name, so the output is deterministic."""
-    defaults = Config()
-    values = {f.name: _flag_value(getattr(cfg, f.name)) for f in fields(Config)
-              if getattr(cfg, f.name) is not None and getattr(cfg, f.name) != getattr(defaults, f.name)}
-    values.update(mesh=str(mesh), run_dir=f"{RUNS_MOUNT}/{run}")
-    if data is not None:
-        values["data"] = f"{DATA_MOUNT}/{run_name(data)}"
-    return tuple(x for name in sorted(values) for x in ("--" + name.replace("_", "-"), values[name]))
-
-
-def resolve_training(cfg: Config, node: NodeOptions, module: str = "train", host_path=lambda p: p) -> Launch:
-    """The Launch of a training run: preflight (the one mesh parse), run folder, mounts, flags.
-
-    cfg: the user's options; its run_dir and data as host_path(p) will name them in the compose
-        file (the CLI passes a function giving repo-relative or absolute paths). An unset run_dir
-        is the one default rule of train.config.default_run_dir, relative to the repo root.
-    module: "train", or another module given the same flags (launcher.container.probe).
-
-    Raises:
-        ConfigError: every problem of the config (preflight), the node options or the run folder.
-    """
-    run = preflight(cfg)
-    errors = check_node_options(node, module)
-    run_dir = host_path(cfg.run_dir) if cfg.run_dir is not None else run.config.run_dir
-    if not run_name(run_dir):
-        errors.append(f"run_dir: {cfg.run_dir!r} has no folder name; pass e.g. --run-dir runs/mesh-2x2x2")
-    if errors:
-        raise ConfigError("; ".join(errors))
-    data = host_path(cfg.data) if cfg.data is not None else None
-    argv = train_flags(cfg, run.mesh, run_name(run_dir), data)
-    return Launch(nnodes=run.mesh.pp, nproc_per_node=run.mesh.ranks_per_node, mesh=run.mesh, module=module,
-                  argv=argv, run_dir=run_dir, data=data, timeout_s=float(run.config.timeout_s), node=node, train=run)
 
 
 def with_resume(launch: Launch, path: str) -> Launch:

@@ -58,17 +58,6 @@ def parse_done(text: str) -> dict | None:
     return parse_kv(text) if text.startswith("done ") else None
 
 
-def parse_identity(text: str) -> tuple[int, str] | None:
-    """(rank, host) of a trainer banner ``[simcluster] rank=..`` or a probe line; else None."""
-    text = text.strip()
-    if not text.startswith(("[simcluster] ", "probe ")):
-        return None
-    kv = parse_kv(text)
-    if "rank" in kv and "host" in kv and kv["rank"].isdigit():
-        return int(kv["rank"]), kv["host"]
-    return None
-
-
 def format_duration(seconds: float | None) -> str:
     """``2h03m``, ``4m07s``, ``9s``; ``?`` for None."""
     if seconds is None or seconds != seconds or seconds < 0:

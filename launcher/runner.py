@@ -20,6 +20,7 @@ nothing is left running, and the summary names the lost node.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -33,7 +34,7 @@ from launcher.engine import LauncherError, compose
 from launcher.files import ROOT, host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
 from launcher.follow import Stream, Watch
 from launcher.launch import Launch, with_resume
-from launcher.layout import IMAGE, RDZV_HOST, RUNS_MOUNT, format_ranks, node_ranks
+from launcher.layout import APP_DIR, IMAGE, RDZV_HOST, RUNS_MOUNT, format_ranks, node_ranks
 from launcher.target import Target
 from train.checkpoint_paths import list_checkpoints
 from train.config import ConfigError
@@ -44,7 +45,7 @@ def ensure_image(image: str, build: bool, mount_code: bool = False) -> None:
     when this checkout's code is newer than the image (unless mount_code).
 
     Raises:
-        LauncherError: the build failed, or a non-default image is missing.
+        LauncherError: the build failed.
     """
     created = engine.image_created(image)
     if created is not None and not build:
@@ -53,11 +54,30 @@ def ensure_image(image: str, build: bool, mount_code: bool = False) -> None:
             print(f"launcher: WARNING: {stale} changed after {image} was built; the containers run the image's "
                   f"copy. Use --build (rebuild) or --mount-code (mount this checkout).", file=sys.stderr, flush=True)
         return
-    if image != IMAGE:
-        raise LauncherError(f"image {image} not found; build or pull it (images/build.sh builds {IMAGE})")
     print(f"launcher: building {image} with images/build.sh", flush=True)
     if subprocess.run(["bash", os.path.join(ROOT, "images", "build.sh")], cwd=ROOT).returncode != 0:
         raise LauncherError("images/build.sh failed; see its output above")
+
+
+def check_image(launch: Launch) -> None:
+    """A short probe container: the image has python, torch and the launcher's container side
+    (and the module, when it comes from the image). Only for images other than the trainer's,
+    or modules from the image.
+
+    Raises:
+        ConfigError: something is missing, naming the image and the fix.
+    """
+    from_image = [launch.module] if launch.train is None and launch.module and not launch.workdir else []
+    if launch.node.image == IMAGE and not from_image:
+        return
+    volumes = [f"{host_abspath(p)}:{APP_DIR}/{p}:ro" for p in ("train", "launcher") if launch.node.mount_code]
+    problem = engine.probe_image(launch.node.image, ["torch", "launcher.container.node", *from_image], volumes,
+                                 launch.node.user)
+    if problem:
+        raise ConfigError(f"image: {launch.node.image}: {problem}. Every node runs `python -m launcher.container.node`"
+                          f" and the job with torch: use an image FROM {IMAGE}, or install torch==2.13.0 and this "
+                          f"project's wheel into yours (README, \"Your own image\")"
+                          + (f"; or check --module {from_image[0]}" if from_image else ""))
 
 
 def newer_than(created: float) -> str | None:
@@ -102,7 +122,9 @@ def up(launch: Launch, command: str, build: bool = False, keep: bool = False, qu
         raise ConfigError(f"run_dir: the cluster of {launch.run_dir} (project {target.project}) is still up "
                           f"({', '.join(f'{s} {st}' for s, st in sorted(running.items()))}); stop it with "
                           f"`python -m launcher down --run-dir {launch.run_dir}` or pass another --run-dir")
-    ensure_image(launch.node.image, build, launch.node.mount_code)
+    if launch.node.image == IMAGE:
+        ensure_image(IMAGE, build, launch.node.mount_code)
+    check_image(launch)
     make_run_dir(run_dir, launch.node.user)
     print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); "
           f"run folder {launch.run_dir}; project {target.project}", flush=True)
@@ -110,9 +132,10 @@ def up(launch: Launch, command: str, build: bool = False, keep: bool = False, qu
     attempt_launch, code = launch, 1
     for attempt in range(max_restarts + 1):
         if attempt:
-            attempt_launch = restart_launch(launch, run_dir)
-            where = "resuming from the newest checkpoint" if attempt_launch is not launch else \
-                "no checkpoint yet: starting over"
+            attempt_launch = restart_launch(launch, run_dir, attempt)
+            where = ("your code resumes from what it saved in its output folder" if launch.train is None else
+                     "resuming from the newest checkpoint" if attempt_launch.argv != launch.argv else
+                     "no checkpoint yet: starting over")
             print(f"launcher: restart {attempt}/{max_restarts} after {time.monotonic() - t0:.1f}s: whole cluster, "
                   f"fresh rendezvous; {where}", flush=True)
         write_atomic(target.file, render(attempt_launch, repo_path(target.file), project_dir_for(target.file), command))
@@ -125,9 +148,11 @@ def up(launch: Launch, command: str, build: bool = False, keep: bool = False, qu
     return code
 
 
-def restart_launch(launch: Launch, run_dir: str) -> Launch:
-    """The launch of a restart: the trainer resumes from RUN_DIR/checkpoints (as the containers
-    see it) when a complete checkpoint is there; else launch itself (start over)."""
+def restart_launch(launch: Launch, run_dir: str, restart: int) -> Launch:
+    """The launch of restart number ``restart`` (SIMCLUSTER_RESTART_COUNT): the built-in trainer
+    resumes from RUN_DIR/checkpoints (as the containers see it) when a complete checkpoint is
+    there, else starts over; other code is told the count and resumes from its own files."""
+    launch = dataclasses.replace(launch, restart=restart)
     if launch.train is None or not list_checkpoints(os.path.join(run_dir, "checkpoints")):
         return launch
     return with_resume(launch, f"{RUNS_MOUNT}/{launch.run_name}/checkpoints")
@@ -140,7 +165,7 @@ def _attempt(launch: Launch, target: Target, run_dir: str, quiet: bool, progress
     try:
         first = [s for s in [RDZV_HOST, *launch.names] if s not in start_late]
         compose(target.project, target.file, "up", "-d", *(first if start_late else []), check=True)
-        watch = Watch(target, start_late)
+        watch = Watch(target, start_late, os.path.join(run_dir, "metrics.jsonl"))
         try:
             stream.follow(engine.containers(target.project), watch)
         finally:
@@ -187,6 +212,12 @@ def _summary(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: fl
                                              if stream.lost_s else ""))
     if stream.forced:
         show(f"  killed by up {', '.join(stream.forced)} (lost, or still up after the rendezvous ended)")
+    if not ok:
+        for rank, lines in stream.tracebacks().items():
+            node = launch.names[rank // launch.nproc_per_node]
+            show(f"  FAILED rank {rank} on {node}: " + lines[-1])
+            for line in lines[:-1]:
+                show(f"      {line}")
     stream.log.close()
     return ok
 

@@ -79,7 +79,8 @@ def test_rendezvous_names_silent_and_missing_nodes():
 
 def test_start_late_option_and_restart_launch(tmp_path):
     from launcher.cli import parse_start_late
-    from launcher.launch import NodeOptions, resolve_training
+    from launcher.jobs import resolve_training
+    from launcher.launch import NodeOptions
     from launcher.runner import restart_launch
     from train.config import Config, ConfigError
 
@@ -88,11 +89,12 @@ def test_start_late_option_and_restart_launch(tmp_path):
         with pytest.raises(ConfigError):
             parse_start_late(bad)
     launch = resolve_training(Config(mesh="2x1x1", run_dir=str(tmp_path / "run")), NodeOptions())
-    assert restart_launch(launch, str(tmp_path / "run")) is launch  # no checkpoint yet: start over
+    again = restart_launch(launch, str(tmp_path / "run"), 1)
+    assert again.argv == launch.argv and again.restart == 1  # no checkpoint yet: start over
     step = tmp_path / "run" / "checkpoints" / "step-000005"
     step.mkdir(parents=True)
     (step / ".metadata").write_text("")
-    argv = restart_launch(launch, str(tmp_path / "run")).argv
+    argv = restart_launch(launch, str(tmp_path / "run"), 2).argv
     assert argv[-2:] == ("--resume", "/runs/run/checkpoints") and argv[:-2] == launch.argv
 
 

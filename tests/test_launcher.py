@@ -18,13 +18,14 @@ import pytest
 import yaml
 
 from launcher.compose import build_compose, escape, host_path, omp_threads
-from launcher.launch import Launch, NodeOptions, check_node_options, resolve_training, train_flags
+from launcher.jobs import resolve_training, train_flags
+from launcher.launch import Launch, NodeOptions, check_node_options
 from launcher.layout import node_names, node_ranks
 from train.config import Config, ConfigError, MeshSpec, parse_mesh
 
 
-def launch(cfg: Config, node: NodeOptions = NodeOptions(), module: str = "train") -> Launch:
-    return resolve_training(cfg, node, module)
+def launch(cfg: Config, node: NodeOptions = NodeOptions()) -> Launch:
+    return resolve_training(cfg, node)
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -196,8 +197,8 @@ def test_helpers():
     assert omp_threads(None, 4) == 1 and omp_threads(8, 4) == 2 and omp_threads(1.5, 4) == 1 and omp_threads(6, 4) == 1
     assert host_path(".", "runs/a") == "./runs/a" and host_path("..", "runs/a") == "../runs/a"
     assert host_path("../..", "/x/y/") == "/x/y"
-    assert check_node_options(NodeOptions(), "train") == []
-    assert len(check_node_options(NodeOptions(rdzv_backend="etcd", user="me"), "1bad")) == 3
+    assert check_node_options(NodeOptions()) == []
+    assert len(check_node_options(NodeOptions(rdzv_backend="etcd", user="me"))) == 2
     with pytest.raises(ConfigError):
         launch(Config(mesh="2x2"))
     assert escape({"a$": ["x$y", 1, {"k": "$$"}]}) == {"a$$": ["x$$y", 1, {"k": "$$$$"}]}

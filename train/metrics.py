@@ -1,6 +1,18 @@
 """Per-step metrics: one JSON object per line in RUN_DIR/metrics.jsonl and one log line per step.
 
-    python -c "import json; [print(json.loads(l)['loss']) for l in open('runs/local/metrics.jsonl')]"
+    python -c "import json; [print(json.loads(l)['loss']) for l in open('runs/mesh-1x1x1/metrics.jsonl')]"
+
+The metrics.jsonl schema, shared by the built-in trainer and any script on the cluster (the
+launcher shows progress from it when a job writes it into $SIMCLUSTER_OUTPUT_DIR): one JSON
+object per line, one line per optimizer step, in step order.
+    step          int, required: the step just finished, 1-based
+    total_steps   int: steps of the whole run (for progress and ETA)
+    loss          float: the global-batch training loss of the step
+    tokens_per_s  float: tokens (or samples) per second of the step, all ranks together
+    step_time_s   float: seconds of the step
+    val_loss      float: the validation loss, on the steps that validate
+    lr, grad_norm float; rss_mb: list of float, peak RSS (MB) of each rank
+Other keys are allowed and ignored by the launcher.
 """
 from __future__ import annotations
 

@@ -45,7 +45,8 @@ def run_reference(run: TrainRun, run_dir: str | None = None) -> list[dict]:
             opt.zero_grad(set_to_none=True)
             sched.step()
             dt = time.perf_counter() - t0
-            rec = {"step": step, "loss": float(loss.detach()), "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
+            rec = {"step": step, "total_steps": cfg.steps, "loss": float(loss.detach()), "grad_norm": float(norm),
+                   "lr": lr, "step_time_s": dt,
                    "tokens_per_s": run.tokens_per_step / dt, "rss_mb": [peak_rss_mb()]}
             writer.write(rec)
             records.append(rec)

@@ -125,8 +125,8 @@ class Trainer:
             sched.step()
         loss, rss = float(stats[0]), stats[1:].tolist()
         dt = time.perf_counter() - t0
-        return {"step": step, "loss": loss, "grad_norm": float(norm), "lr": lr, "step_time_s": dt,
-                "tokens_per_s": self.job.tokens_per_step / dt, "rss_mb": rss}
+        return {"step": step, "total_steps": self.cfg.steps, "loss": loss, "grad_norm": float(norm), "lr": lr,
+                "step_time_s": dt, "tokens_per_s": self.job.tokens_per_step / dt, "rss_mb": rss}
 
     @torch.no_grad()
     def validate(self) -> float:

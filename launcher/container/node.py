@@ -91,7 +91,8 @@ def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[
     else:  # static: the endpoint is the master address; node 0 "hosts" (idle), all use the rendezvous store
         host, _, port = args.rdzv_endpoint.rpartition(":")
         cmd += [f"--master-addr={host}", f"--master-port={port}", f"--local-addr={node_name}"]
-    return cmd + ["--tee=3", "-m", args.module, *train_argv]
+    entry = [args.script] if args.script else ["-m", args.module]
+    return cmd + ["--tee=3", *entry, *train_argv]
 
 
 def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float = 15) -> None:
@@ -209,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rdzv-endpoint", default="rendezvous:29400", help="HOST:PORT of the rendezvous store")
     parser.add_argument("--rdzv-backend", choices=("c10d", "static"), default="c10d", help="torchrun rendezvous")
     parser.add_argument("--run-id", default="simcluster", help="rendezvous id (the run name)")
-    parser.add_argument("--module", default="train", help="module torchrun runs with -m (default train)")
+    entry = parser.add_mutually_exclusive_group()
+    entry.add_argument("--module", default="train", help="module torchrun runs with -m (default train)")
+    entry.add_argument("--script", default=None, help="a script torchrun runs instead of a module")
+    parser.add_argument("--workdir", default=None, help="the ranks' working directory (default: this one)")
     parser.add_argument("--node-name", default=None, help="this node's address (default: the hostname)")
     parser.add_argument("--torchrun", action="store_true",
                         help="start the ranks with stock torchrun (each a fresh interpreter: ~10 s slower start "
@@ -238,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")
     cmd = torchrun_command(args, name, train_argv)
     print(f"[{name}] node {args.node_rank}/{args.nnodes}: {' '.join(cmd)}", flush=True)
-    proc = subprocess.Popen(cmd, env=env)
+    proc = subprocess.Popen(cmd, env=env, cwd=args.workdir)
 
     def forward(signum, _frame):
         proc.send_signal(signum)

@@ -1,0 +1,185 @@
+"""The two kinds of job, one path to a Launch: the built-in trainer, or the user's own torchrun code.
+
+    python -c "from launcher.jobs import *; from launcher.launch import NodeOptions; \
+print(resolve_code(NodeOptions(), script='examples/ddp.py', nodes=2, nproc_per_node=2))"
+
+``resolve_training``: a trainer Config (preflighted: the one mesh parse) -> a Launch running
+``-m train`` with the Config's flags, ranks forked by the node agent after one import.
+``resolve_code``: a script (``--script FILE``) or a module (``--module M``, from ``--code DIR``
+or from the image) with its own arguments, on a mesh (``--mesh``: nodes = pp, ranks per node
+= dp*tp, SIMCLUSTER_PP/DP/TP set) or on ``--nodes N --nproc-per-node M``; it starts the way
+stock torchrun starts it. The user's code folder is mounted read-only at /code, the ranks'
+working directory, first on sys.path, with the image's own code (/app) after it.
+Both check every input before anything exists and raise ConfigError naming the field and a fix.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import fields
+
+from launcher.launch import Launch, Mount, NodeOptions, check_node_options
+from launcher.layout import APP_DIR, DATA_MOUNT, RUNS_MOUNT, run_name
+from train.config import Config, ConfigError, MeshSpec, parse_mesh
+from train.preflight import preflight
+
+CODE_DIR = "/code"  # the user's code folder inside the containers
+RESERVED = (RUNS_MOUNT, APP_DIR, CODE_DIR, "/tmp")  # mount targets the launcher owns
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def _flag_value(value) -> str:
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def train_flags(cfg: Config, mesh: MeshSpec, run: str, data: str | None) -> tuple[str, ...]:
+    """The ``-m train`` flags inside a node: every Config field the user set (not None, not its
+    default), with --mesh normalised, --run-dir /runs/<run> and --data /data/<name>; sorted by
+    flag name, so the output is deterministic."""
+    defaults = Config()
+    values = {f.name: _flag_value(getattr(cfg, f.name)) for f in fields(Config)
+              if getattr(cfg, f.name) is not None and getattr(cfg, f.name) != getattr(defaults, f.name)}
+    values.update(mesh=str(mesh), run_dir=f"{RUNS_MOUNT}/{run}")
+    if data is not None:
+        values["data"] = f"{DATA_MOUNT}/{run_name(data)}"
+    return tuple(x for name in sorted(values) for x in ("--" + name.replace("_", "-"), values[name]))
+
+
+def parse_mount(text: str) -> tuple[str, str, str]:
+    """``SRC:DST[:ro|rw]`` -> (SRC, DST, mode); mode defaults to ro.
+
+    Raises:
+        ConfigError: not of that form, or DST not an absolute path.
+    """
+    parts = text.split(":")
+    mode = parts.pop() if len(parts) == 3 else "ro"
+    if len(parts) != 2 or not all(parts) or mode not in ("ro", "rw") or not parts[1].startswith("/"):
+        raise ConfigError(f"mount: {text!r} is not SRC:DST[:ro|rw] with an absolute DST; "
+                          f"e.g. --mount ./corpus:/data/corpus:ro")
+    return parts[0], parts[1], mode
+
+
+def _mounts(specs: tuple[str, ...], host_path, errors: list[str]) -> list[Mount]:
+    """Mounts of --mount SRC:DST[:MODE] (SRC relative to the cwd), each SRC checked to exist."""
+    out: list[Mount] = []
+    for spec in specs:
+        try:
+            src, dst, mode = parse_mount(spec)
+        except ConfigError as e:
+            errors.append(str(e))
+            continue
+        src = os.path.abspath(src)
+        if not os.path.exists(src):
+            errors.append(f"mount: source {src} does not exist; create it or fix --mount {spec}")
+        elif any(dst == r or dst.startswith(r + "/") for r in RESERVED) or dst in {m.target for m in out}:
+            errors.append(f"mount: target {dst} is taken ({', '.join(RESERVED)} are the launcher's, each target "
+                          f"once); pick another, e.g. /data/{os.path.basename(src)}")
+        else:
+            out.append(Mount(host_path(src), dst, mode))
+    return out
+
+
+def _finish(errors: list[str], node: NodeOptions, run_dir: str) -> None:
+    """The checks every job shares; raises ConfigError listing every problem."""
+    errors += check_node_options(node)
+    if not run_name(run_dir):
+        errors.append(f"run_dir: {run_dir!r} has no folder name; pass e.g. --run-dir runs/mesh-2x2x2")
+    if errors:
+        raise ConfigError("\n  ".join(["invalid launch:", *errors]))
+
+
+def resolve_training(cfg: Config, node: NodeOptions, mounts: tuple[str, ...] = (), host_path=lambda p: p) -> Launch:
+    """The Launch of the built-in trainer: preflight (the one mesh parse), run folder, mounts, flags.
+
+    cfg: the user's options; its run_dir and data as host_path(p) will name them in the compose
+        file (the CLI passes a function giving repo-relative or absolute paths). An unset run_dir
+        is the one default rule of train.config.default_run_dir, relative to the repo root.
+
+    Raises:
+        ConfigError: every problem of the config (preflight), the node options, mounts or run folder.
+    """
+    run = preflight(cfg)
+    errors: list[str] = []
+    extra = _mounts(mounts, host_path, errors)
+    run_dir = host_path(cfg.run_dir) if cfg.run_dir is not None else run.config.run_dir
+    _finish(errors, node, run_dir)
+    data = host_path(cfg.data) if cfg.data is not None else None
+    data_mounts = [Mount(data, f"{DATA_MOUNT}/{run_name(data)}")] if data is not None else []
+    return Launch(nnodes=run.mesh.pp, nproc_per_node=run.mesh.ranks_per_node, mesh=run.mesh, module="train",
+                  script=None, argv=train_flags(cfg, run.mesh, run_name(run_dir), data), run_dir=run_dir,
+                  mounts=(*data_mounts, *extra), workdir=None, timeout_s=float(run.config.timeout_s), node=node,
+                  train=run)
+
+
+def _module_file(code: str, module: str) -> str | None:
+    """The file of module under folder code (a .py, a package's __init__.py), else None."""
+    base = os.path.join(code, *module.split("."))
+    for path in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | None = None,
+                 code: str | None = None, argv: tuple[str, ...] = (), mesh: str | None = None,
+                 nodes: int | None = None, nproc_per_node: int | None = None, run_dir: str | None = None,
+                 timeout_s: float = Config.timeout_s, mounts: tuple[str, ...] = (), host_path=lambda p: p) -> Launch:
+    """The Launch of the user's own code: a script or a module, with its own argv.
+
+    Host paths (script, code, run_dir, mount sources) are relative to the cwd. The script's folder
+    (or ``code``) is mounted read-only at /code; a module without ``code`` comes from the image.
+
+    Raises:
+        ConfigError: every problem: a missing script, code folder, module or mount source, a bad
+            shape (neither or both of mesh and nodes x nproc_per_node), a bad timeout or node option.
+    """
+    errors: list[str] = []
+    if (script is None) == (module is None):
+        errors.append("entry: give exactly one of --script FILE and --module NAME")
+    spec = None
+    if mesh is not None and (nodes is not None or nproc_per_node is not None):
+        errors.append("shape: give either --mesh PPxDPxTP or --nodes N --nproc-per-node M, not both")
+    elif mesh is not None:
+        try:
+            spec = parse_mesh(mesh)
+            nodes, nproc_per_node = spec.pp, spec.ranks_per_node
+        except ConfigError as e:
+            errors.append(str(e))
+    elif nodes is None or nproc_per_node is None or nodes < 1 or nproc_per_node < 1:
+        errors.append(f"shape: --nodes and --nproc-per-node must both be >= 1 (got {nodes}, {nproc_per_node}); "
+                      f"e.g. --nodes 2 --nproc-per-node 2, or --mesh 2x2x2")
+    if not (timeout_s > 0 and math.isfinite(timeout_s)):
+        errors.append(f"timeout_s: must be > 0 seconds, got {timeout_s}; e.g. --timeout-s 60")
+    code_dir = os.path.abspath(code) if code is not None else None
+    if code_dir is not None and not os.path.isdir(code_dir):
+        errors.append(f"code: {code_dir} is not a folder; pass the folder that holds your code with --code")
+        code_dir = None
+    target_script = None
+    if script is not None:
+        path = os.path.abspath(script)
+        if not os.path.isfile(path):
+            errors.append(f"script: {path} does not exist; pass an existing .py file with --script")
+        else:
+            code_dir = code_dir or os.path.dirname(path)
+            rel = os.path.relpath(path, code_dir)
+            if rel.startswith(".."):
+                errors.append(f"script: {path} is outside --code {code_dir}; put it inside or drop --code")
+            target_script = f"{CODE_DIR}/{rel.replace(os.sep, '/')}"
+    if module is not None:
+        if not MODULE_NAME.fullmatch(module):
+            errors.append(f"module: {module!r} is not a Python module name; e.g. mypkg.train")
+        elif code_dir is not None and _module_file(code_dir, module) is None:
+            errors.append(f"module: {module} not found in --code {code_dir} (no {module.replace('.', '/')}.py "
+                          f"or {module.replace('.', '/')}/__init__.py); fix --module or --code")
+    extra = _mounts(mounts, host_path, errors)
+    host_run = host_path(os.path.abspath(run_dir)) if run_dir is not None else None
+    launch = None
+    if not errors:
+        launch = Launch(nnodes=nodes, nproc_per_node=nproc_per_node, mesh=spec, module=module, script=target_script,
+                        argv=tuple(argv), run_dir="", workdir=CODE_DIR if code_dir else None,
+                        mounts=((Mount(host_path(code_dir), CODE_DIR),) if code_dir else ()) + tuple(extra),
+                        timeout_s=float(timeout_s), node=node)
+        host_run = host_run or f"runs/{launch.job_name}"
+    _finish(errors, node, host_run or "x")
+    return Launch(**{**launch.__dict__, "run_dir": host_run})

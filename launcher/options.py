@@ -1,0 +1,146 @@
+"""The launcher's job and node flags, and the edge: parsed flags -> one frozen Launch.
+
+    python -m launcher up --mesh 2x2x2 --script examples/manual_3d.py -- --steps 5
+    python -m launcher generate --nodes 2 --nproc-per-node 2 --script examples/ddp.py --out ddp.yml
+
+The built-in trainer runs when neither --script nor --code is given and --module is ``train``
+(the default); its options are the trainer's own flags. Otherwise the user's code runs
+(launcher/jobs.py resolve_code) with the arguments after ``--``, and trainer options are refused.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+from dataclasses import fields
+
+from launcher.files import repo_path
+from launcher.jobs import parse_mount, resolve_code, resolve_training
+from launcher.launch import RDZV_BACKENDS, Launch, NodeOptions
+from launcher.layout import JOIN_TIMEOUT_S
+from train.cli import config_from_args
+from train.config import Config, ConfigError
+
+SHARED = ("mesh", "run_dir", "timeout_s")  # Config fields that are launcher options for any job
+UP_ONLY = ("build", "keep", "quiet", "progress_every", "max_restarts", "start_late")  # not in `generate`
+
+
+def split_job_argv(argv: list[str]) -> tuple[list[str], tuple[str, ...]]:
+    """(the launcher's own arguments, the job's arguments after the first ``--``)."""
+    if "--" not in argv:
+        return list(argv), ()
+    i = argv.index("--")
+    return list(argv[:i]), tuple(argv[i + 1:])
+
+
+def add_job_args(parser: argparse.ArgumentParser) -> None:
+    """What runs: the built-in trainer (default), a script or a module; its shape and mounts."""
+    g = parser.add_argument_group("your own code (arguments after -- go to it)")
+    g.add_argument("--script", default=None, metavar="FILE",
+                   help="run this torchrun script on every rank (its folder is mounted read-only at /code)")
+    g.add_argument("--module", default="train",
+                   help="run python -m MODULE on every rank (default: train, the built-in trainer); from "
+                        "--code DIR, else from the image")
+    g.add_argument("--code", default=None, metavar="DIR",
+                   help="folder of your code, mounted read-only at /code: the working directory, first on sys.path")
+    g.add_argument("--nodes", type=int, default=None, metavar="N", help="nodes, for jobs that are not 3D (with "
+                   "--nproc-per-node, instead of --mesh)")
+    g.add_argument("--nproc-per-node", type=int, default=None, metavar="M", help="ranks per node (with --nodes)")
+    g.add_argument("--mount", action="append", default=[], metavar="SRC:DST[:ro|rw]",
+                   help="bind-mount a host path into every node (read-only unless :rw; repeatable)")
+
+
+def add_node_args(parser: argparse.ArgumentParser) -> None:
+    """Container options of every node (see launcher.launch.NodeOptions)."""
+    g = parser.add_argument_group("node options")
+    g.add_argument("--cpus-per-node", type=float, default=None, help="CPU limit per node container (default: none)")
+    g.add_argument("--memory-per-node", default=None, help="memory limit per node container, e.g. 3g (default: none)")
+    g.add_argument("--image", default=NodeOptions.image,
+                   help=f"image of every container (default {NodeOptions.image}); needs Python, torch and this "
+                        f"project's launcher package")
+    g.add_argument("--rdzv-backend", choices=RDZV_BACKENDS, default=NodeOptions.rdzv_backend,
+                   help="torchrun rendezvous backend (default c10d; see launcher/container/node.py)")
+    g.add_argument("--mount-code", action="store_true",
+                   help="bind-mount this checkout's train/ and launcher/ over /app (no image rebuild)")
+    g.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S, metavar="S",
+                   help=f"every node must join the rendezvous within S seconds of its start, else the job "
+                        f"ends naming the missing node (default {JOIN_TIMEOUT_S:g})")
+    g.add_argument("--torchrun", action="store_true",
+                   help="start the built-in trainer's ranks with stock torchrun, a fresh interpreter each (default: "
+                        "torchrun's agent forking them after one import per node, ~10 s faster on 2 cores); "
+                        "your own code always starts with stock torchrun")
+    g.add_argument("--user", default=None, metavar="UID:GID",
+                   help="user the containers run as (generate: 1000:1000, the image's; up: yours, or 1000:1000 "
+                        "when run as root)")
+
+
+def node_options(args: argparse.Namespace, user: str) -> NodeOptions:
+    return NodeOptions(cpus_per_node=args.cpus_per_node, memory_per_node=args.memory_per_node, image=args.image,
+                       rdzv_backend=args.rdzv_backend, mount_code=args.mount_code,
+                       join_timeout_s=args.join_timeout_s, torchrun=args.torchrun, user=args.user or user)
+
+
+def is_builtin(args: argparse.Namespace) -> bool:
+    """The built-in trainer: no --script, no --code, and --module train."""
+    return args.script is None and args.code is None and args.module == "train"
+
+
+def resolve(args: argparse.Namespace, user: str, parser: argparse.ArgumentParser) -> tuple[Launch, str]:
+    """The edge: flags -> (Launch, the canonical ``launcher generate`` line of these options).
+    Paths the user typed are taken relative to the cwd and named repo-relative when inside the
+    repo, else absolute. One mesh parse.
+
+    Raises:
+        ConfigError: a bad mesh, config field, data path, script, module, mount or node option.
+    """
+    cfg = config_from_args(args)
+    node = node_options(args, user)
+    if is_builtin(args):
+        if args.nodes is not None or args.nproc_per_node is not None or args.job_argv:
+            raise ConfigError("the built-in trainer takes --mesh and its own flags, not --nodes/--nproc-per-node "
+                              "or arguments after --; to run your code, add --script FILE or --module NAME")
+        paths = {k: os.path.abspath(getattr(cfg, k)) for k in ("data", "run_dir") if getattr(cfg, k) is not None}
+        launch = resolve_training(dataclasses.replace(cfg, **paths), node, tuple(args.mount), host_path=repo_path)
+    else:
+        defaults = Config()
+        trainer_only = [f.name for f in fields(Config) if f.name not in SHARED
+                        and getattr(cfg, f.name) not in (None, getattr(defaults, f.name))]
+        if trainer_only or args.config:
+            given = ", ".join("--" + n.replace("_", "-") for n in trainer_only) or f"--config {args.config}"
+            raise ConfigError(f"{given}: options of the built-in trainer, not of your code; pass your code's own "
+                              f"arguments after --, e.g. ... --script train.py -- --lr 0.1")
+        launch = resolve_code(node, script=args.script, module=None if args.script else args.module, code=args.code,
+                              argv=args.job_argv, mesh=args.mesh, nodes=args.nodes,
+                              nproc_per_node=args.nproc_per_node, run_dir=args.run_dir,
+                              timeout_s=cfg.timeout_s, mounts=tuple(args.mount), host_path=repo_path)
+    return launch, generate_command(args, parser, launch)
+
+
+def _canonical(name: str, value):
+    """A flag value as the header shows it: paths repo-relative, the mesh normalised."""
+    if name in ("data", "run_dir", "script", "code", "out"):
+        return repo_path(value)
+    if name == "mount":
+        src, dst, mode = parse_mount(value)
+        return f"{repo_path(src)}:{dst}:{mode}"
+    return value
+
+
+def generate_command(args: argparse.Namespace, parser: argparse.ArgumentParser, launch: Launch) -> str:
+    """``python -m launcher generate`` with every option the user set (paths as the compose file
+    names them, the mesh normalised, the job's arguments after --): a generated file's header."""
+    defaults = vars(parser.parse_args([args.command]))
+    parts = ["python -m launcher generate"]
+    if launch.mesh:
+        parts += ["--mesh", str(launch.mesh)]
+    values = vars(args)
+    for name, value in sorted(values.items(), key=lambda kv: kv[0] == "out"):  # --out last
+        if name in ("command", "job_argv", "mesh", "stdout", *UP_ONLY) or value in (None, defaults.get(name)):
+            continue
+        flag = "--" + name.replace("_", "-")
+        for v in value if isinstance(value, list) else [value]:
+            parts += [flag] if v is True else [flag, shlex.quote(str(_canonical(name, v)))]
+    if args.job_argv:
+        parts += ["--", *map(shlex.quote, args.job_argv)]
+    return " ".join(parts)
