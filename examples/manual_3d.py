@@ -15,7 +15,7 @@ batch shard; the loss is the mean squared error over the global batch, so every 
 the same model as one process (SGD, parameters drawn from one seed before sharding).
 
 Mesh sizes: --pp/--dp/--tp, defaulting to the simulated cluster's SIMCLUSTER_PP/DP/TP, else 1.
-Output: rank 0 prints ``step N/M loss X`` and appends {"step", "loss", "step_time_s",
+Output: every rank prints ``rank=R host=H coords=ppP/dpD/tpT``; rank 0 prints ``step N/M loss X`` and appends {"step", "loss", "step_time_s",
 "total_steps"} to OUT/metrics.jsonl (OUT: --out-dir, else $SIMCLUSTER_OUTPUT_DIR, else ./out).
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import time
 
 import torch
@@ -73,6 +74,8 @@ def main() -> None:
     rank = dist.get_rank()
     mesh = init_device_mesh("cpu", (args.pp, args.dp, args.tp), mesh_dim_names=("pp", "dp", "tp"))
     pp_i, dp_i = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
+    print(f"rank={rank} host={socket.gethostname()} coords=pp{pp_i}/dp{dp_i}/tp{mesh['tp'].get_local_rank()}",
+          flush=True)
 
     torch.manual_seed(0)  # every rank draws the full model, then keeps its stage and shards
     blocks = [Block(args.dim, 4 * args.dim) for _ in range(args.layers)]

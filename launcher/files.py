@@ -10,7 +10,10 @@ import tempfile
 
 from launcher.layout import IMAGE_USER, RUN_DIR_MODE
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repo root
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The repo root when running from a checkout (it has images/build.sh); installed with pip, the
+# folder the launcher is started in: runs/ and compose/ are made there.
+ROOT = _CHECKOUT if os.path.isfile(os.path.join(_CHECKOUT, "images", "build.sh")) else os.getcwd()
 
 
 def repo_path(path: str, root: str = ROOT) -> str:

@@ -102,7 +102,13 @@ class Progress:
         return left * self.step_time if self.step_time else None
 
     def line(self) -> str:
-        pct = 100.0 * self.step / self.total if self.total else 0.0
-        loss = f"{self.loss:.4f}" if self.loss is not None else "?"
-        tps = f"{self.tokens_per_s:.0f}" if self.tokens_per_s is not None else "?"
-        return f"progress: step {self.step}/{self.total} ({pct:.0f}%) loss {loss} tokens/s {tps} ETA {format_duration(self.eta_s())}"
+        """``progress: step 6/11 (55%) loss 4.0000 tokens/s 100 ETA 5s`` (unknown fields left out)."""
+        parts = [f"progress: step {self.step}" + (f"/{self.total} ({100.0 * self.step / self.total:.0f}%)"
+                                                   if self.total else "")]
+        if self.loss is not None:
+            parts.append(f"loss {self.loss:.4f}")
+        if self.tokens_per_s is not None:
+            parts.append(f"tokens/s {self.tokens_per_s:.0f}")
+        if self.total:
+            parts.append(f"ETA {format_duration(self.eta_s())}")
+        return " ".join(parts)
