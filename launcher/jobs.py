@@ -60,7 +60,7 @@ def parse_mount(text: str) -> tuple[str, str, str]:
     return parts[0], parts[1], mode
 
 
-def _mounts(specs: tuple[str, ...], host_path, errors: list[str]) -> list[Mount]:
+def _mounts(specs: tuple[str, ...], host_path, user: str, errors: list[str]) -> list[Mount]:
     """Mounts of --mount SRC:DST[:MODE] (SRC relative to the cwd), each SRC checked to exist."""
     out: list[Mount] = []
     for spec in specs:
@@ -72,12 +72,27 @@ def _mounts(specs: tuple[str, ...], host_path, errors: list[str]) -> list[Mount]
         src = os.path.abspath(src)
         if not os.path.exists(src):
             errors.append(f"mount: source {src} does not exist; create it or fix --mount {spec}")
+        elif unreadable(src, user):
+            errors.append(f"mount: {unreadable(src, user)}")
         elif any(dst == r or dst.startswith(r + "/") for r in RESERVED) or dst in {m.target for m in out}:
             errors.append(f"mount: target {dst} is taken ({', '.join(RESERVED)} are the launcher's, each target "
                           f"once); pick another, e.g. /data/{os.path.basename(src)}")
         else:
             out.append(Mount(host_path(src), dst, mode))
     return out
+
+
+def unreadable(path: str, user: str) -> str | None:
+    """Why a bind-mount source cannot be read by the containers' user ``UID:GID`` (a folder also
+    needs x), else None. Only the mount's own top is checked: inside it, the files' modes rule."""
+    st = os.stat(path)
+    uid, gid = (int(x) for x in user.split(":"))
+    need = 0o5 if os.path.isdir(path) else 0o4
+    shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+    if uid == 0 or (st.st_mode >> shift) & need == need:
+        return None
+    return (f"{path} is not readable by the containers' user {user} (owner {st.st_uid}:{st.st_gid}, mode "
+            f"{oct(st.st_mode & 0o777)}); chmod o+r{'x' if need == 0o5 else ''} {path}, or pass --user")
 
 
 def _finish(errors: list[str], node: NodeOptions, run_dir: str) -> None:
@@ -101,7 +116,7 @@ def resolve_training(cfg: Config, node: NodeOptions, mounts: tuple[str, ...] = (
     """
     run = preflight(cfg)
     errors: list[str] = []
-    extra = _mounts(mounts, host_path, errors)
+    extra = _mounts(mounts, host_path, node.user, errors)
     run_dir = host_path(cfg.run_dir) if cfg.run_dir is not None else run.config.run_dir
     _finish(errors, node, run_dir)
     data = host_path(cfg.data) if cfg.data is not None else None
@@ -172,7 +187,9 @@ def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | 
         elif code_dir is not None and _module_file(code_dir, module) is None:
             errors.append(f"module: {module} not found in --code {code_dir} (no {module.replace('.', '/')}.py "
                           f"or {module.replace('.', '/')}/__init__.py); fix --module or --code")
-    extra = _mounts(mounts, host_path, errors)
+    extra = _mounts(mounts, host_path, node.user, errors)
+    if code_dir is not None and not errors and re.fullmatch(r"\d+:\d+", node.user) and unreadable(code_dir, node.user):
+        errors.append(f"code: {unreadable(code_dir, node.user)}")
     host_run = host_path(os.path.abspath(run_dir)) if run_dir is not None else None
     launch = None
     if not errors:

@@ -128,3 +128,33 @@ def test_containers_run_as_the_invoking_user(monkeypatch):
                                          "--user", "1234:99", "--stdout"], cwd=ROOT, capture_output=True,
                                         text=True, timeout=120).stdout)
     assert {svc["user"] for svc in doc["services"].values()} == {"1234:99"}
+
+
+def test_bad_user_code_inputs_exit_2_and_write_nothing(tmp_path):
+    """A missing script, module or mount source, trainer flags on a script, a code folder the
+    containers' user cannot read: exit 2, each named with its fix, no file written."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    (private / "t.py").write_text("")
+    (tmp_path / "code").mkdir()
+    out = tmp_path / "out.yml"
+    cases = [
+        (["--mesh", "2x2x2", "--script", str(tmp_path / "nope.py")], "script: " + str(tmp_path / "nope.py") + " does not exist"),
+        (["--nodes", "2", "--nproc-per-node", "1", "--code", str(tmp_path / "code"), "--module", "mypkg.train"],
+         "module: mypkg.train not found in --code"),
+        (["--nodes", "1", "--nproc-per-node", "1", "--script", str(ROOT / "examples" / "ddp.py"), "--mount",
+          str(tmp_path / "missing") + ":/data/x"], "mount: source " + str(tmp_path / "missing") + " does not exist"),
+        (["--mesh", "2x2x2", "--script", str(ROOT / "examples" / "ddp.py"), "--model", "tiny", "--steps", "3"],
+         "--model, --steps: options of the built-in trainer, not of your code"),
+        (["--nodes", "2", "--script", str(ROOT / "examples" / "ddp.py")], "shape: --nodes and --nproc-per-node"),
+        (["--mesh", "2x2x2", "--nodes", "2", "--nproc-per-node", "1", "--script", str(ROOT / "examples" / "ddp.py")],
+         "shape: give either --mesh"),
+        (["--nodes", "1", "--nproc-per-node", "1", "--script", str(private / "t.py"), "--user", "4321:4321"],
+         f"code: {private} is not readable by the containers' user 4321:4321"),
+        (["--mesh", "2x1x1", "--nodes", "3"], "the built-in trainer takes --mesh and its own flags"),
+    ]
+    for args, message in cases:
+        proc = subprocess.run([sys.executable, "-m", "launcher", "generate", *args, "--out", str(out)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr and not out.exists()

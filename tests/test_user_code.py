@@ -1,0 +1,195 @@
+"""Your own code on the cluster: scripts and modules from outside the repo, on real containers.
+
+    python -m pytest -q tests/test_user_code.py            # skips without Docker or the image
+    CI=true python -m pytest -q tests/test_user_code.py    # fails instead
+
+Each test runs ``python -m launcher up`` as a user would, with the examples copied to a folder
+outside the repository: the hand-written 3D script on 2x2x2 (parity with one process), DDP on
+2 nodes x 2 ranks, a module of the user's own that raises on one rank (the environment
+contract, the summary naming the rank), and a slow script whose node is killed (named, then
+restarted by --max-restarts, resuming from its own files). Needs the image simcluster/trainer
+(bash images/build.sh) and torch on the host. About 4-5 minutes on a quiet 2-core machine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import need_torch
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("trainer_image")]
+
+
+def up(run_dir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launcher", "up", "--run-dir", str(run_dir), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def left_over(run_dir: Path) -> str:
+    project = "sc-" + run_dir.name.lower()
+    return subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def losses(folder: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def one_process(script: Path, out: Path, *args: str) -> list[float]:
+    """The same script run in one plain process on the host (the reference)."""
+    need_torch()
+    subprocess.run([sys.executable, str(script), "--out-dir", str(out), *args], check=True, capture_output=True,
+                   timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    return losses(out)
+
+
+def test_manual_3d_script_from_outside_the_repo_on_2x2x2(tmp_path):
+    """rank r runs on node r // 4 (pipeline send/recv r <-> r+4 crosses containers); every step's
+    loss equals one process's within 1e-5 relative."""
+    script = tmp_path / "mycode" / "train3d.py"
+    script.parent.mkdir()
+    shutil.copy(ROOT / "examples" / "manual_3d.py", script)
+    run = tmp_path / "m3d"
+    t0 = time.monotonic()
+    proc = up(run, "--mesh", "2x2x2", "--script", str(script), "--", "--steps", "5")
+    out = proc.stdout
+    assert proc.returncode == 0, out[-5000:] + proc.stderr[-2000:]
+    places = re.findall(r"^(node-\d) r(\d)\s*\| rank=(\d) host=(node-\d) coords=pp(\d)/dp(\d)/tp(\d)$", out, re.M)
+    assert sorted(int(p[2]) for p in places) == list(range(8)), out[-4000:]
+    for service, prefix_rank, rank, host, pp, dp, tp in places:
+        assert service == host == f"node-{int(rank) // 4}" and prefix_rank == rank and int(pp) == int(rank) // 4
+    assert "ranks seen   8/8" in out and "MISPLACED" not in out
+    mesh = losses(run)
+    ref = one_process(script, tmp_path / "ref", "--steps", "5")
+    assert len(mesh) == 5 and all(abs(m - r) <= 1e-5 * abs(r) for m, r in zip(mesh, ref)), (mesh, ref)
+    first = re.search(r"first rank output after ([\d.]+)s", out)
+    print(f"manual_3d 2x2x2: up {time.monotonic() - t0:.1f}s, first rank output {first.group(1)}s")
+    assert left_over(run) == ""
+
+
+def test_ddp_script_on_2_nodes_x_2_ranks(tmp_path):
+    script = tmp_path / "mycode" / "ddp_copy.py"
+    script.parent.mkdir()
+    shutil.copy(ROOT / "examples" / "ddp.py", script)
+    run = tmp_path / "ddp"
+    proc = up(run, "--nodes", "2", "--nproc-per-node", "2", "--script", str(script), "--", "--steps", "4")
+    out = proc.stdout
+    assert proc.returncode == 0, out[-5000:] + proc.stderr[-2000:]
+    for r in range(4):
+        assert re.search(rf"^node-{r // 2} r{r}\s*\| ddp rank={r} local_rank={r % 2} world_size=4 host=node-{r // 2} "
+                         rf"node={r // 2}$", out, re.M), out[-3000:]
+    ref = one_process(script, tmp_path / "ref", "--steps", "4")
+    got = losses(run)
+    assert len(got) == 4 and all(abs(m - r) <= 1e-5 * abs(r) for m, r in zip(got, ref)), (got, ref)
+
+
+ENVCHECK = '''
+import os, sys
+import torch.distributed as dist
+import train  # the user's own package of that name, not the image's
+dist.init_process_group("gloo")
+keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "SIMCLUSTER_NODE",
+        "SIMCLUSTER_NNODES", "SIMCLUSTER_OUTPUT_DIR", "SIMCLUSTER_RESTART_COUNT", "OMP_NUM_THREADS",
+        "GLOO_SOCKET_IFNAME", "TORCHELASTIC_RESTART_COUNT")
+print("env " + " ".join(f"{k}={os.environ.get(k)}" for k in keys) + f" cwd={os.getcwd()} train={train.__file__}"
+      + f" args={sys.argv[1:]}", flush=True)
+dist.barrier()
+if dist.get_rank() == 3:
+    raise ValueError("boom on rank 3")
+dist.barrier()
+'''
+
+
+def test_failing_module_names_rank_and_traceback(tmp_path):
+    """--module from --code: torchrun's and the cluster's environment, the user's own `train`
+    package first on sys.path; rank 3 raises: up exits non-zero naming node-1, rank 3 and the
+    error; nothing is left running."""
+    code = tmp_path / "code"
+    (code / "train").mkdir(parents=True)
+    (code / "train" / "__init__.py").write_text("")
+    (code / "envcheck.py").write_text(ENVCHECK)
+    run = tmp_path / "fail"
+    proc = up(run, "--nodes", "2", "--nproc-per-node", "2", "--code", str(code), "--module", "envcheck",
+              "--timeout-s", "20", "--", "--flag", "x")
+    out = proc.stdout
+    assert proc.returncode == 1, out[-5000:] + proc.stderr[-2000:]
+    for r in range(4):
+        k = r // 2
+        expected = (f"env RANK={r} LOCAL_RANK={r % 2} WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_RANK={k} "
+                    f"MASTER_ADDR=node-0 SIMCLUSTER_NODE={k} SIMCLUSTER_NNODES=2 SIMCLUSTER_OUTPUT_DIR=/runs/fail "
+                    f"SIMCLUSTER_RESTART_COUNT=0 OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 "
+                    f"TORCHELASTIC_RESTART_COUNT=0 cwd=/code train=/code/train/__init__.py args=['--flag', 'x']")
+        assert expected in out, out[-4000:]
+    assert "== summary: FAILED ==" in out
+    assert "FAILED rank 3 on node-1: ValueError: boom on rank 3" in out, out[-3000:]
+    assert left_over(run) == ""
+
+
+SLOW = '''
+import json, os, sys, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+out, total = os.environ["SIMCLUSTER_OUTPUT_DIR"], int(sys.argv[1])
+state = os.path.join(out, "state.json")
+start = json.load(open(state))["step"] if os.path.exists(state) else 0  # resume from its own files
+for step in range(start + 1, total + 1):
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    time.sleep(0.5)
+    if dist.get_rank() == 0:
+        with open(os.path.join(out, "metrics.jsonl"), "a") as f:
+            f.write(json.dumps({"step": step, "total_steps": total, "loss": 1.0 / step,
+                                "restart": int(os.environ["SIMCLUSTER_RESTART_COUNT"])}) + "\\n")
+        with open(state + ".tmp", "w") as f:
+            json.dump({"step": step}, f)
+        os.replace(state + ".tmp", state)
+dist.destroy_process_group()
+'''
+
+
+def test_killed_node_is_named_then_restart_resumes(tmp_path):
+    script = tmp_path / "mycode" / "slow.py"
+    script.parent.mkdir()
+    script.write_text(SLOW)
+    run = tmp_path / "slow"
+    cmd = [sys.executable, "-m", "launcher", "up", "--run-dir", str(run), "--nodes", "2", "--nproc-per-node", "1",
+           "--script", str(script), "--timeout-s", "20", "--max-restarts", "1", "--", "40"]
+    with open(tmp_path / "up.out", "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, text=True)
+        chaos = subprocess.run([sys.executable, "-m", "launcher", "chaos", "--kill", "node-1", "--at-step", "4",
+                                "--run-dir", str(run), "--wait-s", "300"], cwd=ROOT, capture_output=True, text=True,
+                               timeout=400)
+        code = proc.wait(timeout=600)
+    out = (tmp_path / "up.out").read_text()
+    assert chaos.returncode == 0, chaos.stdout + chaos.stderr + out[-3000:]
+    assert "LOST         node-1 (ranks 1): no heartbeat" in out, out[-4000:]
+    assert "restart 1/1" in out and code == 0, out[-4000:]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 41))  # each step once: it resumed where it was
+    assert {r["restart"] for r in rows} == {0, 1} and rows[-1]["restart"] == 1
+    assert left_over(run) == ""
+
+
+def test_image_without_torch_is_refused_before_the_nodes_start(tmp_path):
+    base = next((b for b in ("simcluster/base:bookworm", "python:3.11-slim")
+                 if subprocess.run(["docker", "image", "inspect", b], capture_output=True).returncode == 0), None)
+    assert base, "no base image to build a torch-less image from: bash images/build.sh"
+    (tmp_path / "Dockerfile").write_text(f"FROM {base}\nRUN ln -sf /usr/bin/python3 /usr/local/bin/python\n")
+    subprocess.run(["docker", "build", "-q", "-t", "simcluster/test-notorch:latest", str(tmp_path)], check=True,
+                   capture_output=True, timeout=300)
+    run = tmp_path / "notorch"
+    proc = up(run, "--nodes", "1", "--nproc-per-node", "1", "--script", str(ROOT / "examples" / "ddp.py"),
+              "--image", "simcluster/test-notorch:latest", timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "image: simcluster/test-notorch:latest: cannot import torch, launcher.container.node" in proc.stderr
+    assert "FROM simcluster/trainer:latest" in proc.stderr
+    assert left_over(run) == "" and not (run / "compose.yml").exists()
