@@ -68,8 +68,18 @@ def image_created(image: str) -> float | None:
     return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00").timestamp()
 
 
-PROBE = ("import importlib.util, sys; missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]; "
-         "missing and print('cannot import ' + ', '.join(missing), file=sys.stderr); sys.exit(3 if missing else 0)")
+PROBE = """
+import importlib.util, sys
+def found(name):
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # a parent package is missing
+        return False
+missing = [m for m in sys.argv[1:] if not found(m)]
+if missing:
+    print("cannot import " + ", ".join(missing), file=sys.stderr)
+sys.exit(3 if missing else 0)
+"""
 
 
 def probe_image(image: str, modules: list[str], volumes: list[str], user: str) -> str | None:

@@ -16,6 +16,7 @@ import collections
 import json
 import os
 import queue
+import re
 import threading
 import time
 
@@ -26,6 +27,9 @@ from launcher.layout import RDZV_HOST
 from launcher.progress import Progress, parse_done, parse_step, split_rank
 from launcher.target import Target
 
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b")
+# what a rank raises when a peer died first: named, but not as the cause
+PEER_FAILED = re.compile(r"Connection closed by peer|remote worker crashing|Connection reset by peer|Broken pipe")
 KILL_AFTER_RDZV_S = 3.0  # containers still up this long after the rendezvous exited are killed
 KILL_AFTER_NODES_S = 10.0  # a rendezvous still up this long after every node exited is killed
 
@@ -70,6 +74,7 @@ class Stream:
             if self.lost_s is None:
                 self.lost_s, self.lost_t = time.monotonic() - self.t0, time.time()
         if rank is not None:
+            text = text.removeprefix(f"[rank{rank}]: ")  # torch's own excepthook prefixes a rank's traceback too
             if self.first_worker_s is None:
                 self.first_worker_s = time.monotonic() - self.t0
             self.recent.setdefault(rank, collections.deque(maxlen=40)).append(text)
@@ -98,12 +103,19 @@ class Stream:
             self.show(f"{'launcher':<{self.width}}| {self.progress.line()}")
 
     def tracebacks(self) -> dict[int, list[str]]:
-        """rank -> the last lines of its latest Python traceback (ranks that printed one)."""
+        """rank -> the last lines of its latest Python traceback, ending with the exception line
+        (``ValueError: boom``), for the ranks that printed one."""
         out = {}
         for rank, lines in sorted(self.recent.items()):
+            lines = list(lines)
             starts = [i for i, x in enumerate(lines) if x.startswith("Traceback (most recent call last)")]
-            if starts:
-                out[rank] = list(lines)[starts[-1]:][-4:]
+            if not starts:
+                continue
+            block = lines[starts[-1] + 1:]
+            ends = [i for i, x in enumerate(block) if EXCEPTION_LINE.match(x)]
+            if ends:  # other output of the rank may be interleaved: keep the frames and the exception
+                frames = [x for x in block[:ends[0]] if x.startswith(" ")]
+                out[rank] = frames[-3:] + [block[ends[0]]]
         return out
 
     def follow(self, found: dict, watch: "Watch | None" = None) -> None:

@@ -32,7 +32,7 @@ from launcher import engine
 from launcher.compose import LABEL, render
 from launcher.engine import LauncherError, compose
 from launcher.files import ROOT, host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
-from launcher.follow import Stream, Watch
+from launcher.follow import PEER_FAILED, Stream, Watch
 from launcher.launch import Launch, with_resume
 from launcher.layout import APP_DIR, IMAGE, RDZV_HOST, RUNS_MOUNT, format_ranks, node_ranks
 from launcher.target import Target
@@ -213,13 +213,22 @@ def _summary(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: fl
     if stream.forced:
         show(f"  killed by up {', '.join(stream.forced)} (lost, or still up after the rendezvous ended)")
     if not ok:
-        for rank, lines in stream.tracebacks().items():
-            node = launch.names[rank // launch.nproc_per_node]
-            show(f"  FAILED rank {rank} on {node}: " + lines[-1])
-            for line in lines[:-1]:
-                show(f"      {line}")
+        _show_failures(show, launch, stream.tracebacks())
     stream.log.close()
     return ok
+
+
+def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> None:
+    """The ranks that raised, with their traceback's last lines; ranks that only saw a peer die
+    (connection closed) are named in one line after the cause."""
+    cause = {r: lines for r, lines in tracebacks.items() if not PEER_FAILED.search(lines[-1])}
+    for rank, lines in (cause or tracebacks).items():
+        show(f"  FAILED rank {rank} on {launch.names[rank // launch.nproc_per_node]}: {lines[-1]}")
+        for line in lines[:-1]:
+            show(f"      {line}")
+    after = sorted(set(tracebacks) - set(cause)) if cause else []
+    if after:
+        show(f"  then failed  rank(s) {', '.join(map(str, after))}: a peer's connection closed")
 
 
 def last_step(run_dir: str | None) -> str:
