@@ -134,7 +134,7 @@ def up(launch: Launch, command: str, build: bool = False, keep: bool = False, qu
         if attempt:
             attempt_launch = restart_launch(launch, run_dir, attempt)
             where = ("your code resumes from what it saved in its output folder" if launch.train is None else
-                     "resuming from the newest checkpoint" if attempt_launch.argv != launch.argv else
+                     f"resuming from {attempt_launch.argv[-1]}" if attempt_launch.argv != launch.argv else
                      "no checkpoint yet: starting over")
             print(f"launcher: restart {attempt}/{max_restarts} after {time.monotonic() - t0:.1f}s: whole cluster, "
                   f"fresh rendezvous; {where}", flush=True)

@@ -174,6 +174,21 @@ def test_node_containers_are_hardened(cluster_2x2x2):
         assert info["HostConfig"]["CapDrop"] == ["ALL"] and info["HostConfig"]["ReadonlyRootfs"] is True
 
 
+def test_status_reads_the_cluster_from_the_engine(cluster_2x2x2):
+    """`launcher status` of the kept cluster: nodes, their ranks (container labels), states and
+    the last step (metrics.jsonl), for the run folder and for its compose file."""
+    c = cluster_2x2x2
+    for target in (["--run-dir", str(c.run_dir)], ["--file", str(c.run_dir / "compose.yml"), "--project", c.project]):
+        proc = subprocess.run([sys.executable, "-m", "launcher", "status", *target], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+        assert rows[0] == ["NODE", "RANKS", "STATE", "LAST", "STEP"]
+        assert rows[1:] == [["node-0", "0-3", "exited", "20"], ["node-1", "4-7", "exited", "20"],
+                            ["rendezvous", "-", "exited", "-"]], proc.stdout
+        assert f"run folder {c.run_dir}" in proc.stdout
+
+
 def test_4x1x2_four_nodes_finish(tmp_path):
     c = Cluster(tmp_path, "4x1x2", "--steps", "8", "--data", str(DATA))
     try:

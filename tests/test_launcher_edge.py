@@ -90,6 +90,15 @@ def test_docker_through_the_sdk_only():
         assert "yaml.safe_load" not in text, f"{path} parses a YAML file"
 
 
+def test_shared_facts_have_one_home():
+    """Node names, the lost-after fraction and the store keys are written in launcher/layout.py only."""
+    for path in (ROOT / "launcher").rglob("*.py"):
+        if path.name == "layout.py":
+            continue
+        text = path.read_text()
+        assert 'f"node-{' not in text and "0.4" not in text and '"simcluster/' not in text, path
+
+
 def test_explicit_run_dir_wins_and_dollar_is_escaped(tmp_path):
     def gen(*args: str) -> str:
         proc = subprocess.run([sys.executable, "-m", "launcher", "generate", *args, "--stdout"], cwd=ROOT,

@@ -16,7 +16,7 @@ Runs inside the trainer image (the compose ``command`` of every node-K service):
 
 Heartbeat: from the start, a thread registers this node in the rendezvous store and bumps its
 heartbeat counter every second; the rendezvous declares a node lost when it goes silent for
---lost-after-s (the launcher passes 0.4 x the job's timeout: 24 s for the trainer's default 60 s)
+--lost-after-s (the launcher passes LOST_FRACTION x the job's timeout, see launcher/layout.py)
 or never registers within --join-timeout-s. When that verdict appears, this wrapper prints ``[node-0] error: node-1 (ranks 2-3)
 lost: ...``, stops its torchrun (SIGTERM, SIGKILL after 2 s) and exits non-zero. If this
 wrapper itself cannot reach the rendezvous for --lost-after-s (its container was cut off the
@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", default=None, help="the job's output folder: must be writable (checked first)")
     parser.add_argument("--lost-after-s", type=float, required=True,
                         help="a rendezvous silent this long means this node is cut off (the launcher passes "
-                             "0.4 x the job's timeout)")
+                             "LOST_FRACTION x the job's timeout, see launcher/layout.py)")
     parser.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S,
                         help=f"rendezvous join timeout (default {JOIN_TIMEOUT_S:g}s; torchrun gets +60s)")
     args = parser.parse_args(own)

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=0.0,
                         help="give up after this many seconds in all (default 0: never)")
     parser.add_argument("--lost-after-s", type=float, required=True,
-                        help="a node silent this long is lost (the launcher passes 0.4 x the job's timeout)")
+                        help="a node silent this long is lost (the launcher passes layout.LOST_FRACTION x the job's timeout)")
     parser.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S,
                         help=f"a node not registered this long after the start is lost (default {JOIN_TIMEOUT_S:g})")
     args = parser.parse_args(argv)
