@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 MESH_EXAMPLES = "valid examples: 2x2x2, 4x1x2, 1x1x1, pp=2,dp=2,tp=2"
 
@@ -175,7 +175,7 @@ class Config:
     ckpt_every: int = 0
     """save a DCP checkpoint into RUN_DIR/checkpoints every N steps and after the last step (0: never)."""
     ckpt_keep: int = 2
-    """checkpoints to keep (the newest)."""
+    """checkpoints to keep (the newest; 0 keeps all)."""
     resume: str | None = None
     """checkpoint folder, or a folder of them (the newest is taken), to resume from; any mesh."""
     profile_step: int = 0
@@ -266,22 +266,11 @@ def field_docs() -> dict[str, str]:
 
 
 def config_from_dict(values: dict, source: str = "config") -> Config:
-    """Build a Config from a mapping (a parsed YAML file); unknown keys raise ConfigError."""
-    names = {f.name for f in fields(Config)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(names))}")
-    types = {f.name: f.type for f in fields(Config)}
-    out = {}
-    for k, v in values.items():
-        kind = types[k].split("|")[0].strip()
-        if v is None:
-            out[k] = None
-            continue
-        try:
-            out[k] = {"int": int, "float": float, "str": str}[kind](v)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{source}: field {k} must be {kind}, got {v!r}") from None
-        if kind == "int" and isinstance(v, float) and v != int(v):
-            raise ConfigError(f"{source}: field {k} must be an integer, got {v!r}")
-    return Config(**out)
+    """Build a Config from a mapping (a parsed YAML file); see ``train.config_types``.
+
+    Raises:
+        ConfigError: unknown keys, or every value of the wrong type (one per line).
+    """
+    from train.config_types import config_from_dict as typed
+
+    return typed(values, source)
