@@ -1,5 +1,5 @@
 """Preflight refuses every config that cannot run, before any process group or file exists:
-numbers, YAML types, model shapes, data.
+numbers, YAML types, model shapes, data; and validation runs under zbv and dualpipev.
 
     python -m pytest -q tests/test_preflight.py
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,10 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 def train(*args: str, module: str = "train", timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT, env=ENV)
+
+
+def torchrun(n: int, *args: str) -> subprocess.CompletedProcess:
+    return train("--standalone", f"--nproc-per-node={n}", "-m", "train", *args, module="torch.distributed.run")
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -169,3 +174,21 @@ def test_validation_tail_boundary_same_arithmetic_as_the_loader(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rec = json.loads((tmp_path / "b" / "metrics.jsonl").read_text())
     assert rec["step"] == 1 and 4.0 < rec["val_loss"] < 7.0
+
+
+def val_loss(proc: subprocess.CompletedProcess) -> float:
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return float(re.search(r"^step 2/2 .* val_loss (\S+)$", proc.stdout, re.M)[1])
+
+
+def test_validation_under_zbv_and_dualpipev(tmp_path):
+    """The issue's example: a default 2-step 2x1x1 zbv run (validation at the last step) exited 1
+    in the schedule's eval and lost its final checkpoint. Now the forward-only path validates,
+    with the loss of 1f1b's schedule eval."""
+    common = ["--mesh", "2x1x1", "--model", "tiny", "--steps", "2", "--ckpt-every", "2"]
+    ref = val_loss(torchrun(2, *common, "--schedule", "1f1b", "--run-dir", str(tmp_path / "1f1b")))
+    for schedule in ("zbv", "dualpipev"):
+        got = val_loss(torchrun(2, *common, "--schedule", schedule, "--run-dir", str(tmp_path / schedule)))
+        assert abs(got - ref) <= 1e-5 * ref, (schedule, got, ref)
+        assert (tmp_path / schedule / "checkpoints" / "step-000002" / ".metadata").exists()
+    assert 5.0 < ref < 5.6
