@@ -177,7 +177,7 @@ class Config:
     ckpt_keep: int = 2
     """checkpoints to keep (the newest; 0 keeps all)."""
     resume: str | None = None
-    """checkpoint folder, or a folder of them (the newest is taken), to resume from; any mesh."""
+    """checkpoint folder, or a folder of them (the newest is taken), to resume from; any mesh. "auto": the newest complete checkpoint of RUN_DIR/checkpoints, or a fresh start when there is none (what torchrun restarts need); the keyword wins, so write a folder named auto as ./auto. Shape, seq_len, global_batch, seed and data must match the checkpoint; lr, min_lr, warmup_steps, steps, weight_decay and max_norm may change (announced)."""
     profile_step: int = 0
     """profile this step (0: off) and write each rank's time breakdown to RUN_DIR/profile/rank-R.json."""
     rank_metrics: int = 0
@@ -204,6 +204,9 @@ class TrainRun:
     model: the model shape: the preset with --dim/--n-layers/--n-heads/--ffn-dim applied.
     layout: stage placement of the schedule: "single", "loop" (round-robin) or "v".
     local_stages: pipeline stages held by each pp rank.
+    resume_path: the checkpoint folder (step-NNNNNN) to load, checked by preflight; None: fresh start.
+    resume_notes: what preflight found changed against that checkpoint (hyperparameters, versions),
+        one line each, for rank 0 to announce.
     """
 
     config: Config
@@ -211,6 +214,8 @@ class TrainRun:
     model: ModelArgs
     layout: str
     local_stages: int
+    resume_path: str | None = None
+    resume_notes: tuple[str, ...] = ()
 
     @property
     def n_stages(self) -> int:

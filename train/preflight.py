@@ -7,9 +7,12 @@
 Refused here: numbers out of range or not finite (``train.preflight_values``), model shapes the
 TP plan or attention cannot split, meshes and schedules that cannot place the layers or
 microbatches, data that is missing, not UTF-8 or shorter than one window in either split
-(``train.corpus``), and a --resume path without a checkpoint.
+(``train.corpus``), and a --resume checkpoint that is missing, partial, corrupted or from a run
+that cannot continue exactly (``train.checkpoint_meta``).
 """
 from __future__ import annotations
+
+import dataclasses
 
 from train.config import SCHEDULES, Config, ConfigError, TrainRun, resolve
 from train.corpus import check_corpus, data_files  # noqa: F401 - data_files: this module's API before train.corpus
@@ -42,14 +45,13 @@ def _check(run: TrainRun, world_size: int | None) -> tuple[list[str], str | None
         errors += shape_errors(run) + schedule_errors(run)
         if cfg.data is not None and run.model.kind == "llama" and 0 < cfg.val_fraction < 1:
             errors += check_corpus(cfg.data, cfg.seq_len, cfg.val_fraction, validates=cfg.val_every > 0)
-    if cfg.resume is not None:
-        from train.checkpoint_paths import resolve_resume
+    path, notes = None, []
+    if cfg.resume is not None and all(v >= 1 for v in sizes):
+        from train.checkpoint_meta import check_resume
 
-        try:
-            resolve_resume(cfg.resume)
-        except FileNotFoundError as e:
-            errors.append(f"{e}; pass a step-NNNNNN folder or a run's checkpoints/ folder")
-    return errors, None, []
+        path, resume_errors, notes = check_resume(run)
+        errors += resume_errors
+    return errors, path, notes
 
 
 def shape_errors(run: TrainRun) -> list[str]:
@@ -108,6 +110,9 @@ def schedule_errors(run: TrainRun) -> list[str]:
 def preflight(cfg: Config, world_size: int | None = None) -> TrainRun:
     """Validate a config and resolve it, once: the TrainRun every later step reads.
 
+    Returns the TrainRun with ``resume_path`` (the checkpoint to load, auto resolved) and
+    ``resume_notes`` (what changed against it) filled in.
+
     Raises:
         ConfigError: every problem found, one per line.
     """
@@ -118,4 +123,4 @@ def preflight(cfg: Config, world_size: int | None = None) -> TrainRun:
     errors, path, notes = _check(run, world_size)
     if errors:
         raise ConfigError("preflight failed:\n  " + "\n  ".join(errors))
-    return run
+    return dataclasses.replace(run, resume_path=path, resume_notes=tuple(notes))
