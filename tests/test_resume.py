@@ -1,5 +1,5 @@
 """Resume that checks what it loads: the checkpoint record, refusals, applied hyperparameters,
-``--resume auto``, damaged checkpoints.
+``--resume auto``, damaged checkpoints; and a run whose loss or grad norm turns non-finite.
 
     python -m pytest -q tests/test_resume.py
 """
@@ -146,6 +146,28 @@ def test_damaged_checkpoint_exits_2_naming_the_file(base, tmp_path, damage, mess
     assert proc.returncode == 2, proc.stderr
     assert f"resume: {copy}" in proc.stderr and message in proc.stderr, proc.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_non_finite_stops_the_run(tmp_path):
+    """lr 1e6 without warmup: step 2 zeroes the gradients, step 3's grad norm is nan. The run
+    stops there with exit 3 and says why; the step's metrics row is written, no checkpoint."""
+    proc = train("--lr", "1e6", "--warmup-steps", "0", "--steps", "6", "--ckpt-every", "3", "--run-dir", str(tmp_path))
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "error: training diverged: grad_norm is nan at step 3; lower --lr (now 1e+06)" in proc.stderr
+    recs = read_metrics(str(tmp_path))
+    assert [r["step"] for r in recs] == [1, 2, 3] and recs[2]["grad_norm"] != recs[2]["grad_norm"]  # nan
+    assert not (tmp_path / "checkpoints" / "step-000003").exists()
+
+
+def test_non_finite_stops_every_rank(tmp_path):
+    """Two dp ranks agree (the loss and norm are all-reduced): each exits 3 or is stopped by torchrun after."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "train", *COMMON,
+           "--mesh", "1x2x1", "--lr", "1e6", "--warmup-steps", "0", "--steps", "6", "--run-dir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=ENV)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "grad_norm is nan at step 3" in out and "exitcode  : 3" in out
+    assert [r["step"] for r in read_metrics(str(tmp_path))] == [1, 2, 3]
 
 
 def test_corrupted_dcp_metadata_exits_2(base, tmp_path):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import math
 import os
 import socket
 import statistics
@@ -31,6 +32,13 @@ from train.parallel import apply_fsdp, apply_tp, init_weights
 from train.pipeline import apply_pp, build_stage_modules
 from train.profiling import maybe_profile
 from train.runtime import GarbageCollection, tune_malloc
+
+
+EXIT_DIVERGED = 3  # exit code of a run stopped by a non-finite loss or grad norm (2: bad config or checkpoint)
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss, validation loss or grad norm became nan or inf (the same on every rank: all-reduced)."""
 
 
 def init_distributed(cfg: Config) -> tuple[int, int, int]:
@@ -154,11 +162,17 @@ class Trainer:
         cfg, rec = self.cfg, {}
         with maybe_profile(step == cfg.profile_step, cfg.run_dir, self.rank, rec):
             rec.update(self.train_step(step))
-        if cfg.val_every and (step % cfg.val_every == 0 or step == cfg.steps):
+        bad = diverged(rec)
+        if not bad and cfg.val_every and (step % cfg.val_every == 0 or step == cfg.steps):
             rec["val_loss"] = self.validate()
+            bad = diverged(rec)
         writer.write(rec)
-        if self.rank == 0 and (step % cfg.log_every == 0 or step == cfg.steps or step == 1):
+        if self.rank == 0 and (bad or step % cfg.log_every == 0 or step == cfg.steps or step == 1):
             print(step_line(rec, cfg.steps), flush=True)
+        if bad:
+            raise TrainingDiverged(f"{bad} at step {step}; lower --lr (now {cfg.lr:g}), raise --warmup-steps (now "
+                                   f"{cfg.warmup_steps}) or clip harder with --max-norm (now {cfg.max_norm:g}); no "
+                                   f"checkpoint was written for this step")
         if cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps):
             if self._data_id is None:
                 self._data_id = data_identity(self.job)
@@ -189,9 +203,18 @@ class Trainer:
         return rec
 
 
+def diverged(rec: dict) -> str | None:
+    """'loss is nan' (or grad_norm, val_loss; nan or inf) when a step's record is not finite, else None."""
+    for key in ("loss", "grad_norm", "val_loss"):
+        if key in rec and not math.isfinite(rec[key]):
+            return f"{key} is {rec[key]}"
+    return None
+
+
 def run(job: TrainRun) -> int:
     """Run a preflighted TrainRun on this process's rank; returns the exit code: 0 done,
-    2 the checkpoint cannot be loaded. Other failures raise."""
+    2 the checkpoint cannot be loaded, EXIT_DIVERGED (3) the loss or grad norm became non-finite
+    (every rank agrees: both are all-reduced). Other failures raise."""
     cfg = job.config
     torch.set_num_threads(cfg.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
     tune_malloc()
@@ -206,6 +229,10 @@ def run(job: TrainRun) -> int:
     except CheckpointError as e:
         print(f"error: rank {rank}: {e}", file=sys.stderr, flush=True)
         return 2
+    except TrainingDiverged as e:
+        if rank == 0:
+            print(f"error: training diverged: {e}", file=sys.stderr, flush=True)
+        return EXIT_DIVERGED
     finally:
         try:
             dist.destroy_process_group()
