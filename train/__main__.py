@@ -1,6 +1,10 @@
 """Entry point: ``python -m train`` (one process) or under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
 
     torchrun --nproc-per-node 8 -m train --mesh 2x2x2 --model small --data ../shared/data/tinyshakespeare.txt --steps 300
+
+Exit codes: 0 done; 2 a config, data or checkpoint that cannot run (every problem listed, before
+any process group or file exists; a checkpoint DCP cannot read, after); 3 the loss or grad norm
+became nan or inf (the step's metrics row is written first); other non-zero: a crash.
 """
 from __future__ import annotations
 

@@ -10,7 +10,9 @@ position is the count of global samples seen (step * global_batch), so a change 
 repeats nor skips data. DCP reshards on load: a checkpoint saved on one mesh (pp changes
 included) loads on any other.
 
-Layout: RUN_DIR/checkpoints/step-000010/ (DCP files). A save is written to a ``.tmp-`` folder
+Layout: RUN_DIR/checkpoints/step-000010/ (DCP files, and simcluster.json: what the checkpoint
+was made with and every file's size, see ``train.checkpoint_meta``; preflight checks it before a
+resume). A save is written to a ``.tmp-`` folder
 and renamed once every rank has finished, so a save killed midway never replaces the last
 good checkpoint. Multi-node runs need the run folder on a filesystem all nodes share.
 """
@@ -22,11 +24,13 @@ import shutil
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: not caught by except Exception
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                      get_optimizer_state_dict, set_model_state_dict,
                                                      set_optimizer_state_dict)
 
+from train.checkpoint_meta import CheckpointError, write_record
 from train.checkpoint_paths import list_checkpoints
 
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
@@ -41,10 +45,12 @@ def _state(parts: list[nn.Module], opts: list[torch.optim.Optimizer], samples: i
 
 
 def save(folder: str, step: int, global_batch: int, parts: list[nn.Module], opts: list[torch.optim.Optimizer],
-         keep: int) -> str:
+         keep: int, record: dict | None = None) -> str:
     """Collective: write step's checkpoint atomically into ``folder``; keep the newest ``keep``.
 
-    The data position is stored as global samples seen, ``step * global_batch``.
+    The data position is stored as global samples seen, ``step * global_batch``. ``record``
+    (``checkpoint_meta.make_record``) is written by rank 0 as simcluster.json, with the DCP
+    files' sizes, before the folder is renamed into place.
     """
     final = os.path.join(folder, f"step-{step:06d}")
     tmp = os.path.join(folder, f".tmp-step-{step:06d}")
@@ -56,6 +62,8 @@ def save(folder: str, step: int, global_batch: int, parts: list[nn.Module], opts
     dcp.save(_state(parts, opts, step * global_batch), checkpoint_id=tmp)
     dist.barrier()
     if rank == 0:
+        if record is not None:
+            write_record(tmp, record)
         shutil.rmtree(final, ignore_errors=True)
         os.replace(tmp, final)
         for _, old in list_checkpoints(folder)[:-keep] if keep > 0 else []:
@@ -70,10 +78,17 @@ def load(path: str, global_batch: int, parts: list[nn.Module], opts: list[torch.
     Returns the step to continue after: global samples seen / ``global_batch``.
 
     Raises:
-        ValueError: the samples seen are not a whole number of this run's global batches.
+        CheckpointError: DCP cannot read the checkpoint (corrupted after preflight's size check),
+            or its samples seen are not a whole number of this run's global batches.
     """
     state = _state(parts, opts, 0)
-    dcp.load(state, checkpoint_id=path)
+    try:
+        dcp.load(state, checkpoint_id=path)
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 - DCP raises many kinds (pickle, OSError, ...)
+        last = ([line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__])[-1][:300]
+        raise CheckpointError(f"resume: cannot load the checkpoint {path} (its .metadata or .distcp files are "
+                              f"corrupted): {last}; resume from another checkpoint or start fresh without "
+                              f"--resume") from e
     for part, opt in zip(parts, opts):
         names = {n for n, _ in part.named_parameters()}
         set_model_state_dict(part, {k: v for k, v in state["model"].items() if k in names}, options=OPTIONS)
@@ -81,7 +96,7 @@ def load(path: str, global_batch: int, parts: list[nn.Module], opts: list[torch.
                                  options=OPTIONS)
     samples = int(state["train"]["samples"])
     if samples % global_batch:
-        raise ValueError(f"resume: checkpoint has seen {samples} samples, not a multiple of global_batch={global_batch};"
+        raise CheckpointError(f"resume: checkpoint has seen {samples} samples, not a multiple of global_batch={global_batch};"
                          f" resume with a global batch that divides it")
     return samples // global_batch
 

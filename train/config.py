@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 MESH_EXAMPLES = "valid examples: 2x2x2, 4x1x2, 1x1x1, pp=2,dp=2,tp=2"
 
@@ -175,9 +175,9 @@ class Config:
     ckpt_every: int = 0
     """save a DCP checkpoint into RUN_DIR/checkpoints every N steps and after the last step (0: never)."""
     ckpt_keep: int = 2
-    """checkpoints to keep (the newest)."""
+    """checkpoints to keep (the newest; 0 keeps all)."""
     resume: str | None = None
-    """checkpoint folder, or a folder of them (the newest is taken), to resume from; any mesh."""
+    """checkpoint folder, or a folder of them (the newest is taken), to resume from; any mesh. "auto": the newest complete checkpoint of RUN_DIR/checkpoints, or a fresh start when there is none (what torchrun restarts need); the keyword wins, so write a folder named auto as ./auto. Shape, seq_len, global_batch, seed and data must match the checkpoint; lr, min_lr, warmup_steps, steps, weight_decay and max_norm may change (announced)."""
     profile_step: int = 0
     """profile this step (0: off) and write each rank's time breakdown to RUN_DIR/profile/rank-R.json."""
     rank_metrics: int = 0
@@ -204,6 +204,9 @@ class TrainRun:
     model: the model shape: the preset with --dim/--n-layers/--n-heads/--ffn-dim applied.
     layout: stage placement of the schedule: "single", "loop" (round-robin) or "v".
     local_stages: pipeline stages held by each pp rank.
+    resume_path: the checkpoint folder (step-NNNNNN) to load, checked by preflight; None: fresh start.
+    resume_notes: what preflight found changed against that checkpoint (hyperparameters, versions),
+        one line each, for rank 0 to announce.
     """
 
     config: Config
@@ -211,6 +214,8 @@ class TrainRun:
     model: ModelArgs
     layout: str
     local_stages: int
+    resume_path: str | None = None
+    resume_notes: tuple[str, ...] = ()
 
     @property
     def n_stages(self) -> int:
@@ -266,22 +271,11 @@ def field_docs() -> dict[str, str]:
 
 
 def config_from_dict(values: dict, source: str = "config") -> Config:
-    """Build a Config from a mapping (a parsed YAML file); unknown keys raise ConfigError."""
-    names = {f.name for f in fields(Config)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise ConfigError(f"{source}: unknown field(s) {', '.join(unknown)}; valid fields: {', '.join(sorted(names))}")
-    types = {f.name: f.type for f in fields(Config)}
-    out = {}
-    for k, v in values.items():
-        kind = types[k].split("|")[0].strip()
-        if v is None:
-            out[k] = None
-            continue
-        try:
-            out[k] = {"int": int, "float": float, "str": str}[kind](v)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{source}: field {k} must be {kind}, got {v!r}") from None
-        if kind == "int" and isinstance(v, float) and v != int(v):
-            raise ConfigError(f"{source}: field {k} must be an integer, got {v!r}")
-    return Config(**out)
+    """Build a Config from a mapping (a parsed YAML file); see ``train.config_types``.
+
+    Raises:
+        ConfigError: unknown keys, or every value of the wrong type (one per line).
+    """
+    from train.config_types import config_from_dict as typed
+
+    return typed(values, source)

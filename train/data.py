@@ -6,24 +6,10 @@
 from __future__ import annotations
 
 import os
-import sysconfig
 
 import torch
 
-from train.preflight import data_files
-
-SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__", "lib2to3",
-             "tkinter", "turtledemo", "ensurepip"}
-
-
-def stdlib_files() -> list[str]:
-    """The running Python's standard-library .py sources (tests and GUI demos excluded), sorted."""
-    root = sysconfig.get_paths()["stdlib"]
-    out = []
-    for dirpath, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        out += [os.path.join(dirpath, n) for n in names if n.endswith(".py")]
-    return sorted(out)
+from train.corpus import corpus_files, split_sizes
 
 
 def load_corpus(path: str | None) -> torch.Tensor:
@@ -31,7 +17,7 @@ def load_corpus(path: str | None) -> torch.Tensor:
 
     Returns a 1-D uint8 tensor (tokens, vocab 256). Raises ConfigError for a bad path.
     """
-    files = stdlib_files() if path is None else data_files(path)
+    files = corpus_files(path)
     sizes = [os.path.getsize(f) for f in files]
     buf = bytearray(sum(sizes) + len(files) - 1)  # files joined by b"\n", read in place: no copies
     view, pos = memoryview(buf), 0
@@ -45,9 +31,9 @@ def load_corpus(path: str | None) -> torch.Tensor:
 
 
 def train_val_split(tokens: torch.Tensor, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Head for training, tail (val_fraction of the bytes) for validation."""
-    n_val = max(2, int(tokens.numel() * val_fraction))
-    return tokens[:-n_val], tokens[-n_val:]
+    """Head for training, tail (val_fraction of the bytes) for validation (sizes: ``split_sizes``)."""
+    n_train, _ = split_sizes(tokens.numel(), val_fraction)
+    return tokens[:n_train], tokens[n_train:]
 
 
 def _generator(seed: int, step: int, salt: int) -> torch.Generator:

@@ -39,12 +39,19 @@ class Pipeline:
     schedule: schedules._PipelineSchedule
     has_first: bool
     has_last: bool
+    run: TrainRun | None = None
+    group: object = None  # the pp ProcessGroup
+    loss_fn: Callable | None = None
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor, train: bool = True) -> list[torch.Tensor]:
         """Run the schedule on this dp rank's batch; returns the microbatch losses held here.
 
         inputs/targets: (batch/dp, seq) for the LM. Losses are only returned where has_last.
+        Evaluation under the "v" layout (zbv, dualpipev) runs ``forward_only``: those schedules
+        cannot ``eval`` in torch 2.13.
         """
+        if not train and self.run is not None and self.run.layout == "v":
+            return self._forward_only(inputs, targets)
         losses: list[torch.Tensor] = []
         args = (inputs,) if self.has_first else ()
         kwargs = {"target": targets, "losses": losses} if self.has_last else {}
@@ -53,6 +60,15 @@ class Pipeline:
         else:
             self.schedule.eval(*args, **kwargs)
         return losses
+
+    def _forward_only(self, inputs: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
+        from train.pipeline_eval import forward_only
+
+        run, batch = self.run, inputs.shape[0]
+        tail = (run.config.seq_len, run.model.dim) if run.model.kind == "llama" else (run.model.dim,)
+        return forward_only(self.modules, self.stage_ids, run.n_stages, run.local_stages, run.layout, self.group,
+                            inputs if self.has_first else None, targets if self.has_last else None,
+                            (batch, *tail), self.loss_fn)
 
 
 def build_stage_modules(run: TrainRun, pp_rank: int, parallelize: Callable[[nn.Module], nn.Module]) -> tuple[list[nn.Module], list[int], int]:
@@ -108,4 +124,5 @@ def apply_pp(modules: list[nn.Module], ids: list[int], n_stages: int, pp_mesh: D
     cls = getattr(schedules, SCHEDULES[run.config.schedule][0])
     n = run.config.microbatches
     schedule = cls(stages[0] if run.layout == "single" else stages, n_microbatches=n, loss_fn=loss_fn)
-    return Pipeline(modules, ids, schedule, has_first=0 in ids, has_last=n_stages - 1 in ids)
+    return Pipeline(modules, ids, schedule, has_first=0 in ids, has_last=n_stages - 1 in ids, run=run, group=group,
+                    loss_fn=loss_fn)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import math
 import os
 import socket
 import statistics
@@ -19,7 +20,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from train import checkpoint
-from train.checkpoint_paths import resolve_resume
+from train.checkpoint_meta import CheckpointError, data_identity, make_record
 from train.cli import save_config
 from train.clip import clip_grad_norm_
 from train.config import Config, TrainRun
@@ -31,6 +32,13 @@ from train.parallel import apply_fsdp, apply_tp, init_weights
 from train.pipeline import apply_pp, build_stage_modules
 from train.profiling import maybe_profile
 from train.runtime import GarbageCollection, tune_malloc
+
+
+EXIT_DIVERGED = 3  # exit code of a run stopped by a non-finite loss or grad norm (2: bad config or checkpoint)
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss, validation loss or grad norm became nan or inf (the same on every rank: all-reduced)."""
 
 
 def init_distributed(cfg: Config) -> tuple[int, int, int]:
@@ -68,7 +76,8 @@ class Trainer:
         self.pipe = apply_pp(modules, ids, n_stages, self.mesh["pp"], job, loss_fn)
         self.params = [p for m in modules for p in m.parameters()]
         self.optims = [build_optimizer(m, cfg) for m in modules]  # (AdamW, LR schedule) per model part
-        self.start_step = self._resume(cfg.resume) if cfg.resume else 0
+        self.start_step = self._resume(job.resume_path) if job.resume_path else 0
+        self._data_id: dict | None = None  # the corpus identity recorded in checkpoints, computed at the first save
         self.batches = Batches(cfg, self.args)
         self.rank_writer = MetricsWriter(os.path.join(cfg.run_dir, "ranks") if cfg.rank_metrics else None,
                                          name=f"rank-{rank}.jsonl")
@@ -77,14 +86,26 @@ class Trainer:
               f"stages={ids}", flush=True)
 
     def _resume(self, path: str) -> int:
-        """Load a checkpoint (any mesh) and advance the LR schedules to its step; returns the step."""
-        path = resolve_resume(path)
+        """Load a checkpoint (any mesh, checked by preflight) and advance the LR schedules to its
+        step; returns the step. This run's hyperparameters win over the checkpoint's: the loaded
+        param groups carry the saved lr and weight_decay, which are put back to this config's
+        (lr, min_lr, warmup_steps and steps act through the LR schedule, max_norm in clipping).
+
+        Raises:
+            CheckpointError: DCP cannot read the checkpoint.
+        """
+        keys = ("lr", "initial_lr", "weight_decay", "betas", "eps")
+        configured = [[{k: g[k] for k in keys if k in g} for g in opt.param_groups] for opt, _ in self.optims]
         step = checkpoint.load(path, self.cfg.global_batch, self.pipe.modules, [opt for opt, _ in self.optims])
-        for opt, sched in self.optims:
+        for (opt, sched), groups in zip(self.optims, configured):
+            for g, values in zip(opt.param_groups, groups):
+                g.update(values)
             restore_kernel_flags(opt)
             for _ in range(step):
                 sched.step()
         if self.rank == 0:
+            for note in self.job.resume_notes:
+                print(f"[simcluster] {note}", flush=True)
             print(f"[simcluster] resumed from {path} at step {step}", flush=True)
         return step
 
@@ -141,14 +162,23 @@ class Trainer:
         cfg, rec = self.cfg, {}
         with maybe_profile(step == cfg.profile_step, cfg.run_dir, self.rank, rec):
             rec.update(self.train_step(step))
-        if cfg.val_every and (step % cfg.val_every == 0 or step == cfg.steps):
+        bad = diverged(rec)
+        if not bad and cfg.val_every and (step % cfg.val_every == 0 or step == cfg.steps):
             rec["val_loss"] = self.validate()
+            bad = diverged(rec)
         writer.write(rec)
-        if self.rank == 0 and (step % cfg.log_every == 0 or step == cfg.steps or step == 1):
+        if self.rank == 0 and (bad or step % cfg.log_every == 0 or step == cfg.steps or step == 1):
             print(step_line(rec, cfg.steps), flush=True)
+        if bad:
+            raise TrainingDiverged(f"{bad} at step {step}; lower --lr (now {cfg.lr:g}), raise --warmup-steps (now "
+                                   f"{cfg.warmup_steps}) or clip harder with --max-norm (now {cfg.max_norm:g}); no "
+                                   f"checkpoint was written for this step")
         if cfg.ckpt_every and (step % cfg.ckpt_every == 0 or step == cfg.steps):
+            if self._data_id is None:
+                self._data_id = data_identity(self.job)
             path = checkpoint.save(os.path.join(cfg.run_dir, "checkpoints"), step, cfg.global_batch, self.pipe.modules,
-                                   [opt for opt, _ in self.optims], cfg.ckpt_keep)
+                                   [opt for opt, _ in self.optims], cfg.ckpt_keep,
+                                   make_record(self.job, step, self._data_id))
             if self.rank == 0:
                 print(f"[simcluster] checkpoint step {step}: {path}", flush=True)
         return rec
@@ -173,8 +203,18 @@ class Trainer:
         return rec
 
 
+def diverged(rec: dict) -> str | None:
+    """'loss is nan' (or grad_norm, val_loss; nan or inf) when a step's record is not finite, else None."""
+    for key in ("loss", "grad_norm", "val_loss"):
+        if key in rec and not math.isfinite(rec[key]):
+            return f"{key} is {rec[key]}"
+    return None
+
+
 def run(job: TrainRun) -> int:
-    """Run a preflighted TrainRun on this process's rank; returns the exit code."""
+    """Run a preflighted TrainRun on this process's rank; returns the exit code: 0 done,
+    2 the checkpoint cannot be loaded, EXIT_DIVERGED (3) the loss or grad norm became non-finite
+    (every rank agrees: both are all-reduced). Other failures raise."""
     cfg = job.config
     torch.set_num_threads(cfg.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
     tune_malloc()
@@ -186,6 +226,13 @@ def run(job: TrainRun) -> int:
             print("[simcluster] config: " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items()), flush=True)
         trainer = Trainer(job, rank, local_rank)
         trainer.fit()
+    except CheckpointError as e:
+        print(f"error: rank {rank}: {e}", file=sys.stderr, flush=True)
+        return 2
+    except TrainingDiverged as e:
+        if rank == 0:
+            print(f"error: training diverged: {e}", file=sys.stderr, flush=True)
+        return EXIT_DIVERGED
     finally:
         try:
             dist.destroy_process_group()

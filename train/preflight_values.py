@@ -1,0 +1,63 @@
+"""Range checks of every numeric Config field: finite, within what the trainer can run. Torch-free.
+
+    python -m train --lr nan          # exits 2: "lr: must be a finite number > 0, got nan; ..."
+    python -c "from train.preflight_values import value_errors; from train.config import Config; print(value_errors(Config(lr=float('inf'))))"
+"""
+from __future__ import annotations
+
+import math
+
+from train.config import Config
+
+SEED_LIMIT = 2**63  # torch.Generator.manual_seed takes 64-bit seeds; batches and init use seed mod 2**63
+TIMEOUT_LIMIT_S = 1e6  # datetime.timedelta and gloo take far more; beyond 11 days a peer is surely gone
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+# field -> (test on the value, what is required, a fix); ints are >= 1 unless listed here
+RULES: dict[str, tuple] = {
+    "lr": (lambda v: _finite(v) and v > 0, "a finite number > 0", "e.g. --lr 0.003 (the default)"),
+    "min_lr": (lambda v: _finite(v) and v >= 0, "a finite number >= 0", "e.g. --min-lr 0.0003 (the default)"),
+    "weight_decay": (lambda v: _finite(v) and v >= 0, "a finite number >= 0", "e.g. --weight-decay 0.1 (0: off)"),
+    "max_norm": (lambda v: _finite(v) and v >= 0, "a finite number >= 0", "e.g. --max-norm 1.0 (0: no clipping)"),
+    "timeout_s": (lambda v: _finite(v) and 0 < v <= TIMEOUT_LIMIT_S, f"a finite number of seconds in (0, {TIMEOUT_LIMIT_S:g}]",
+                  "e.g. --timeout-s 60 (the default)"),
+    "val_fraction": (lambda v: _finite(v) and 0 < v < 1, "in (0, 1)", "e.g. --val-fraction 0.05 (the default)"),
+    "seed": (lambda v: 0 <= v < SEED_LIMIT, f"in [0, 2**63)", "e.g. --seed 0"),
+    "warmup_steps": (lambda v: v >= 0, ">= 0", "0: no warmup"),
+    "val_every": (lambda v: v >= 0, ">= 0", "0: never validate"),
+    "threads": (lambda v: v >= 0, ">= 0", "0: OMP_NUM_THREADS or 1"),
+    "gc_every": (lambda v: v >= 0, ">= 0 steps (0: Python's automatic collection)", "e.g. --gc-every 50"),
+    "ckpt_every": (lambda v: v >= 0, ">= 0", "0: no checkpoints"),
+    "ckpt_keep": (lambda v: v >= 0, ">= 0", "0 keeps every checkpoint"),
+    "profile_step": (lambda v: v >= 0, ">= 0", "0: no profiling"),
+    "rank_metrics": (lambda v: v in (0, 1), "0 or 1", "1 writes RUN_DIR/ranks/rank-R.jsonl"),
+    "microbatches": (lambda v: v >= 0, ">= 0", "0: the fewest the schedule takes"),
+}
+AT_LEAST_ONE = ("steps", "stages_per_rank", "val_batches", "log_every", "seq_len", "global_batch")
+MODEL_OVERRIDES = ("dim", "n_layers", "n_heads", "ffn_dim")
+
+
+def value_errors(cfg: Config) -> list[str]:
+    """Every numeric field out of its range, as 'field: must be ..., got v; fix'. Empty when fine.
+
+    ``cfg`` is the resolved config (seq_len and global_batch filled in); unset (None) overrides
+    are skipped.
+    """
+    errors = []
+    for name, (ok, need, fix) in RULES.items():
+        v = getattr(cfg, name)
+        if not ok(v):
+            errors.append(f"{name}: must be {need}, got {v}; {fix}")
+    for name in AT_LEAST_ONE:
+        v = getattr(cfg, name)
+        if v is not None and v < 1:
+            errors.append(f"{name}: must be >= 1, got {v}; pass --{name.replace('_', '-')} 1 or more")
+    for name in MODEL_OVERRIDES:
+        v = getattr(cfg, name)
+        if v is not None and v < 1:
+            errors.append(f"{name}: must be >= 1, got {v}; omit --{name.replace('_', '-')} to take the preset's")
+    return errors
