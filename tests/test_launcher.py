@@ -165,21 +165,21 @@ def test_security_fields_and_no_ports():
 
 
 def test_mounts_and_train_flags():
-    corpus = ROOT / "train"  # any folder of UTF-8 text inside the repo
+    corpus = ROOT / "tests" / "golden"  # a folder of UTF-8 text inside the repo
     cfg = Config(mesh="pp=2,dp=1,tp=2", model="tiny", steps=50, lr=0.01, data=str(corpus), run_dir="runs/x")
     rel = lambda p: os.path.relpath(p, ROOT) if os.path.isabs(p) else p  # noqa: E731 - as the CLI's repo_path
     doc = build_compose(resolve_training(cfg, NodeOptions(), host_path=rel), "..")
     node = doc["services"]["node-0"]
-    assert node["volumes"] == ["../runs/x:/runs/x:rw", "../train:/data/train:ro"]
+    assert node["volumes"] == ["../runs/x:/runs/x:rw", "../tests/golden:/data/golden:ro"]
     flags = node["command"][node["command"].index("--") + 1:]
-    assert flags == ["--data", "/data/train", "--lr", "0.01", "--mesh", "2x1x2", "--model", "tiny",
+    assert flags == ["--data", "/data/golden", "--lr", "0.01", "--mesh", "2x1x2", "--model", "tiny",
                      "--run-dir", "/runs/x", "--steps", "50"]
-    assert list(train_flags(cfg, parse_mesh(cfg.mesh), "x", "train")) == flags
+    assert list(train_flags(cfg, parse_mesh(cfg.mesh), "x", "tests/golden")) == flags
     env = node["environment"]
     assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["GLOO_SOCKET_IFNAME"], env["PYTHONUNBUFFERED"]) == \
         ("rendezvous", "29400", "eth0", "1")
     outside = build_compose(launch(Config(mesh="1x1x1", data=str(corpus), run_dir="/abs/runs/y")), ".")
-    assert outside["services"]["node-0"]["volumes"] == ["/abs/runs/y:/runs/y:rw", f"{corpus}:/data/train:ro"]
+    assert outside["services"]["node-0"]["volumes"] == ["/abs/runs/y:/runs/y:rw", f"{corpus}:/data/golden:ro"]
     assert build_compose(launch(Config(mesh="1x1x1", run_dir="r")), ".")["services"]["node-0"]["volumes"] \
         == ["./r:/runs/r:rw"]
 

@@ -30,7 +30,7 @@ def generated_files(tmp: Path) -> list[Path]:
     files = [ROOT / "docker-compose.yml", *sorted((ROOT / "compose").glob("mesh-*.yml"))]
     extra = tmp / "everything.yml"
     subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "12x1x1", "--model", "tiny",
-                    "--n-layers", "12", "--microbatches", "12", "--global-batch", "12", "--data", "train",
+                    "--n-layers", "12", "--microbatches", "12", "--global-batch", "12", "--data", "tests/golden",
                     "--run-dir", str(tmp / "run$HOME"), "--cpus-per-node", "1.5", "--memory-per-node", "2g",
                     "--mount-code", "--module", "launcher.container.probe", "--rdzv-backend", "static", "--out", str(extra)],
                    cwd=ROOT, check=True, capture_output=True)
