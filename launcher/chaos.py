@@ -8,8 +8,10 @@ Waits until the run reaches step N (the last row of RUN_DIR/metrics.jsonl writte
 node started, else the newest ``step N/M`` line in node-0's log), then applies one fault to the
 node's container and prints what it did (with the UNIX time, to measure detection):
     --kill        ``docker kill``: the container and its ranks die at once
+    --stop        ``docker stop``: SIGTERM to the node (reported as stopped by a signal, 143)
     --pause       ``docker pause``: the container freezes (its processes stop, sockets stay open)
     --disconnect  ``docker network disconnect``: the container loses the cluster network
+    --freeze R    SIGSTOP rank R's process inside its node (the node's heartbeat goes on)
 The run should then end within the trainer's --timeout-s (default 60 s) with an error naming
 the node (see launcher/container/rendezvous.py). Exit 0 once the fault is applied; 1 if the run ended
 (or --wait-s ran out) before step N, or Docker refused.
@@ -25,10 +27,11 @@ from datetime import datetime
 from launcher import engine
 from launcher.engine import LauncherError
 from launcher.progress import parse_step, split_rank
+from launcher.compose import LABEL
 from launcher.target import Target
 from train.config import ConfigError
 
-FAULTS = ("kill", "pause", "disconnect")
+FAULTS = ("kill", "stop", "pause", "disconnect", "freeze")
 
 
 def _started_at(container) -> float:
@@ -76,16 +79,37 @@ def _find_target(run_dir, file, project, deadline: float) -> Target:
             time.sleep(1.0)
 
 
-def apply_fault(kind: str, container) -> str:
-    """Apply the fault to a container through the engine; returns what was done.
+def node_of_rank(found: dict, rank: int) -> str | None:
+    """The service whose container holds global rank (its io.simcluster.ranks label, ``4-7``)."""
+    for service, c in found.items():
+        first, _, last = c.labels.get(LABEL + "ranks", "").partition("-")
+        if first.isdigit() and int(first) <= rank <= int(last or first):
+            return service
+    return None
+
+
+def apply_fault(kind: str, container, rank: int | None = None) -> str:
+    """Apply the fault to a container through the engine (``freeze``: SIGSTOP rank's process
+    in it); returns what was done.
 
     Raises:
-        LauncherError: the engine refused (e.g. the container is on no network).
+        LauncherError: the engine refused (e.g. the container is on no network, no such rank).
     """
     try:
+        if kind == "freeze":
+            first = container.labels[LABEL + "ranks"].split("-")[0]
+            res = container.exec_run(["python", "-m", "launcher.container.ranks", "--rank", str(rank),
+                                      "--first-rank", first, "--signal", "STOP"])
+            text = res.output.decode("utf-8", "replace").strip()
+            if res.exit_code != 0:
+                raise LauncherError(f"freeze of rank {rank} failed: {text}")
+            return text
         if kind == "kill":
             container.kill()
             return "kill"
+        if kind == "stop":
+            container.stop(timeout=10)
+            return "stop (SIGTERM, then SIGKILL after 10 s)"
         if kind == "pause":
             for attempt in range(5):  # runc's freeze can fail transiently ("unable to freeze") while a process forks
                 try:
@@ -106,7 +130,9 @@ def apply_fault(kind: str, container) -> str:
 
 def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: str | None = None,
           project: str | None = None, wait_s: float = 3600.0, poll_s: float = 0.5) -> int:
-    """Wait for step at_step of the run, then apply ``kind`` to ``node``; returns the exit code."""
+    """Wait for step at_step of the run, then apply ``kind`` to ``node`` (for ``freeze``, node is
+    a global rank: its process is stopped in its node's container); returns the exit code."""
+    rank = int(node) if kind == "freeze" else None
     deadline = time.monotonic() + wait_s
     target = _find_target(run_dir, file, project, deadline)
     print(f"chaos: waiting for step {at_step} of project {target.project} (run folder {target.run_dir or '?'}) "
@@ -115,6 +141,8 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
     while True:
         found = engine.containers(target.project)
         target = target.with_labels(found)
+        if rank is not None:
+            node = node_of_rank(found, rank) or f"the node of rank {rank}"
         victim = found.get(node)
         nodes = sorted(s for s in found if s.startswith("node-"))
         first = found[nodes[0]] if nodes else None
@@ -125,7 +153,7 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
             if step is None and first is not None:
                 step, source = log_step(first), "the log of " + nodes[0]
             if step is not None and step >= at_step:
-                did = apply_fault(kind, victim)
+                did = apply_fault(kind, victim, rank)
                 print(f"chaos: {kind} {node} (container {victim.short_id}) at step {step} ({source}) "
                       f"t={time.time():.3f}: {did}", flush=True)
                 return 0

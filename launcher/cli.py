@@ -83,7 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     _target_args(ch)
     fault = ch.add_mutually_exclusive_group(required=True)
     fault.add_argument("--kill", metavar="NODE", help="docker kill the node's container")
+    fault.add_argument("--stop", metavar="NODE", help="docker stop the node's container (SIGTERM)")
     fault.add_argument("--pause", metavar="NODE", help="docker pause (freeze) the node's container")
+    fault.add_argument("--freeze", metavar="RANK", type=int,
+                       help="SIGSTOP one rank's process inside its node (the node's heartbeat goes on)")
     fault.add_argument("--disconnect", metavar="NODE", help="docker network disconnect the node's container")
     ch.add_argument("--at-step", type=int, default=1, metavar="N", help="wait until the run reached step N (default 1)")
     ch.add_argument("--wait-s", type=float, default=3600.0, metavar="S", help="give up after S seconds (default 3600)")
@@ -152,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "chaos":
             from launcher.chaos import chaos
 
-            kind = "kill" if args.kill else "pause" if args.pause else "disconnect"
-            return chaos(kind, args.kill or args.pause or args.disconnect, args.at_step, args.run_dir, args.file,
-                         args.project, wait_s=args.wait_s)
+            kind = next(k for k in ("kill", "stop", "pause", "disconnect", "freeze") if getattr(args, k) is not None)
+            return chaos(kind, str(getattr(args, kind)), args.at_step, args.run_dir, args.file, args.project,
+                         wait_s=args.wait_s)
         target = Target.find(args.run_dir, args.file, args.project)
         if args.command == "status":
             return runner.status(target)

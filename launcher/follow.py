@@ -27,10 +27,13 @@ from launcher.layout import RDZV_HOST
 from launcher.progress import Progress, parse_done, parse_step, split_rank
 from launcher.target import Target
 
+EXITED = re.compile(r"^rendezvous: (\S+) \(ranks [^)]*\) exited -?\d+(?: \((.*)\))?$")
 EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b")
 # what a rank raises when a peer died first: named, but not as the cause
 PEER_FAILED = re.compile(r"Connection closed by peer|remote worker crashing|Connection reset by peer|Broken pipe")
-KILL_AFTER_RDZV_S = 3.0  # containers still up this long after the rendezvous exited are killed
+PEER_TIMEOUT = re.compile(r"[Tt]imed out waiting|DistNetworkError.*[Tt]imeout")
+KILL_AFTER_RDZV_S = 10.0  # containers still up this long after the rendezvous exited are killed (nodes
+# leave by themselves about 3 s after it)
 KILL_AFTER_NODES_S = 10.0  # a rendezvous still up this long after every node exited is killed
 
 
@@ -61,6 +64,7 @@ class Stream:
         self.lost_s: float | None = None  # seconds after start of the first LOST line
         self.lost_t: float | None = None  # its UNIX time
         self.forced: list[str] = []  # containers up kills because they outlived the rendezvous
+        self.reasons: dict[str, str] = {}  # node -> why it stopped, from the rendezvous' report lines
         self.recent: dict[int, collections.deque] = {}  # rank -> its last lines (for a failure's traceback)
 
     def show(self, text: str) -> None:
@@ -69,6 +73,9 @@ class Stream:
 
     def handle(self, service: str, line: str) -> None:
         rank, text = split_rank(line)
+        exited = EXITED.match(text) if service == RDZV_HOST else None
+        if exited and exited.group(2):
+            self.reasons[exited.group(1)] = exited.group(2)
         if service == RDZV_HOST and text.startswith("rendezvous: LOST "):
             self.lost.append(text[len("rendezvous: LOST "):])
             if self.lost_s is None:

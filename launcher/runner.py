@@ -32,7 +32,7 @@ from launcher import engine
 from launcher.compose import LABEL, render
 from launcher.engine import LauncherError, compose
 from launcher.files import ROOT, host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
-from launcher.follow import PEER_FAILED, Stream, Watch
+from launcher.follow import PEER_FAILED, PEER_TIMEOUT, Stream, Watch
 from launcher.launch import Launch, with_resume
 from launcher.layout import APP_DIR, IMAGE, RDZV_HOST, RUNS_MOUNT, format_ranks, node_ranks
 from launcher.target import Target
@@ -173,7 +173,9 @@ def _attempt(launch: Launch, target: Target, run_dir: str, quiet: bool, progress
         codes = {s: engine.exit_code(c) for s, c in engine.containers(target.project).items()}
     except KeyboardInterrupt:
         print("\nlauncher: interrupted; stopping the cluster", file=sys.stderr, flush=True)
-        _force_down(target)
+        for c in engine.containers(target.project).values():  # at once: Ctrl-C ends everything within seconds
+            engine.kill(c)
+        _force_down(target, capture_output=True)
         return 130, {}
     except LauncherError:
         _force_down(target)
@@ -205,7 +207,8 @@ def _summary(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: fl
     seen = len(stream.seen_ranks)
     show(f"  ranks seen   {seen}/{launch.world_size}" + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
     for k, name in enumerate(launch.names):
-        show(f"  {name:<11}  ranks {format_ranks(node_ranks(k, launch.nproc_per_node)):<8} exit {codes.get(name)}")
+        why = f" ({stream.reasons[name]})" if name in stream.reasons else ""
+        show(f"  {name:<11}  ranks {format_ranks(node_ranks(k, launch.nproc_per_node)):<8} exit {codes.get(name)}{why}")
     show(f"  {RDZV_HOST:<11}  {'':<14} exit {codes.get(RDZV_HOST)}")
     for lost in stream.lost:
         show(f"  LOST         {lost}" + (f" (named {stream.lost_s:.1f}s after start, t={stream.lost_t:.3f})"
@@ -223,7 +226,8 @@ def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> No
     (connection closed) are named in one line after the cause."""
     cause = {r: lines for r, lines in tracebacks.items() if not PEER_FAILED.search(lines[-1])}
     for rank, lines in (cause or tracebacks).items():
-        show(f"  FAILED rank {rank} on {launch.names[rank // launch.nproc_per_node]}: {lines[-1]}")
+        waited = " (timed out waiting for a peer)" if PEER_TIMEOUT.search(lines[-1]) else ""
+        show(f"  FAILED rank {rank} on {launch.names[rank // launch.nproc_per_node]}{waited}: {lines[-1]}")
         for line in lines[:-1]:
             show(f"      {line}")
     after = sorted(set(tracebacks) - set(cause)) if cause else []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -158,6 +159,60 @@ class Up:
             subprocess.run(["docker", "unpause", cid], capture_output=True)
             subprocess.run(["docker", "rm", "-f", cid], capture_output=True)
         subprocess.run(["docker", "network", "rm", f"{self.project}_cluster"], capture_output=True)
+
+
+@docker_test
+def test_frozen_rank_is_named_and_every_container_stops(tmp_path):
+    """One rank SIGSTOPped inside node-1 (its node's heartbeat goes on): node-1 names the frozen
+    rank within 0.4 x --timeout-s, the summary says so, everything stops within the timeout plus
+    a margin, and up exits 1."""
+    up = Up(tmp_path, "--steps", "2000")
+    try:
+        chaos, t_fault = up.chaos("--freeze", "1", "--at-step", "3")
+        assert chaos.returncode == 0 and "sent SIGSTOP" in chaos.stdout, chaos.stdout + chaos.stderr + up.why()
+        code = up.wait()
+        out = up.output()
+        stopped_s, exit_s = up.t_all_stopped - t_fault, up.t_exit - t_fault
+        print(f"\nfrozen rank: all containers stopped after {stopped_s:.1f}s, up exited after {exit_s:.1f}s")
+        assert code == 1, up.why()
+        assert re.search(r"node-1 +ranks 1 +exit 137 \(rank 1 on node-1 frozen: its process is stopped \(SIGSTOP\) "
+                         r"for \d+s \(limit 8s\)\)", out), up.why()
+        assert stopped_s < TIMEOUT_S + 15 and exit_s < TIMEOUT_S + 30, (stopped_s, exit_s, up.why())
+        assert project_states(up.project) == {}
+    finally:
+        up.cleanup()
+
+
+@docker_test
+def test_docker_stop_is_reported_as_stopped_by_a_signal(tmp_path):
+    up = Up(tmp_path, "--steps", "2000")
+    try:
+        chaos, _ = up.chaos("--stop", "node-1", "--at-step", "3")
+        assert chaos.returncode == 0, chaos.stdout + chaos.stderr + up.why()
+        assert up.wait() == 1, up.why()
+        assert re.search(r"node-1 +ranks 1 +exit 143 \(stopped by SIGTERM\)", up.output()), up.why()
+        assert project_states(up.project) == {}
+    finally:
+        up.cleanup()
+
+
+@docker_test
+def test_ctrl_c_ends_everything_within_10_s(tmp_path):
+    up = Up(tmp_path, "--steps", "2000")
+    try:
+        t0 = time.monotonic()
+        while not (up.run_dir / "metrics.jsonl").is_file() and time.monotonic() - t0 < 300:
+            time.sleep(0.5)
+        assert (up.run_dir / "metrics.jsonl").is_file(), up.why()
+        t_int = time.time()
+        up.proc.send_signal(signal.SIGINT)
+        code = up.wait()
+        print(f"\nCtrl-C: up exited after {up.t_exit - t_int:.1f}s, containers stopped after "
+              f"{up.t_all_stopped - t_int:.1f}s")
+        assert code == 130, up.why()
+        assert up.t_exit - t_int < 10 and project_states(up.project) == {}, (up.t_exit - t_int, up.why())
+    finally:
+        up.cleanup()
 
 
 @docker_test

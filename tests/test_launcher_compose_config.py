@@ -67,26 +67,37 @@ def test_launcher_up_probe_cluster(tmp_path, trainer_image):
     assert left == ""
 
 
-def test_plain_compose_up_ends_when_a_rank_fails(tmp_path, trainer_image):
-    """`compose up` with no launcher: a failing rank ends every container; rendezvous exits 1."""
-    run = tmp_path / "fail-run"
-    run.mkdir(mode=0o777)
-    run.chmod(0o777)
-    file = tmp_path / "fail.yml"
-    subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "2x1x1", "--module", "launcher.container.probe",
-                    "--mount-code", "--run-dir", str(run), "--out", str(file)], cwd=ROOT, check=True)
-    override = tmp_path / "override.yml"
-    override.write_text('services:\n  node-1:\n    environment:\n      PROBE_FAIL_RANK: "1"\n')
-    cli = compose_clis()[0]
-    base = [*cli, "-p", "scfailtest", "-f", str(file), "-f", str(override)]
+@pytest.mark.parametrize("cli", [COMPOSE_V2, COMPOSE_V1])
+@pytest.mark.parametrize("fail", [False, True], ids=["ok", "rank-fails"])
+def test_plain_compose_up_exit_code_from_rendezvous(tmp_path, trainer_image, cli, fail):
+    """The CI command with plain Compose, `compose up --exit-code-from rendezvous`: exit 0 when
+    every node succeeded, 1 when a rank failed (the nodes stay until the rendezvous' verdict, so
+    the rendezvous exits first); every container ends."""
+    run = tmp_path / "plain-run"
+    run.mkdir()
+    os.chown(run, 1000, 1000) if os.getuid() == 0 else None
+    file = tmp_path / "plain.yml"
+    subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "2x1x1", "--module",
+                    "launcher.container.probe", "--mount-code", "--run-dir", str(run), "--out", str(file)],
+                   cwd=ROOT, check=True)
+    files = ["-f", str(file)]
+    if fail:
+        override = tmp_path / "override.yml"
+        override.write_text('services:\n  node-1:\n    environment:\n      PROBE_FAIL_RANK: "1"\n')
+        files += ["-f", str(override)]
+    project = f"scplain{'fail' if fail else 'ok'}{cli.replace(' ', '').replace('-', '')}"
+    base = [*cli.split(), "-p", project, *files]
     try:
-        proc = subprocess.run([*base, "up", "--no-color"], capture_output=True, text=True, timeout=400)
+        proc = subprocess.run([*base, "up", "--no-color", "--exit-code-from", "rendezvous"], capture_output=True,
+                              text=True, timeout=400)
         out = proc.stdout + proc.stderr
-        assert "failing on purpose" in out
-        assert "rendezvous: FAILED" in out
-        codes = subprocess.run(["docker", "ps", "-a", "--filter", "label=com.docker.compose.project=scfailtest",
-                                "--format", '{{.Label "com.docker.compose.service"}}={{.State}}'],
-                               capture_output=True, text=True).stdout.split()
-        assert sorted(codes) == ["node-0=exited", "node-1=exited", "rendezvous=exited"]
+        assert proc.returncode == (1 if fail else 0), out[-4000:]
+        assert ("rendezvous: FAILED" if fail else "rendezvous: all nodes exited 0") in out
+        if fail:
+            assert "failing on purpose" in out
+        states = subprocess.run(["docker", "ps", "-a", "--filter", f"label=com.docker.compose.project={project}",
+                                 "--format", '{{.Label "com.docker.compose.service"}}={{.State}}'],
+                                capture_output=True, text=True).stdout.split()
+        assert sorted(states) == ["node-0=exited", "node-1=exited", "rendezvous=exited"]
     finally:
         subprocess.run([*base, "down", "-t", "1"], capture_output=True)

@@ -28,6 +28,7 @@ import importlib
 import runpy
 import signal
 import sys
+import traceback
 
 
 def run_module(module: str, *argv: str) -> None:
@@ -48,6 +49,10 @@ def run_module(module: str, *argv: str) -> None:
     except SystemExit as e:
         if e.code not in (None, 0):
             raise
+    except BaseException:  # the rank's own stderr shows its traceback, as a fresh interpreter's would
+        traceback.print_exc()
+        sys.stderr.flush()
+        raise
 
 
 def preload(module: str) -> None:

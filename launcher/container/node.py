@@ -12,7 +12,9 @@ Runs inside the trainer image (the compose ``command`` of every node-K service):
      command line and agent, with the ranks forked after one import per node (``--torchrun``:
      the stock ``torchrun`` CLI instead) -- with log lines prefixed ``[rankR]:`` (R = global
      rank), forwarding SIGTERM/SIGINT to it;
-  3. writes its exit code to the rendezvous store (see launcher/rendezvous.py) and exits with it.
+  3. writes its exit code and why to the rendezvous store (launcher/container/rendezvous.py),
+     stays until the rendezvous has exited (so `compose up --exit-code-from rendezvous` reports
+     the verdict), and exits with it. A SIGTERM (`docker stop`) gives 143, "stopped by SIGTERM".
 
 Heartbeat: from the start, a thread registers this node in the rendezvous store and bumps its
 heartbeat counter every second; the rendezvous declares a node lost when it goes silent for
@@ -20,7 +22,9 @@ heartbeat counter every second; the rendezvous declares a node lost when it goes
 or never registers within --join-timeout-s. When that verdict appears, this wrapper prints ``[node-0] error: node-1 (ranks 2-3)
 lost: ...``, stops its torchrun (SIGTERM, SIGKILL after 2 s) and exits non-zero. If this
 wrapper itself cannot reach the rendezvous for --lost-after-s (its container was cut off the
-network), it stops its ranks likewise, naming itself as the node cut off.
+network), it stops its ranks likewise, naming itself as the node cut off. A rank process of this
+node frozen (stopped) that long is named and stopped too (launcher/container/ranks.py): the
+heartbeat thread and torchrun's agent would both see it as alive.
 
 Rendezvous backend (both verified with 2- and 4-node probe clusters):
   c10d (default): the rendezvous container hosts the TCPStore, every node joins as a client
@@ -48,6 +52,7 @@ import threading
 import time
 from datetime import timedelta
 
+from launcher.container.ranks import frozen
 from launcher.layout import (EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, NODE_KEY, REPORTED, VERDICT, rank_range,
                              report_key)
 
@@ -95,10 +100,12 @@ def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[
     return cmd + ["--tee=3", *entry, *train_argv]
 
 
-def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float = 15) -> None:
-    """Write this node's exit code to the rendezvous store; warn (not fail) if it is gone. Gives up
-    after timeout_s + 2 s even if the store hangs (a frozen rendezvous accepts but never answers)."""
-    worker = threading.Thread(target=_report, args=(endpoint, node_name, node_rank, nproc, code, timeout_s),
+def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float = 15,
+           reason: str | None = None) -> None:
+    """Write this node's exit code (and why, when a fault or a signal stopped it) to the rendezvous
+    store; warn (not fail) if it is gone. Gives up after timeout_s + 2 s even if the store hangs (a
+    frozen rendezvous accepts but never answers)."""
+    worker = threading.Thread(target=_report, args=(endpoint, node_name, node_rank, nproc, code, timeout_s, reason),
                               daemon=True)
     worker.start()
     worker.join(timeout_s + 2)
@@ -107,10 +114,10 @@ def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int,
               file=sys.stderr, flush=True)
 
 
-def _report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float) -> None:
-    first = node_rank * nproc
-    record = {"node": node_name, "node_rank": node_rank, "ranks": f"{first}-{first + nproc - 1}" if nproc > 1 else str(first),
-              "exit_code": code}
+def _report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float,
+            reason: str | None) -> None:
+    record = {"node": node_name, "node_rank": node_rank, "ranks": rank_range(node_rank, nproc), "exit_code": code,
+              "reason": reason}
     try:
         import torch.distributed as dist
 
@@ -175,21 +182,29 @@ class Heartbeat(threading.Thread):
 
 
 def supervise(proc: subprocess.Popen, hb: Heartbeat, name: str, ranks: str, silent_s: float,
-              join_s: float = JOIN_TIMEOUT_S) -> tuple[int, bool]:
-    """Wait for torchrun; stop it when the rendezvous names a lost node or cannot be reached
-    for silent_s seconds (join_s before the first contact). Returns (exit code, whether it
-    was stopped for a fault)."""
-    stop_at = None
+              join_s: float = JOIN_TIMEOUT_S, first_rank: int = 0) -> tuple[int, str | None]:
+    """Wait for torchrun; stop it when the rendezvous names a lost node, cannot be reached for
+    silent_s seconds (join_s before the first contact), or a rank process of this node has been
+    frozen (stopped) for silent_s. Returns (exit code, why it was stopped; None if it ended itself)."""
+    stop_at, why, since, last_scan = None, None, {}, 0.0
     while True:
         code = proc.poll()
         if code is not None:
-            return code, stop_at is not None
+            return code, why
         now = time.monotonic()
         if stop_at is None:
             why = hb.lost_message()
             if why is None and now - hb.last_ok > (silent_s if hb.ever_ok else join_s):
                 why = (f"{name} (ranks {ranks}) lost: cannot reach the rendezvous at {hb.endpoint} for "
                        f"{now - hb.last_ok:.0f}s (this node is cut off, or the rendezvous is gone)")
+            if why is None and now - last_scan >= 1.0:
+                last_scan = now
+                stuck = frozen(proc.pid, first_rank)
+                since = {r: since.get(r, now) for r in stuck}
+                long = sorted(r for r, t in since.items() if now - t >= silent_s)
+                if long:
+                    why = (f"rank {', '.join(map(str, long))} on {name} frozen: its process is stopped (SIGSTOP) "
+                           f"for {now - since[long[0]]:.0f}s (limit {silent_s:g}s)")
             if why:
                 print(f"[{name}] error: {why}; stopping ranks {ranks}", file=sys.stderr, flush=True)
                 proc.send_signal(signal.SIGTERM)
@@ -244,26 +259,38 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[{name}] node {args.node_rank}/{args.nnodes}: {' '.join(cmd)}", flush=True)
     proc = subprocess.Popen(cmd, env=env, cwd=args.workdir)
 
+    signalled: list[int] = []
+
     def forward(signum, _frame):
+        signalled.append(signum)
         proc.send_signal(signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    code, stopped = supervise(proc, hb, name, ranks, silent_s, args.join_timeout_s)
+    code, why = supervise(proc, hb, name, ranks, silent_s, args.join_timeout_s, args.node_rank * args.nproc_per_node)
     code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
-    code = code or (1 if stopped else 0)
-    print(f"[{name}] torchrun exited {code}", flush=True)
-    report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, code)
-    if code != 0 and not stopped:  # name the lost node if that is why: wait for the rendezvous' verdict
-        t0 = time.monotonic()
-        while (hb.lost_message() is None and not hb.finished and time.monotonic() - hb.last_ok < 5
-               and time.monotonic() - t0 < silent_s + 10):
-            time.sleep(0.25)
-        why = hb.lost_message()
-        if why:
-            print(f"[{name}] error: {why}; ranks {ranks} stopped", file=sys.stderr, flush=True)
+    if signalled:  # `docker stop` (SIGTERM) or Ctrl-C: stopped, not crashed
+        code, why = 128 + signalled[0], f"stopped by {signal.Signals(signalled[0]).name}"
+    code = code or (1 if why else 0)
+    print(f"[{name}] torchrun exited {code}" + (f" ({why})" if why else ""), flush=True)
+    report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, code, reason=why)
+    if not signalled:  # being stopped (compose down, docker stop): leave now
+        await_verdict(hb, name, ranks, code != 0 and why is None)
     hb.halt.set()
     return code
+
+
+def await_verdict(hb: Heartbeat, name: str, ranks: str, failed: bool, limit_s: float = 120.0) -> None:
+    """Stay until the rendezvous has exited (its store stops answering), at most limit_s, so that
+    ``docker compose up --exit-code-from rendezvous`` reports the rendezvous' verdict rather than
+    the abort of a node that left first. A failed node prints the lost node named by the verdict."""
+    t0, named = time.monotonic(), False
+    while time.monotonic() - t0 < limit_s and time.monotonic() - hb.last_ok < 2.5:
+        why = hb.lost_message()
+        if failed and why and not named:
+            print(f"[{name}] error: {why}; ranks {ranks} stopped", file=sys.stderr, flush=True)
+            named = True
+        time.sleep(0.25)
 
 
 if __name__ == "__main__":

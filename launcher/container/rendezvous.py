@@ -46,7 +46,8 @@ def summary(reports: dict[str, dict], nnodes: int, lost: list[dict] | None = Non
     """Summary lines (one per node, sorted by name) and the exit status: 0 iff all nnodes
     nodes reported exit code 0, else 1. ``lost`` nodes (see serve) get a LOST line."""
     lost = [x for x in (lost or []) if x["node"] not in reports]
-    rows = [(name, f"  {name:<10} ranks {r.get('ranks', '?'):<9} exit {r.get('exit_code')}") for name, r in reports.items()]
+    rows = [(name, f"  {name:<10} ranks {r.get('ranks', '?'):<9} exit {r.get('exit_code')}"
+                   + (f" ({r['reason']})" if r.get("reason") else "")) for name, r in reports.items()]
     rows += [(x["node"], f"  {x['node']:<10} ranks {x['ranks']:<9} LOST: {x['reason']}") for x in lost]
     lines = [line for _, line in sorted(rows)]
     missing = nnodes - len(reports) - len(lost)
@@ -99,7 +100,8 @@ def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, lost_after_s
             name = store.get(report_key(seen)).decode()
             report = json.loads(store.get(EXIT_KEY + name).decode())
             reports[name] = report
-            print(f"rendezvous: {name} (ranks {report.get('ranks')}) exited {report.get('exit_code')}", flush=True)
+            why = f" ({report['reason']})" if report.get("reason") else ""
+            print(f"rendezvous: {name} (ranks {report.get('ranks')}) exited {report.get('exit_code')}{why}", flush=True)
             if report.get("exit_code") != 0 and deadline is None:
                 wait = grace_s if not any(n["seen"] for n in nodes) else max(grace_s, lost_after_s + 3)
                 deadline = time.monotonic() + wait
