@@ -306,3 +306,28 @@ def test_node_past_the_join_timeout_is_named(tmp_path):
         assert project_states(up.project) == {}
     finally:
         up.cleanup()
+
+
+@docker_test
+def test_two_ups_side_by_side_and_the_same_run_folder_refused(tmp_path):
+    """A second `up` on the run folder of a running cluster exits 2 naming it and touches nothing;
+    an `up` in another run folder runs beside it (its own project, network and folder)."""
+    first = Up(tmp_path, "--steps", "40")
+    try:
+        t0 = time.monotonic()
+        while "running" not in project_states(first.project).values() and time.monotonic() - t0 < 120:
+            time.sleep(0.5)
+        same = subprocess.run([sys.executable, "-m", "launcher", "up", "--mesh", "1x1x1", "--model", "tiny",
+                               "--run-dir", str(first.run_dir)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert same.returncode == 2, same.stdout + same.stderr
+        assert f"the cluster of {first.run_dir} (project {first.project}) is still up" in same.stderr
+        other = Up(tmp_path, "--steps", "3")
+        try:
+            assert other.wait() == 0, other.why()
+            assert "running" in project_states(first.project).values() or first.proc.poll() == 0
+        finally:
+            other.cleanup()
+        assert first.wait() == 0, first.why()
+        assert [r["step"] for r in first.metrics()] == list(range(1, 41))
+    finally:
+        first.cleanup()
