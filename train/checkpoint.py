@@ -36,6 +36,11 @@ from train.checkpoint_paths import list_checkpoints
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
+class CheckpointSaveError(RuntimeError):
+    """A save failed (full disk, vanished folder): the message names the folder, the cause and the
+    checkpoint that is kept; the half-written one is removed."""
+
+
 def _state(parts: list[nn.Module], opts: list[torch.optim.Optimizer], samples: int) -> dict:
     model, optim = {}, {}
     for part, opt in zip(parts, opts):
@@ -51,6 +56,9 @@ def save(folder: str, step: int, global_batch: int, parts: list[nn.Module], opts
     The data position is stored as global samples seen, ``step * global_batch``. ``record``
     (``checkpoint_meta.make_record``) is written by rank 0 as simcluster.json, with the DCP
     files' sizes, before the folder is renamed into place.
+
+    Raises:
+        CheckpointSaveError: the save failed; the previous checkpoints are untouched.
     """
     final = os.path.join(folder, f"step-{step:06d}")
     tmp = os.path.join(folder, f".tmp-step-{step:06d}")
@@ -59,13 +67,25 @@ def save(folder: str, step: int, global_batch: int, parts: list[nn.Module], opts
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
     dist.barrier()
-    dcp.save(_state(parts, opts, step * global_batch), checkpoint_id=tmp)
-    dist.barrier()
-    if rank == 0:
-        if record is not None:
-            write_record(tmp, record)
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
+    try:
+        dcp.save(_state(parts, opts, step * global_batch), checkpoint_id=tmp)
+        dist.barrier()
+        if rank == 0:
+            if record is not None:
+                write_record(tmp, record)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 - a full disk, a vanished folder, ...
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        kept = list_checkpoints(folder)
+        last = ([line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__])[-1][:300]
+        free = shutil.disk_usage(folder).free / 2**20
+        raise CheckpointSaveError(
+            f"checkpoint step {step}: cannot write {tmp}: {last} ({free:.1f} MB free on that filesystem); "
+            f"free space in {folder} (or lower --ckpt-keep, "
+            f"--ckpt-every); " + (f"the previous checkpoint {kept[-1][1]} is kept" if kept else
+                                  "no earlier checkpoint exists")) from e
         for _, old in list_checkpoints(folder)[:-keep] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
     dist.barrier()

@@ -213,7 +213,7 @@ def diverged(rec: dict) -> str | None:
 
 def run(job: TrainRun) -> int:
     """Run a preflighted TrainRun on this process's rank; returns the exit code: 0 done,
-    2 the checkpoint cannot be loaded, EXIT_DIVERGED (3) the loss or grad norm became non-finite
+    1 a checkpoint could not be written, 2 the checkpoint cannot be loaded, EXIT_DIVERGED (3) the loss or grad norm became non-finite
     (every rank agrees: both are all-reduced). Other failures raise."""
     cfg = job.config
     torch.set_num_threads(cfg.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -229,6 +229,9 @@ def run(job: TrainRun) -> int:
     except CheckpointError as e:
         print(f"error: rank {rank}: {e}", file=sys.stderr, flush=True)
         return 2
+    except checkpoint.CheckpointSaveError as e:
+        print(f"error: rank {rank}: {e}", file=sys.stderr, flush=True)
+        return 1
     except TrainingDiverged as e:
         if rank == 0:
             print(f"error: training diverged: {e}", file=sys.stderr, flush=True)
