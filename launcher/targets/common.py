@@ -3,7 +3,7 @@ argv with host paths, GPU requests, the node environment.
 
     python -c "from launcher.targets.common import *; from launcher.jobs import resolve_training; \
 from launcher.launch import NodeOptions; from train.config import Config; \
-print(torchrun_argv(resolve_training(Config(mesh='2x2x2'), NodeOptions()), '\$NODE_RANK', 'node-0'))"
+print(torchrun_argv(resolve_training(Config(mesh='2x2x2'), NodeOptions()), 'NODE_RANK', 'node-0'))"
 
 Stage placement is explicit: node k (the engine's own index: SLURM_NODEID, the JobSet job
 index, the TrainJob's PET_NODE_RANK) is torchrun's ``--node-rank k``, so it holds ranks
