@@ -73,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_args(up)
     add_job_args(up)
     add_node_args(up)
+    add_engine_args(up)
     up.add_argument("--build", action="store_true", help="run images/build.sh even if the image exists")
     up.add_argument("--keep", action="store_true", help="leave the stopped containers (no `down` at the end)")
     up.add_argument("--quiet", action="store_true", help="hide per-step lines; show progress lines instead")
@@ -138,6 +139,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     from launcher import runner  # Docker side
 
     launch, command = resolve(args, user=container_user(), parser=build_parser())
+    if args.target != "compose":
+        from launcher.targets.check import check_target
+
+        check_target(args.target, launch, local=True)
+        if args.target != "slurm":
+            raise ConfigError(f"--target {args.target}: `up` runs compose and slurm here; for {args.target} use "
+                              f"`python -m launcher generate --target {args.target}` and the engine's own tools")
+        from launcher import slurm_sim
+
+        return slurm_sim.up(launch, command)
     if args.max_restarts < 0:
         raise ConfigError(f"--max-restarts: must be >= 0, got {args.max_restarts}")
     start_late = parse_start_late(args.start_late)
