@@ -1,6 +1,6 @@
 """Command line of the launcher: generate | up | down | status | logs | chaos.
 
-    python -m launcher generate --mesh 2x2x2 [--target compose|slurm|jobset|trainjob|swarm] [--out FILE] [--stdout] ...
+    python -m launcher generate --mesh 2x2x2 [--target compose|slurm|jobset|trainjob] [--out FILE] [--stdout] ...
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
     python -m launcher status [--run-dir DIR | --file FILE]
     python -m launcher logs [--follow] [--tail N] [SERVICE ...]
@@ -62,8 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="write the compose file of a mesh (default compose/mesh-PPxDPxTP.yml)")
     gen.add_argument("--out", default=None, help="output file (default, in the repo: compose/mesh-PPxDPxTP.yml; "
-                     "slurm/mesh-PPxDPxTP.sbatch; k8s/mesh-PPxDPxTP-jobset.yaml, k8s/mesh-PPxDPxTP-trainjob.yaml; "
-                     "swarm/mesh-PPxDPxTP-stack.yml)")
+                     "slurm/mesh-PPxDPxTP.sbatch; k8s/mesh-PPxDPxTP-jobset.yaml, k8s/mesh-PPxDPxTP-trainjob.yaml)")
     gen.add_argument("--stdout", action="store_true", help="print the YAML that would go to --out; write nothing")
     add_config_args(gen)
     add_job_args(gen)

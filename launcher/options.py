@@ -81,7 +81,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 
     g = parser.add_argument_group("engine targets (launcher/targets/)")
     g.add_argument("--target", choices=TARGETS, default="compose",
-                   help="engine of the generated file: compose (default), slurm, jobset, trainjob, swarm")
+                   help="engine of the generated file: compose (default), slurm, jobset, trainjob; up runs compose and slurm")
     g.add_argument("--workdir", default=None, metavar="DIR",
                    help="slurm: work folder of the job, this project's checkout on shared storage (default: the "
                         "folder sbatch runs in)")

@@ -56,9 +56,9 @@ def test_golden_files(target, mesh):
 def test_default_paths(tmp_path):
     from launcher.targets import default_path
 
-    assert [default_path(t, "mesh-2x2x2") for t in ("compose", "slurm", "jobset", "trainjob", "swarm")] == [
+    assert [default_path(t, "mesh-2x2x2") for t in ("compose", "slurm", "jobset", "trainjob")] == [
         "compose/mesh-2x2x2.yml", "slurm/mesh-2x2x2.sbatch", "k8s/mesh-2x2x2-jobset.yaml",
-        "k8s/mesh-2x2x2-trainjob.yaml", "swarm/mesh-2x2x2-stack.yml"]
+        "k8s/mesh-2x2x2-trainjob.yaml"]
 
 
 def _launch(device="cpu", **node):
@@ -156,9 +156,10 @@ def test_image_without_registry_exits_2(tmp_path, target):
     assert has_registry("ghcr.io/a/b:1") and has_registry("localhost:5000/x") and not has_registry("simcluster/trainer")
 
 
-def test_unknown_target_exits_2(tmp_path):
-    proc = generate("--target", "nomad", "--mesh", "2x2x2", "--out", str(tmp_path / "x"))
-    assert proc.returncode == 2 and "invalid choice: 'nomad'" in proc.stderr and not list(tmp_path.iterdir())
+@pytest.mark.parametrize("target", ["nomad", "swarm"])
+def test_unknown_target_exits_2(tmp_path, target):
+    proc = generate("--target", target, "--mesh", "2x2x2", "--out", str(tmp_path / "x"))
+    assert proc.returncode == 2 and f"invalid choice: '{target}'" in proc.stderr and not list(tmp_path.iterdir())
 
 
 def test_user_code_folder_refused_off_compose(tmp_path):

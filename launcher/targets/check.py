@@ -2,12 +2,12 @@
 
     python -c "from launcher.targets.check import has_registry; print(has_registry('ghcr.io/x/y:1'))"
 
-A multi-host target (slurm with --container-image, jobset, trainjob, swarm on several hosts)
+A multi-host target (slurm with --container-image, jobset, trainjob)
 pulls its image on hosts that never saw this machine's `docker build`: the image must name a
 registry (``ghcr.io/me/trainer:1``, ``registry.local:5000/trainer:1``, ``docker.io/me/trainer:1``).
 Your own code from a host folder (--script, --code) exists only in the Compose simulation: on
 the other engines it has to be in the image (--module) or in the Slurm work folder.
-``up`` also needs the engine itself: ``docker swarm`` for swarm, the Slurm image for slurm.
+``up --target slurm`` needs only Docker (the Slurm image is built when missing).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def check_target(target: str, launch: Launch, local: bool) -> None:
                       f"is mounted only by the Compose simulation; bake it into an image and pass --image IMAGE "
                       f"--module NAME")
     image = launch.engine.container_image if target == "slurm" else launch.node.image
-    if not local and target in ("jobset", "trainjob", "swarm") or (target == "slurm" and image):
+    if not local and target in ("jobset", "trainjob") or (target == "slurm" and image):
         if image and not has_registry(image):
             flag = "--container-image" if target == "slurm" else "--image"
             errors.append(f"{flag} {image}: a {target} job runs on other hosts, which cannot see a locally built "
