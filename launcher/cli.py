@@ -1,6 +1,6 @@
 """Command line of the launcher: generate | up | down | status | logs | chaos.
 
-    python -m launcher generate --mesh 2x2x2 [--out FILE] [--stdout] [training options] [node options]
+    python -m launcher generate --mesh 2x2x2 [--target compose|slurm|jobset|trainjob] [--out FILE] [--stdout] ...
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
     python -m launcher status [--run-dir DIR | --file FILE]
     python -m launcher logs [--follow] [--tail N] [SERVICE ...]
@@ -21,7 +21,7 @@ from launcher.compose import default_compose_path, render
 from launcher.engine import LauncherError
 from launcher.files import ROOT, container_user, project_dir_for, repo_path, write_atomic
 from launcher.launch import NodeOptions
-from launcher.options import add_job_args, add_node_args, resolve, split_job_argv
+from launcher.options import add_engine_args, add_job_args, add_node_args, resolve, split_job_argv
 from train.cli import add_config_args
 from train.config import ConfigError
 
@@ -29,9 +29,18 @@ EXIT_USAGE = 2
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from launcher.targets import default_path
+    from launcher.targets.check import check_target
+
     launch, command = resolve(args, user=NodeOptions.user, parser=build_parser())
-    out = args.out or os.path.join(ROOT, default_compose_path(launch))
-    text = render(launch, repo_path(out), project_dir_for(out), command)
+    check_target(args.target, launch, local=False)
+    out = args.out or os.path.join(ROOT, default_path(args.target, launch.job_name))
+    if args.target == "compose":
+        text = render(launch, repo_path(out), project_dir_for(out), command)
+    else:
+        import importlib
+
+        text = importlib.import_module(f"launcher.targets.{args.target}").render(launch, command)
     if args.stdout:
         sys.stdout.write(text)
     else:
@@ -52,15 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="write the compose file of a mesh (default compose/mesh-PPxDPxTP.yml)")
-    gen.add_argument("--out", default=None, help="output file (default compose/mesh-PPxDPxTP.yml in the repo)")
+    gen.add_argument("--out", default=None, help="output file (default, in the repo: compose/mesh-PPxDPxTP.yml; "
+                     "slurm/mesh-PPxDPxTP.sbatch; k8s/mesh-PPxDPxTP-jobset.yaml, k8s/mesh-PPxDPxTP-trainjob.yaml)")
     gen.add_argument("--stdout", action="store_true", help="print the YAML that would go to --out; write nothing")
     add_config_args(gen)
     add_job_args(gen)
     add_node_args(gen)
+    add_engine_args(gen)
     up = sub.add_parser("up", help="run a training job on a fresh cluster, stream its logs, summarise, down")
     add_config_args(up)
     add_job_args(up)
     add_node_args(up)
+    add_engine_args(up)
     up.add_argument("--build", action="store_true", help="run images/build.sh even if the image exists")
     up.add_argument("--keep", action="store_true", help="leave the stopped containers (no `down` at the end)")
     up.add_argument("--quiet", action="store_true", help="hide per-step lines; show progress lines instead")
@@ -129,6 +141,16 @@ def cmd_up(args: argparse.Namespace) -> int:
     from launcher import runner  # Docker side
 
     launch, command = resolve(args, user=container_user(), parser=build_parser())
+    if args.target != "compose":
+        from launcher.targets.check import check_target
+
+        check_target(args.target, launch, local=True)
+        if args.target != "slurm":
+            raise ConfigError(f"--target {args.target}: `up` runs compose and slurm here; for {args.target} use "
+                              f"`python -m launcher generate --target {args.target}` and the engine's own tools")
+        from launcher import slurm_sim
+
+        return slurm_sim.up(launch, command)
     if args.max_restarts < 0:
         raise ConfigError(f"--max-restarts: must be >= 0, got {args.max_restarts}")
     start_late = parse_start_late(args.start_late)

@@ -66,6 +66,26 @@ def check_node_options(node: NodeOptions) -> list[str]:
 
 
 @dataclass(frozen=True)
+class EngineOptions:
+    """Options of the real engines' documents (launcher/targets/), unused by the Compose simulation.
+
+    workdir: Slurm: the job's work folder, the project checkout on shared storage (``#SBATCH
+        --chdir``; None: the folder sbatch is run from).
+    setup: Slurm: the shell line that makes ``torchrun`` and torch available on a node (None: the
+        default ``source .venv/bin/activate``; e.g. ``module load pytorch``).
+    container_image: Slurm: run each node's torchrun in this image through pyxis
+        (``srun --container-image``); None: on the node's own environment.
+    runs_claim: Kubernetes: the PersistentVolumeClaim (ReadWriteMany) mounted at /runs, the run
+        folder shared by every pod; data paths are read from the same claim.
+    """
+
+    workdir: str | None = None
+    setup: str | None = None
+    container_image: str | None = None
+    runs_claim: str = "simcluster-runs"
+
+
+@dataclass(frozen=True)
 class Mount:
     """A bind mount of every node: host source (as the compose file names it: repo-relative
     POSIX or absolute), container target (absolute), mode "ro" or "rw"."""
@@ -90,6 +110,7 @@ class Launch:
     train: the built-in trainer's resolved run (None for the user's own code, which starts with
         stock torchrun, never inside the node agent).
     restart: the launcher's restart count ($SIMCLUSTER_RESTART_COUNT): 0, then 1, 2, ...
+    engine: options of the real engines' documents (EngineOptions).
     """
 
     nnodes: int
@@ -105,6 +126,7 @@ class Launch:
     node: NodeOptions
     train: TrainRun | None = None
     restart: int = 0
+    engine: EngineOptions = EngineOptions()
 
     @property
     def names(self) -> list[str]:

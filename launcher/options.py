@@ -17,7 +17,7 @@ from dataclasses import fields
 
 from launcher.files import repo_path
 from launcher.jobs import parse_mount, resolve_code, resolve_training
-from launcher.launch import RDZV_BACKENDS, Launch, NodeOptions
+from launcher.launch import RDZV_BACKENDS, EngineOptions, Launch, NodeOptions
 from launcher.layout import JOIN_TIMEOUT_S
 from train.cli import config_from_args
 from train.config import Config, ConfigError
@@ -75,6 +75,32 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
                         "when run as root)")
 
 
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """--target and the options of the real engines' documents (see launcher.launch.EngineOptions)."""
+    from launcher.targets import TARGETS
+
+    g = parser.add_argument_group("engine targets (launcher/targets/)")
+    g.add_argument("--target", choices=TARGETS, default="compose",
+                   help="engine of the generated file: compose (default), slurm, jobset, trainjob; up runs compose and slurm")
+    g.add_argument("--workdir", default=None, metavar="DIR",
+                   help="slurm: work folder of the job, this project's checkout on shared storage (default: the "
+                        "folder sbatch runs in)")
+    g.add_argument("--setup", default=None, metavar="SHELL",
+                   help="slurm: shell line that gives a node torchrun and torch (default: source .venv/bin/activate; "
+                        "e.g. 'module load pytorch')")
+    g.add_argument("--container-image", default=None, metavar="IMAGE",
+                   help="slurm: run torchrun in this registry image through pyxis (srun --container-image)")
+    g.add_argument("--runs-claim", default=EngineOptions.runs_claim, metavar="PVC",
+                   help=f"jobset/trainjob: PersistentVolumeClaim mounted at /runs, data under its data/ folder "
+                        f"(default {EngineOptions.runs_claim})")
+
+
+def engine_options(args: argparse.Namespace) -> EngineOptions:
+    return EngineOptions(workdir=getattr(args, "workdir", None), setup=getattr(args, "setup", None),
+                         container_image=getattr(args, "container_image", None),
+                         runs_claim=getattr(args, "runs_claim", EngineOptions.runs_claim))
+
+
 def node_options(args: argparse.Namespace, user: str) -> NodeOptions:
     return NodeOptions(cpus_per_node=args.cpus_per_node, memory_per_node=args.memory_per_node, image=args.image,
                        rdzv_backend=args.rdzv_backend, mount_code=args.mount_code,
@@ -114,6 +140,7 @@ def resolve(args: argparse.Namespace, user: str, parser: argparse.ArgumentParser
                               argv=args.job_argv, mesh=args.mesh, nodes=args.nodes,
                               nproc_per_node=args.nproc_per_node, run_dir=args.run_dir,
                               timeout_s=cfg.timeout_s, mounts=tuple(args.mount), host_path=repo_path)
+    launch = dataclasses.replace(launch, engine=engine_options(args))
     return launch, generate_command(args, parser, launch)
 
 

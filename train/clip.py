@@ -42,7 +42,7 @@ def clip_grad_norm_(params: list[torch.Tensor], max_norm: float, ranks_per_stage
     Returns:
         The global norm (0-dim float64 tensor), equal on every rank. Collective: call on all ranks.
     """
-    total = torch.zeros((), dtype=torch.float64)
+    total = torch.zeros((), dtype=torch.float64, device=extra.device if extra is not None else None)
     locals_ = []
     for p in params:
         if p.grad is None:

@@ -11,6 +11,7 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 
+DEVICES = ("cpu", "cuda")  # --device: gloo on CPU, or nccl with one GPU per rank
 MESH_EXAMPLES = "valid examples: 2x2x2, 4x1x2, 1x1x1, pp=2,dp=2,tp=2"
 
 # schedule name -> (torch.distributed.pipelining class name, stage layout)
@@ -180,6 +181,8 @@ class Config:
     """checkpoint folder, or a folder of them (the newest is taken), to resume from; any mesh. "auto": the newest complete checkpoint of RUN_DIR/checkpoints, or a fresh start when there is none (what torchrun restarts need); the keyword wins, so write a folder named auto as ./auto. Shape, seq_len, global_batch, seed and data must match the checkpoint; lr, min_lr, warmup_steps, steps, weight_decay and max_norm may change (announced)."""
     profile_step: int = 0
     """profile this step (0: off) and write each rank's time breakdown to RUN_DIR/profile/rank-R.json."""
+    device: str = "cpu"
+    """cpu | cuda. cuda: the nccl backend, the device mesh on cuda, rank on GPU LOCAL_RANK (see train/device.py)."""
     rank_metrics: int = 0
     """1: every rank also writes RUN_DIR/ranks/rank-R.jsonl (input checksum, local losses, grad norm), bit-exact."""
 
@@ -242,6 +245,8 @@ def resolve(cfg: Config) -> TrainRun:
     mesh = parse_mesh(cfg.mesh)
     if cfg.model not in PRESETS:
         raise ConfigError(f"model: unknown preset {cfg.model!r}; choose one of {', '.join(PRESETS)}")
+    if cfg.device not in DEVICES:
+        raise ConfigError(f"device: unknown {cfg.device!r}; choose one of {', '.join(DEVICES)} (cuda needs a GPU per rank)")
     if cfg.schedule not in SCHEDULES:
         raise ConfigError(f"schedule: unknown {cfg.schedule!r}; choose one of {', '.join(SCHEDULES)}")
     layout = SCHEDULES[cfg.schedule][1]

@@ -116,7 +116,7 @@ def apply_pp(modules: list[nn.Module], ids: list[int], n_stages: int, pp_mesh: D
     """Wrap materialized stage modules into PipelineStages (with static I/O shapes, see
     ``stage_io``) and the configured schedule."""
     group = pp_mesh.get_group()
-    device = torch.device("cpu")
+    device = torch.device("cpu") if run.config.device == "cpu" else torch.device("cuda", torch.cuda.current_device())
     stages = []
     for m, s in zip(modules, ids):
         inp, out = stage_io(run, s, n_stages)

@@ -40,7 +40,7 @@ def forward_only(modules: list[nn.Module], ids: list[int], n_stages: int, local_
         if holder[s] != me:
             continue
         if s > 0 and holder[s - 1] != me:
-            x = torch.empty(hidden_shape, dtype=torch.float32)
+            x = torch.empty(hidden_shape, dtype=torch.float32, device=next(local[s].parameters()).device)
             dist.recv(x, group=group, group_src=holder[s - 1])
         y = local[s](x)
         if s == n_stages - 1:

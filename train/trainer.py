@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from train import checkpoint
+from train import checkpoint, device
 from train.checkpoint_meta import CheckpointError, data_identity, make_record
 from train.cli import save_config
 from train.clip import clip_grad_norm_
@@ -42,15 +42,19 @@ class TrainingDiverged(RuntimeError):
 
 
 def init_distributed(cfg: Config) -> tuple[int, int, int]:
-    """Start the gloo process group: from torchrun's env, or alone (world size 1).
+    """Start the process group (gloo on cpu, nccl on cuda, train/device.py): from torchrun's env,
+    or alone (world size 1).
 
     Returns (rank, local_rank, world_size).
     """
     timeout = timedelta(seconds=cfg.timeout_s)
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    device.bind(cfg.device, local_rank)  # cuda: this rank's GPU, before the group exists
     if "RANK" in os.environ:
-        dist.init_process_group("gloo", timeout=timeout)
+        dist.init_process_group(device.backend(cfg.device), timeout=timeout)
     else:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        dist.init_process_group(device.backend(cfg.device), store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timeout)
     return dist.get_rank(), int(os.environ.get("LOCAL_RANK", 0)), dist.get_world_size()
 
 
@@ -62,7 +66,8 @@ class Trainer:
         self.spec, self.args = job.mesh, job.model
         cfg = self.cfg
         pp, dp, tp = self.spec.pp, self.spec.dp, self.spec.tp
-        self.mesh = init_device_mesh("cpu", (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
+        self.device = device.rank_device(cfg.device, local_rank)
+        self.mesh = init_device_mesh(device.mesh_device_type(cfg.device), (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
         self.pp_rank, self.dp_rank, self.tp_rank = self.spec.coords(rank)
 
         def parallelize(model):
@@ -71,7 +76,7 @@ class Trainer:
 
         modules, ids, n_stages = build_stage_modules(job, self.pp_rank, parallelize)
         for m in modules:
-            m.to_empty(device="cpu")
+            m.to_empty(device=self.device)
             init_weights(m, cfg.seed, self.args.n_layers)
         self.pipe = apply_pp(modules, ids, n_stages, self.mesh["pp"], job, loss_fn)
         self.params = [p for m in modules for p in m.parameters()]
@@ -110,13 +115,13 @@ class Trainer:
         return step
 
     def _shard(self, batch):
-        return [dp_shard(t, self.dp_rank, self.spec.dp) for t in batch]
+        return [dp_shard(t, self.dp_rank, self.spec.dp).to(self.device) for t in batch]
 
     def _stats(self, losses: list[torch.Tensor]) -> torch.Tensor:
         """(1 + world_size,) float64: slot 0 this rank's share of the global-batch mean loss (0 off
         the last stage, whose dp*tp ranks each hold the mean of theirs), slot 1 + rank its peak
         RSS MB. Summed over the world: the mean loss and every rank's RSS."""
-        stats = torch.zeros(1 + self.spec.world_size, dtype=torch.float64)
+        stats = torch.zeros(1 + self.spec.world_size, dtype=torch.float64, device=self.device)
         if losses:
             stats[0] = torch.stack([l.detach() for l in losses]).double().mean() / self.spec.ranks_per_node
         stats[1 + self.rank] = peak_rss_mb()

@@ -1,0 +1,187 @@
+"""``launcher up --target slurm``: a simulated Slurm cluster in containers runs the generated batch script.
+
+    python -m launcher up --target slurm --mesh 2x2x2 --model tiny --steps 3
+
+From the same Launch: a controller container ``slurmctld`` and one ``slurmd`` container per node
+(``node-0`` ..; hostname = NodeName), munge with one key made on the host, Debian's slurm-wlm
+(image simcluster/slurm:latest, images/slurm/, built FROM the trainer image when missing). The
+batch script of launcher/targets/slurm.py is written to RUN_DIR/job.sbatch and submitted
+unchanged as the image's user 1000 with ``sbatch --export=ALL,SIMCLUSTER_SETUP=true
+--output=...`` (the image's /opt/venv is on PATH; the work folder /work holds this checkout's
+train/ and launcher/, read-only, and the run folder). The job's output file is followed from the
+host, its state polled with ``scontrol show job`` (``sbatch --wait`` polls with growing gaps),
+then the summary; every container and the network are removed after success, failure or Ctrl-C.
+
+Container settings (facts in /work/shared/notes/slurm-in-containers.md): root with Docker's
+default capabilities (slurmd and munge need it: the one exception to the non-root,
+capabilities-dropped containers), no cgroups (ProctrackType=proctrack/linuxproc, TaskPlugin=task/none:
+Slurm enforces no CPU or memory limit; Docker's own limits still apply to each node container).
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+
+from launcher.engine import LauncherError, client
+from launcher.files import ROOT, host_abspath, make_run_dir
+from launcher.launch import Launch
+from launcher.layout import IMAGE_USER
+from launcher.targets import slurm
+
+IMAGE = "simcluster/slurm:latest"
+CONTROLLER = "slurmctld"
+WORK = "/work"  # the job's work folder inside the simulation
+
+
+def slurm_conf(launch: Launch) -> str:
+    """slurm.conf of the simulation: cgroup-free plugins, nodes idle on registration."""
+    nodes = ",".join(launch.names)
+    return "\n".join([
+        "ClusterName=simcluster", f"SlurmctldHost={CONTROLLER}", "AuthType=auth/munge", "CredType=cred/munge",
+        "SlurmUser=root", "SlurmdUser=root", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
+        "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
+        "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "MpiDefault=none", "ReturnToService=2",
+        "MailProg=/bin/true", "StateSaveLocation=/var/spool/slurmctld", "SlurmdSpoolDir=/var/spool/slurmd",
+        "SlurmctldPidFile=/run/slurmctld.pid", "SlurmdPidFile=/run/slurmd.pid", "MinJobAge=600",
+        f"NodeName={nodes} CPUs=2 RealMemory=1000 State=UNKNOWN",
+        "PartitionName=sim Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""])
+
+
+def ensure_image() -> None:
+    from docker.errors import ImageNotFound
+
+    try:
+        client().images.get(IMAGE)
+    except ImageNotFound:
+        print(f"launcher | building {IMAGE} (images/slurm/Dockerfile, apt over http)", flush=True)
+        client().images.build(path=os.path.join(ROOT, "images", "slurm"), tag=IMAGE, rm=True)
+
+
+def _exec(container, cmd: list[str], user: str = "root", workdir: str | None = None) -> tuple[int, str]:
+    rc, out = container.exec_run(cmd, user=user, workdir=workdir)
+    return rc, out.decode(errors="replace")
+
+
+def _job_fields(text: str) -> dict[str, str]:
+    return dict(tok.split("=", 1) for tok in text.split() if "=" in tok)
+
+
+def up(launch: Launch, command: str, timeout_s: float = 900.0) -> int:
+    """Bring the Slurm simulation up, submit, follow, summarise, tear down; returns the exit code."""
+    ensure_image()
+    run_dir = os.path.abspath(host_abspath(launch.run_dir))
+    make_run_dir(run_dir, IMAGE_USER)
+    meta = os.path.join(run_dir, ".slurm")
+    os.makedirs(meta, exist_ok=True)
+    with open(os.path.join(meta, "slurm.conf"), "w") as fh:
+        fh.write(slurm_conf(launch))
+    with open(os.path.join(meta, "munge.key"), "wb") as fh:
+        fh.write(secrets.token_bytes(1024))
+    script = os.path.join(run_dir, "job.sbatch")
+    with open(script, "w") as fh:
+        fh.write(slurm.render(launch, command))
+    # the run folder where the script names it: WORK/<run_dir> when relative, the same path when absolute
+    job_run = launch.run_dir if os.path.isabs(launch.run_dir) else f"{WORK}/{launch.run_dir}"
+    volumes = {os.path.join(meta, "slurm.conf"): {"bind": "/etc/slurm/slurm.conf", "mode": "ro"},
+               os.path.join(meta, "munge.key"): {"bind": "/etc/simcluster/munge.key", "mode": "ro"},
+               run_dir: {"bind": job_run, "mode": "rw"},
+               os.path.join(ROOT, "train"): {"bind": f"{WORK}/train", "mode": "ro"},
+               os.path.join(ROOT, "launcher"): {"bind": f"{WORK}/launcher", "mode": "ro"}}
+    for m in launch.mounts:
+        if m.target.startswith("/data/"):
+            volumes[host_abspath(m.source)] = {"bind": m.source if os.path.isabs(m.source) else f"{WORK}/{m.source}",
+                                               "mode": "ro"}
+    tag = f"sc-slurm-{launch.run_name}".lower()
+    dc = client()
+    t0 = time.monotonic()
+    net = dc.networks.create(tag, driver="bridge", internal=True, labels={"io.simcluster.slurm": tag})
+    made = []
+    try:
+        limits = {}
+        if launch.node.cpus_per_node:
+            limits["nano_cpus"] = int(launch.node.cpus_per_node * 1e9)
+        if launch.node.memory_per_node:
+            limits["mem_limit"] = launch.node.memory_per_node
+        for name, role in [(CONTROLLER, "slurmctld"), *[(n, "slurmd") for n in launch.names]]:
+            made.append(dc.containers.run(IMAGE, [role], name=f"{tag}-{name}", hostname=name, detach=True,
+                                          network=tag, volumes=volumes, labels={"io.simcluster.slurm": tag},
+                                          environment={"OMP_NUM_THREADS": "1"}, **(limits if role == "slurmd" else {})))
+            net.reload()
+        ctl = made[0]
+        for c in made:  # the short names resolve on the network
+            net.disconnect(c)
+            net.connect(c, aliases=[c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])
+        return _run_job(ctl, launch, job_run, run_dir, t0, timeout_s)
+    finally:
+        for c in made:
+            try:
+                c.remove(force=True)
+            except Exception:  # noqa: BLE001 - best effort teardown, go on with the rest
+                pass
+        net.remove()
+
+
+def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout_s: float) -> int:
+    deadline = time.monotonic() + 60
+    while True:
+        rc, out = _exec(ctl, ["sinfo", "-h", "-o", "%T %D"])
+        idle = sum(int(line.split()[1]) for line in out.splitlines() if line.split()[:1] == ["idle"]) if rc == 0 else 0
+        if idle >= launch.nnodes:
+            break
+        if time.monotonic() > deadline:
+            raise LauncherError(f"Slurm nodes not idle after 60 s (sinfo: {out.strip()!r})")
+        time.sleep(0.5)
+    print(f"launcher | slurm: {launch.nnodes} nodes idle after {time.monotonic() - t0:.1f}s; sbatch job.sbatch",
+          flush=True)
+    rc, out = _exec(ctl, ["sbatch", "--parsable", "--export=ALL,SIMCLUSTER_SETUP=true",
+                          f"--output={job_run}/%x-%j.out", f"{job_run}/job.sbatch"], user=IMAGE_USER, workdir=WORK)
+    if rc != 0:
+        raise LauncherError(f"sbatch failed: {out.strip()}")
+    job = out.strip().split(";")[0]
+    log = os.path.join(run_dir, f"{launch.job_name}-{job}.out")
+    pos, first_step, fields, running = 0, None, {}, None
+    end = time.monotonic() + timeout_s
+    while True:
+        if os.path.exists(log):
+            with open(log, errors="replace") as fh:
+                fh.seek(pos)
+                for line in fh.read().splitlines(keepends=True):
+                    if not line.endswith("\n"):
+                        break
+                    pos += len(line.encode())
+                    if first_step is None and line.startswith("step "):
+                        first_step = time.monotonic() - t0
+                    print(line, end="", flush=True)
+        _, out = _exec(ctl, ["scontrol", "show", "job", job])
+        fields = _job_fields(out)
+        if running is None and fields.get("JobState") == "RUNNING":
+            running = time.monotonic() - t0
+            print(f"launcher | slurm job {job} RUNNING after {running:.1f}s", flush=True)
+        if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            break
+        if time.monotonic() > end:
+            _exec(ctl, ["scancel", job])
+            raise LauncherError(f"slurm job {job} still {fields.get('JobState')} after {timeout_s:.0f}s; cancelled")
+        time.sleep(0.5)
+    if os.path.exists(log):
+        with open(log, errors="replace") as fh:
+            fh.seek(pos)
+            print(fh.read(), end="", flush=True)
+    state, code = fields.get("JobState"), fields.get("ExitCode", "?")
+    steps = _steps(run_dir)
+    total = time.monotonic() - t0
+    loss = f", final loss {steps[-1]['loss']:.4f}" if steps else ""
+    first = f"first step {first_step:.1f}s, " if first_step is not None else ""
+    print(f"launcher | summary: slurm job {job} {state} (exit {code}) on {launch.nnodes} nodes; {len(steps)} "
+          f"steps{loss}; {first}end {total:.1f}s; output {log}", flush=True)
+    return 0 if state == "COMPLETED" else 1
+
+
+def _steps(run_dir: str) -> list[dict]:
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]

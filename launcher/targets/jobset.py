@@ -1,0 +1,60 @@
+"""JobSet target: a Launch -> a ``jobset.x-k8s.io/v1alpha2`` JobSet (one Job per node).
+
+    python -m launcher generate --mesh 2x2x2 --model tiny --target jobset   # k8s/mesh-2x2x2-jobset.yaml
+    kubectl apply -f k8s/mesh-2x2x2-jobset.yaml       # on a cluster with the JobSet controller
+
+One replicated job ``node`` with ``replicas: NNODES``, each Job one pod (parallelism 1,
+backoffLimit 0). The JobSet's job index (annotation ``jobset.sigs.k8s.io/job-index``, given to
+the container as NODE_RANK by the downward API) is torchrun's ``--node-rank $(NODE_RANK)``
+(kubelet expands it; no shell), so node k holds ranks k*nproc .. (k+1)*nproc-1 and pipeline
+stage k; ``--master-addr`` is job 0's pod, reachable by its DNS host name
+``NAME-node-0-0.NAME`` (network.enableDNSHostnames, subdomain NAME). failurePolicy maxRestarts 0:
+a failed node fails the set (a torchrun job cannot lose a rank); raise it together with
+``--resume auto --ckpt-every N`` to restart from the newest checkpoint.
+"""
+from __future__ import annotations
+
+from launcher.launch import Launch
+from launcher.targets.common import HEADER, dump, k8s_name, node_env, torchrun_argv
+from launcher.targets.pod import pod_spec
+
+JOB = "node"  # the replicated job's name: pods are NAME-node-K-0
+JOB_INDEX = "metadata.annotations['jobset.sigs.k8s.io/job-index']"
+
+
+def master_addr(name: str) -> str:
+    """The DNS name of job 0's pod: <jobset>-<replicated job>-<job index>-<pod index>.<subdomain>."""
+    return f"{name}-{JOB}-0-0.{name}"
+
+
+def command(launch: Launch) -> list[str]:
+    return torchrun_argv(launch, "$(NODE_RANK)", master_addr(k8s_name(launch)))
+
+
+def build(launch: Launch) -> dict:
+    name = k8s_name(launch)
+    env = {**node_env(launch), "MASTER_ADDR": master_addr(name)}
+    if launch.train is None or launch.train.config.device == "cpu":
+        env["GLOO_SOCKET_IFNAME"] = "eth0"
+    labels = {"app.kubernetes.io/name": "simcluster", "app.kubernetes.io/instance": name}
+    pod = pod_spec(launch, command(launch), env, {"NODE_RANK": JOB_INDEX, "SIMCLUSTER_NODE": JOB_INDEX}, subdomain=name)
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "network": {"enableDNSHostnames": True, "subdomain": name},
+            "failurePolicy": {"maxRestarts": 0},
+            "successPolicy": {"operator": "All"},
+            "replicatedJobs": [{
+                "name": JOB,
+                "replicas": launch.nnodes,
+                "template": {"spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0,
+                                      "template": {"metadata": {"labels": labels}, "spec": pod}}},
+            }],
+        },
+    }
+
+
+def render(launch: Launch, command_line: str) -> str:
+    return HEADER.format(module="jobset", command=command_line) + dump(build(launch))

@@ -1,0 +1,88 @@
+"""Slurm target: a Launch -> the batch script a user submits with ``sbatch`` on a real cluster.
+
+    python -m launcher generate --mesh 2x2x2 --model tiny --target slurm   # slurm/mesh-2x2x2.sbatch
+    sbatch slurm/mesh-2x2x2.sbatch              # on the cluster, from the project checkout
+
+``#SBATCH --nodes=NNODES --ntasks-per-node=1``: one ``srun`` task per node starts stock
+torchrun with ``--node-rank $SLURM_NODEID`` (node k of the allocation holds ranks k*nproc ..
+(k+1)*nproc-1, pipeline stage k) and ``--master-addr`` the allocation's first host (static
+rendezvous). CPUs, memory and GPUs per node map to ``--cpus-per-task``, ``--mem`` and
+``--gpus-per-node``. Nothing of the simulation is baked in: the work folder (the project
+checkout on shared storage; default the submit folder), the environment (a shell line; default
+``source .venv/bin/activate``, e.g. ``module load pytorch``) and a container image (pyxis's
+``srun --container-image``) are options of ``generate`` and can be overridden at submit time by
+SIMCLUSTER_WORKDIR / SIMCLUSTER_SETUP in the environment (``sbatch --export=ALL,...``). The
+run folder and data path are the ones given to ``generate``, relative to the work folder.
+"""
+from __future__ import annotations
+
+import math
+import re
+import shlex
+
+from launcher.launch import Launch
+from launcher.targets.common import HEADER, MASTER_PORT, gpus_per_node, host_argv, node_env, torchrun_argv
+
+DEFAULT_SETUP = "source .venv/bin/activate"
+
+
+def slurm_mem(memory: str) -> str:
+    """A compose-style size (``3g``, ``1536m``, ``2.5g``) as sbatch's --mem (whole megabytes: ``3072M``)."""
+    m = re.fullmatch(r"([0-9.]+)([bkmg]?)", str(memory).lower())
+    scale = {"b": 1 / 2**20, "k": 1 / 1024, "m": 1, "g": 1024, "": 1 / 2**20}[m.group(2)]
+    return f"{max(1, math.ceil(float(m.group(1)) * scale))}M"
+
+
+def sbatch_options(launch: Launch) -> list[str]:
+    """The ``#SBATCH`` lines: nodes, one task per node, resources, output file."""
+    node, eng = launch.node, launch.engine
+    opts = [f"--job-name={launch.job_name}", f"--nodes={launch.nnodes}", "--ntasks-per-node=1"]
+    if node.cpus_per_node is not None:
+        opts.append(f"--cpus-per-task={max(1, math.floor(node.cpus_per_node))}")
+    if node.memory_per_node is not None:
+        opts.append(f"--mem={slurm_mem(node.memory_per_node)}")
+    if gpus_per_node(launch):
+        opts.append(f"--gpus-per-node={gpus_per_node(launch)}")
+    if eng.workdir:
+        opts.append(f"--chdir={eng.workdir}")
+    opts.append("--output=%x-%j.out")
+    return [f"#SBATCH {o}" for o in opts]
+
+
+def render(launch: Launch, command: str) -> str:
+    """The batch script's text (deterministic)."""
+    q = shlex.quote
+    eng = launch.engine
+    setup = eng.setup if eng.setup is not None else DEFAULT_SETUP
+    env = {**node_env(launch), "MASTER_PORT": str(MASTER_PORT)}
+    if gpus_per_node(launch) == 0:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # cpu runs: no rank grabs a GPU of a GPU node
+    torchrun = torchrun_argv(launch, '"$SLURM_NODEID"', '"$MASTER_ADDR"', host_argv(launch))
+    node_cmd = " ".join(a if a.startswith('"$') else q(a) for a in torchrun)
+    inner = f"export SIMCLUSTER_NODE=$SLURM_NODEID; exec {node_cmd}"
+    srun = ["srun", f"--nodes={launch.nnodes}", f"--ntasks={launch.nnodes}", "--ntasks-per-node=1",
+            "--kill-on-bad-exit=1"]
+    if eng.container_image:
+        srun += [f"--container-image={eng.container_image}", '--container-mounts="$SIMCLUSTER_WORKDIR"',
+                 '--container-workdir="$SIMCLUSTER_WORKDIR"']
+    lines = [
+        "#!/bin/bash",
+        *sbatch_options(launch),
+        HEADER.format(module="slurm", command=command).rstrip("\n"),
+        f"# Submit (from the folder holding this project's checkout, on shared storage): sbatch {launch.job_name}.sbatch",
+        "# Override at submit time: sbatch --export=ALL,SIMCLUSTER_WORKDIR=DIR,SIMCLUSTER_SETUP='module load x' FILE",
+        "set -euo pipefail",
+        f"SIMCLUSTER_WORKDIR=${{SIMCLUSTER_WORKDIR:-{eng.workdir or '$SLURM_SUBMIT_DIR'}}}",
+        f"SIMCLUSTER_SETUP=${{SIMCLUSTER_SETUP:-{q(setup)}}}",
+        'cd "$SIMCLUSTER_WORKDIR"',
+        'eval "$SIMCLUSTER_SETUP"',
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)  # node 0: the rendezvous',
+        *[f"export {k}={q(v)}" for k, v in env.items()],
+        "export MASTER_ADDR SIMCLUSTER_WORKDIR",
+        f"mkdir -p {q(launch.run_dir)}",
+        'echo "[simcluster] slurm job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST), '
+        'master $MASTER_ADDR"',
+        f"{' '.join(srun)} \\",
+        f"  bash -c {q(inner)}",
+    ]
+    return "\n".join(lines) + "\n"

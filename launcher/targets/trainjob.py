@@ -1,0 +1,63 @@
+"""TrainJob target: a Launch -> a Kubeflow Trainer ``trainer.kubeflow.org/v1alpha1`` TrainJob.
+
+    python -m launcher generate --mesh 2x2x2 --model tiny --target trainjob   # k8s/mesh-2x2x2-trainjob.yaml
+    kubectl apply -f k8s/mesh-2x2x2-trainjob.yaml    # with Kubeflow Trainer and its torch-distributed runtime
+
+``runtimeRef: torch-distributed`` (the ClusterTrainingRuntime Kubeflow ships), ``numNodes``
+NNODES, ``numProcPerNode`` dp*tp, ``resourcesPerNode`` the CPUs, memory and GPUs per node.
+The runtime injects PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_ADDR and
+PET_MASTER_PORT into the ``node`` container; the command passes them to torchrun explicitly
+(``--node-rank $(PET_NODE_RANK)``, expanded by the kubelet; static rendezvous), so node k holds
+ranks k*nproc .. (k+1)*nproc-1 and pipeline stage k. Volumes, mounts and the security context
+go through ``runtimePatches`` (the TrainJob has no pod template of its own).
+"""
+from __future__ import annotations
+
+from launcher.launch import Launch
+from launcher.targets.common import HEADER, dump, entry, k8s_name, node_env
+from launcher.targets.pod import CONTAINER, pod_security_context, resources, security_context, volume_mounts, volumes
+
+RUNTIME = "torch-distributed"
+PET = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+
+
+def command(launch: Launch) -> list[str]:
+    """torchrun with every placement value from the runtime's PET_* variables."""
+    return ["torchrun", "--nnodes", "$(PET_NNODES)", "--nproc-per-node", "$(PET_NPROC_PER_NODE)",
+            "--node-rank", "$(PET_NODE_RANK)", "--master-addr", "$(PET_MASTER_ADDR)",
+            "--master-port", "$(PET_MASTER_PORT)", "--rdzv-backend", "static", *entry(launch, launch.argv)]
+
+
+def master_addr(name: str) -> str:
+    """PET_MASTER_ADDR as the torch runtime sets it: node 0's pod, <trainjob>-node-0-0.<trainjob>."""
+    return f"{name}-node-0-0.{name}"
+
+
+def build(launch: Launch) -> dict:
+    name = k8s_name(launch)
+    env = node_env(launch)
+    if launch.train is None or launch.train.config.device == "cpu":
+        env["GLOO_SOCKET_IFNAME"] = "eth0"
+    trainer = {"image": launch.node.image, "command": command(launch),
+               "env": [{"name": k, "value": v} for k, v in env.items()],
+               "numNodes": launch.nnodes, "numProcPerNode": launch.nproc_per_node}
+    if resources(launch):
+        trainer["resourcesPerNode"] = resources(launch)
+    pod_patch = {"securityContext": pod_security_context(), "volumes": volumes(launch),
+                 "containers": [{"name": CONTAINER, "volumeMounts": volume_mounts(launch),
+                                 "securityContext": security_context()}]}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "simcluster"}},
+        "spec": {
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": RUNTIME},
+            "trainer": trainer,
+            "runtimePatches": [{"manager": "simcluster", "trainingRuntimeSpec": {"template": {"spec": {
+                "replicatedJobs": [{"name": "node", "template": {"spec": {"template": {"spec": pod_patch}}}}]}}}}],
+        },
+    }
+
+
+def render(launch: Launch, command_line: str) -> str:
+    return HEADER.format(module="trainjob", command=command_line) + dump(build(launch))
