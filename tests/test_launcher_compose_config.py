@@ -26,15 +26,19 @@ def compose_clis() -> list[list[str]]:
 
 
 def generated_files(tmp: Path) -> list[Path]:
-    """The committed files plus a variant that sets every node option, data and run folder."""
+    """The committed files, a trainer variant that sets every node option, data and run folder, and
+    a user-code variant (a script with its arguments and a mount, on nodes x ranks)."""
     files = [ROOT / "docker-compose.yml", *sorted((ROOT / "compose").glob("mesh-*.yml"))]
-    extra = tmp / "everything.yml"
+    extra, code = tmp / "everything.yml", tmp / "script.yml"
     subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "12x1x1", "--model", "tiny",
                     "--n-layers", "12", "--microbatches", "12", "--global-batch", "12", "--data", "tests/golden",
                     "--run-dir", str(tmp / "run$HOME"), "--cpus-per-node", "1.5", "--memory-per-node", "2g",
-                    "--mount-code", "--module", "launcher.container.probe", "--rdzv-backend", "static", "--out", str(extra)],
+                    "--mount-code", "--rdzv-backend", "static", "--out", str(extra)],
                    cwd=ROOT, check=True, capture_output=True)
-    return files + [extra]
+    subprocess.run([sys.executable, "-m", "launcher", "generate", "--nodes", "3", "--nproc-per-node", "2",
+                    "--script", "examples/ddp.py", "--mount", "tests/golden:/data/golden", "--out", str(code), "--",
+                    "--steps", "3"], cwd=ROOT, check=True, capture_output=True)
+    return files + [extra, code]
 
 
 def test_compose_config_accepts_generated_files(tmp_path):
