@@ -14,8 +14,8 @@ launcher/container/rendezvous.py) and the surviving nodes stop; once the rendezv
 ``up`` kills whatever container of the run is still up (a frozen one is unpaused first), so
 nothing is left running, and the summary names the lost node.
 ``max_restarts``: after a failed attempt, take the whole cluster down and start it again
-(every node, a fresh rendezvous), resuming from the newest checkpoint in RUN_DIR/checkpoints
-(from scratch if there is none yet), up to N times.
+(every node, a fresh rendezvous) with the trainer's ``--resume auto`` (the newest complete
+checkpoint in RUN_DIR/checkpoints, from scratch if there is none yet), up to N times.
 ``start_late``: start a node's container S seconds after the others (drills).
 """
 from __future__ import annotations
@@ -34,9 +34,8 @@ from launcher.engine import LauncherError, compose
 from launcher.files import ROOT, host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
 from launcher.follow import PEER_FAILED, PEER_TIMEOUT, Stream, Watch
 from launcher.launch import Launch, with_resume
-from launcher.layout import APP_DIR, IMAGE, RDZV_HOST, RUNS_MOUNT, format_ranks, node_ranks
+from launcher.layout import APP_DIR, IMAGE, RDZV_HOST, format_ranks, node_ranks
 from launcher.target import Target
-from train.checkpoint_paths import list_checkpoints
 from train.config import ConfigError
 
 
@@ -132,10 +131,9 @@ def up(launch: Launch, command: str, build: bool = False, keep: bool = False, qu
     attempt_launch, code = launch, 1
     for attempt in range(max_restarts + 1):
         if attempt:
-            attempt_launch = restart_launch(launch, run_dir, attempt)
+            attempt_launch = restart_launch(launch, attempt)
             where = ("your code resumes from what it saved in its output folder" if launch.train is None else
-                     f"resuming from {attempt_launch.argv[-1]}" if attempt_launch.argv != launch.argv else
-                     "no checkpoint yet: starting over")
+                     "the trainer resumes with --resume auto (the newest complete checkpoint, or from the start)")
             print(f"launcher: restart {attempt}/{max_restarts} after {time.monotonic() - t0:.1f}s: whole cluster, "
                   f"fresh rendezvous; {where}", flush=True)
         write_atomic(target.file, render(attempt_launch, repo_path(target.file), project_dir_for(target.file), command))
@@ -148,14 +146,13 @@ def up(launch: Launch, command: str, build: bool = False, keep: bool = False, qu
     return code
 
 
-def restart_launch(launch: Launch, run_dir: str, restart: int) -> Launch:
+def restart_launch(launch: Launch, restart: int) -> Launch:
     """The launch of restart number ``restart`` (SIMCLUSTER_RESTART_COUNT): the built-in trainer
-    resumes from RUN_DIR/checkpoints (as the containers see it) when a complete checkpoint is
-    there, else starts over; other code is told the count and resumes from its own files."""
+    resumes with ``--resume auto`` (the newest complete checkpoint of its run folder, or from the
+    start: the same mechanism a torchrun restart uses); other code is told the count and resumes
+    from its own files."""
     launch = dataclasses.replace(launch, restart=restart)
-    if launch.train is None or not list_checkpoints(os.path.join(run_dir, "checkpoints")):
-        return launch
-    return with_resume(launch, f"{RUNS_MOUNT}/{launch.run_name}/checkpoints")
+    return with_resume(launch, "auto") if launch.train is not None else launch
 
 
 def _attempt(launch: Launch, target: Target, run_dir: str, quiet: bool, progress_every: float,

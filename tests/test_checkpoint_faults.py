@@ -84,3 +84,31 @@ def test_full_disk_during_a_save_keeps_the_previous_checkpoint(small_disk):
     assert [Path(p).name for _, p in list_checkpoints(str(run / "checkpoints"))] == ["step-000001"]
     assert not any(p.name.startswith(".tmp-") for p in (run / "checkpoints").iterdir())
     preflight(Config(model="tiny", steps=5, run_dir=str(run), resume=str(run / "checkpoints")))  # still loadable
+
+
+def test_torchrun_restart_resumes_with_resume_auto(tmp_path):
+    """torchrun --max-restarts 1 with --resume auto: a rank killed mid-run, the group restarts and
+    continues from the newest checkpoint; metrics.jsonl has each step once."""
+    need_torch()
+    run = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts",
+           "1", "-m", "train", "--mesh", "2x1x1", "--model", "tiny", "--steps", "30", "--ckpt-every", "5",
+           "--resume", "auto", "--run-dir", str(run), "--timeout-s", "20"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 240:
+        rows = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").is_file() else []
+        if len(rows) >= 12:
+            break
+        time.sleep(0.2)
+    from launcher.container.ranks import rank_processes
+
+    victim, _state = rank_processes(proc.pid, 0)[1]  # rank 1's process, by its RANK
+    os.kill(victim, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    resumed = re.search(r"\[simcluster\] resumed from \S+/step-(\d+) at step (\d+)", out)
+    assert resumed and int(resumed.group(2)) >= 10, out[-3000:]
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 31))
