@@ -172,13 +172,15 @@ class Heartbeat(threading.Thread):
             self.halt.wait(self.interval)
 
     def lost_message(self) -> str | None:
-        """The verdict naming the lost node(s) other than this one, else None."""
+        """The verdict naming the lost or failed node(s) other than this one, else None."""
         if not self.verdict:
             return None
-        others = [x for x in self.verdict.get("lost", []) if x.get("node_rank") != self.node_rank]
-        if not others:
-            return None
-        return "; ".join(f"{x['node']} (ranks {x['ranks']}) lost: {x['reason']}" for x in others)
+        lost = [f"{x['node']} (ranks {x['ranks']}) lost: {x['reason']}" for x in self.verdict.get("lost", [])
+                if x.get("node_rank") != self.node_rank]
+        failed = [f"{x['node']} (ranks {x['ranks']}) failed with exit {x['exit_code']}"
+                  + (f" ({x['reason']})" if x.get("reason") else "") for x in self.verdict.get("failed", [])
+                  if x.get("node_rank") != self.node_rank]
+        return "; ".join(lost + failed) or None
 
 
 def supervise(proc: subprocess.Popen, hb: Heartbeat, name: str, ranks: str, silent_s: float,

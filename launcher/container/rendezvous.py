@@ -9,8 +9,9 @@ workers' process-group bootstrap use it). Each node wrapper (launcher/container/
 bumps a heartbeat counter every second, and reports its exit code when its torchrun ends;
 once all NNODES reported, this prints one line per node (name, ranks, exit code) and exits 0
 only if every node exited 0 -- which is what lets a plain ``docker compose up`` end by itself.
-After a node reports failure, the others get GRACE_S seconds to report before this exits 1
-(closing the store, which ends them too).
+After a node reports failure, the verdict names it, every other node stops its ranks (as
+torchrun's agent stops a failed worker's peers) and they get GRACE_S seconds to report before
+this exits 1 (closing the store, which ends them too).
 
 Fault detection: a node whose heartbeat stops for --lost-after-s seconds (its container was
 killed, frozen with ``docker pause`` or cut off the network), or that never registered
@@ -75,6 +76,7 @@ def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, lost_after_s
     nodes = [{"k": k, "name": node_name(k, nnodes), "registered": False, "hb": 0, "seen": None} for k in range(nnodes)]
     nproc: int | None = None
     lost: list[dict] = []
+    failed: list[dict] = []  # the first node that reported a failure (published in the verdict)
     seen = 0
     deadline = None
     last_loop = time.monotonic()
@@ -102,10 +104,13 @@ def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, lost_after_s
             reports[name] = report
             why = f" ({report['reason']})" if report.get("reason") else ""
             print(f"rendezvous: {name} (ranks {report.get('ranks')}) exited {report.get('exit_code')}{why}", flush=True)
+            if report.get("exit_code") != 0 and not failed:
+                failed.append(report)  # the job is over: every other node stops its ranks now
+                store.set(VERDICT, json.dumps({"lost": lost, "failed": failed, "message": verdict_message(lost)}))
             if report.get("exit_code") != 0 and deadline is None:
                 wait = grace_s if not any(n["seen"] for n in nodes) else max(grace_s, lost_after_s + 3)
                 deadline = time.monotonic() + wait
-                print(f"rendezvous: {name} failed; waiting up to {wait:g}s for the other nodes", flush=True)
+                print(f"rendezvous: {name} failed; the other nodes stop, waiting up to {wait:g}s for them", flush=True)
         done_names = set(reports) | {x["node"] for x in lost}
         newly = []
         for n in nodes:
@@ -123,7 +128,7 @@ def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, lost_after_s
             lost += newly
             for x in newly:
                 print(f"rendezvous: LOST {x['node']} (ranks {x['ranks']}): {x['reason']}", flush=True)
-            store.set(VERDICT, json.dumps({"lost": lost, "message": verdict_message(lost)}))
+            store.set(VERDICT, json.dumps({"lost": lost, "failed": failed, "message": verdict_message(lost)}))
             if deadline is None:
                 deadline = time.monotonic() + max(grace_s, 5.0)
         if len(reports) + len([x for x in lost if x["node"] not in reports]) >= nnodes:
