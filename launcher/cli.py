@@ -1,4 +1,4 @@
-"""Command line of the launcher: generate | up | down | status | logs | chaos.
+"""Command line of the launcher: generate | up | down | status | logs | chaos | report.
 
     python -m launcher generate --mesh 2x2x2 [--out FILE] [--stdout] [training options] [node options]
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
@@ -6,6 +6,7 @@
     python -m launcher logs [--follow] [--tail N] [SERVICE ...]
     python -m launcher down [--run-dir DIR | --file FILE]
     python -m launcher chaos (--kill | --pause | --disconnect) NODE --at-step N [--run-dir DIR | --file FILE]
+    python -m launcher report [--run-dir DIR]     # PNGs + one HTML page of a run (default: the newest)
 
 Exit codes: 0 ok; 1 the run failed (a node exited non-zero, Docker error); 2 bad options
 (mesh, preflight, node options), with the reason on stderr and no file written.
@@ -87,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     fault.add_argument("--disconnect", metavar="NODE", help="docker network disconnect the node's container")
     ch.add_argument("--at-step", type=int, default=1, metavar="N", help="wait until the run reached step N (default 1)")
     ch.add_argument("--wait-s", type=float, default=3600.0, metavar="S", help="give up after S seconds (default 3600)")
+    rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
+    rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
     return parser
 
 
@@ -146,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_generate(args)
         if args.command == "up":
             return cmd_up(args)
+        if args.command == "report":
+            from launcher.report import cmd_report
+
+            return cmd_report(args.run_dir, ROOT)
         from launcher import runner
         from launcher.target import Target
 

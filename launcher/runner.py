@@ -38,6 +38,7 @@ from launcher.layout import APP_DIR, IMAGE, RDZV_HOST, RUNS_MOUNT, format_ranks,
 from launcher.target import Target
 from train.checkpoint_paths import list_checkpoints
 from train.config import ConfigError
+from train.metrics import traffic_text
 
 
 def ensure_image(image: str, build: bool, mount_code: bool = False) -> None:
@@ -202,6 +203,12 @@ def _summary(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: fl
     show(f"  final loss   {m['final_loss'] if m['final_loss'] is not None else '?'}"
          + (f" after {m['steps']} steps" if m["steps"] is not None else ""))
     show(f"  tokens/s     {m['tokens_per_s'] if m['tokens_per_s'] is not None else '?'}")
+    if m["traffic"]:
+        show(f"  traffic/step {traffic_text(m['traffic'])} (all ranks; per rank: {launch.run_dir}/traffic/)")
+    if os.path.isfile(os.path.join(run_dir, "trace.json")):
+        show(f"  trace        {launch.run_dir}/trace.json (open in https://ui.perfetto.dev)")
+    if os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
+        show(f"  report       python -m launcher report --run-dir {launch.run_dir}")
     seen = len(stream.seen_ranks)
     show(f"  ranks seen   {seen}/{launch.world_size}" + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
     for k, name in enumerate(launch.names):

@@ -28,6 +28,8 @@ from __future__ import annotations
 import json
 import os
 
+from train.metrics import traffic_text  # noqa: F401 - re-exported: the one-line form of a step's totals
+
 import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -189,12 +191,3 @@ class TrafficLog:
     def write(self, step: int, summary: dict) -> None:
         with open(self.path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps({"step": step, **summary}, sort_keys=True) + "\n")
-
-
-def traffic_text(totals: dict) -> str:
-    """``pp 1.05 MB/0.52 MB inter-node, tp 4.19 MB, ...``: one step's world totals in one line."""
-    def mb(b):
-        return f"{b / 1e6:.2f} MB"
-    parts = [f"{k} {mb(v)} ({totals['messages'][k]} msgs)" for k, v in totals["bytes"].items() if v]
-    inter = sum(v for l, v in totals["links"].items() if l != "span" and l.split("->")[0] != l.split("->")[1])
-    return ", ".join(parts) + f"; inter-node p2p {mb(inter)}"
