@@ -102,7 +102,20 @@ def _final_metrics(run_dir: str, done: dict) -> dict:
         if rows:
             out.update(final_loss=rows[-1].get("loss"), tokens_per_s=rows[-1].get("tokens_per_s"),
                        steps=rows[-1].get("step"))
+    out["traffic"] = last_traffic(path)
     return out
+
+
+def last_traffic(path: str) -> dict | None:
+    """The ``traffic`` totals of the last step of metrics.jsonl that has them (``--traffic 1``), else None."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        rows = [x for x in fh if '"traffic"' in x]
+    try:
+        return json.loads(rows[-1]).get("traffic") if rows else None
+    except ValueError:
+        return None
 
 
 def up(launch: Launch, command: str, build: bool = False, keep: bool = False, quiet: bool = False,
