@@ -31,6 +31,10 @@ EXIT_USAGE = 2
 
 def cmd_generate(args: argparse.Namespace) -> int:
     launch, command = resolve(args, user=NodeOptions.user, parser=build_parser())
+    if launch.node.inter_node_bandwidth:
+        raise ConfigError("--inter-node-bandwidth: applied by `python -m launcher up` (a helper container shapes "
+                          "each node once it runs, then the node starts its ranks); a compose file alone cannot "
+                          "apply it: use launcher up, or drop the option")
     out = args.out or os.path.join(ROOT, default_compose_path(launch))
     text = render(launch, repo_path(out), project_dir_for(out), command)
     if args.stdout:
@@ -136,6 +140,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"--start-late: no node {', '.join(unknown)} in {launch.shape}; nodes are "
                           f"{', '.join(launch.names)}")
+    from launcher import shaping
+
+    try:
+        shaping.check(launch, start_late)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     return runner.up(launch, command, build=args.build, keep=args.keep, quiet=args.quiet,
                      progress_every=args.progress_every, max_restarts=args.max_restarts, start_late=start_late)
 

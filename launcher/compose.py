@@ -21,7 +21,7 @@ import shlex
 import yaml
 
 from launcher.launch import Launch
-from launcher.layout import APP_DIR, NETWORK, RDZV_HOST, RDZV_PORT, format_ranks, node_ranks
+from launcher.layout import APP_DIR, NETWORK, RDZV_HOST, RDZV_PORT, format_ranks, node_ranks, shaped_marker
 
 LABEL = "io.simcluster."  # container labels: what `launcher status` reads back from the engine
 
@@ -75,6 +75,8 @@ def node_command(launch: Launch, k: int) -> list[str]:
            "--rdzv-backend", node.rdzv_backend, "--run-id", launch.run_name, *entry,
            "--run-dir", launch.output_dir, "--lost-after-s", repr(launch.lost_after_s),
            "--join-timeout-s", repr(float(node.join_timeout_s))]
+    if node.inter_node_bandwidth:
+        cmd += ["--wait-for", shaped_marker(launch.output_dir, launch.names[k])]
     if launch.workdir:
         cmd += ["--workdir", launch.workdir]
     if node.torchrun or launch.train is None:

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from launcher import engine
+from launcher import engine, shaping
 from launcher.compose import LABEL, render
 from launcher.engine import LauncherError, compose
 from launcher.files import ROOT, host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
@@ -178,7 +178,10 @@ def _attempt(launch: Launch, target: Target, run_dir: str, quiet: bool, progress
     stream = Stream(launch, os.path.join(run_dir, "cluster.log"), quiet, progress_every)
     try:
         first = [s for s in [RDZV_HOST, *launch.names] if s not in start_late]
+        shaping.clear(run_dir)
         compose(target.project, target.file, "up", "-d", *(first if start_late else []), check=True)
+        if launch.node.inter_node_bandwidth:  # the nodes wait for their marker before starting ranks
+            shaping.apply(launch, engine.containers(target.project), run_dir, stream.show)
         watch = Watch(target, start_late, os.path.join(run_dir, "metrics.jsonl"))
         try:
             stream.follow(engine.containers(target.project), watch)
