@@ -109,7 +109,7 @@ def plot_timeline(events: list[dict], path: str, step: int | None = None) -> str
         return None
     t0 = min(e["ts"] for e in xs)
     ranks = sorted({e["tid"] % 1000 for e in xs})
-    fig, ax = plt.subplots(figsize=(10, 0.55 * len(ranks) + 1.6))
+    fig, ax = plt.subplots(figsize=(10, 0.55 * len(ranks) + 2.0))
     for e in xs:
         rank, gloo = e["tid"] % 1000, e["tid"] >= 1000
         y = ranks.index(rank) + (0.3 if gloo else 0)
@@ -122,7 +122,8 @@ def plot_timeline(events: list[dict], path: str, step: int | None = None) -> str
     ax.invert_yaxis()
     ax.set(xlabel="ms from the step's start", title=f"Pipeline timeline, step {step}")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    ax.legend(handles, list(COLORS), loc="upper right", fontsize=7, ncol=3)
+    ax.legend(handles, list(COLORS), loc="upper center", bbox_to_anchor=(0.5, -0.18), fontsize=7, ncol=len(COLORS),
+              frameon=False)
     return _save(fig, path)
 
 
