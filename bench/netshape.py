@@ -2,13 +2,13 @@
 several tc rates, then the pipeline's send/recv time per step against bytes / bandwidth.
 
     python -m bench.netshape --rates none,1gbit,100mbit,50mbit,20mbit          # microbenchmark
-    python -m bench.netshape --pipeline --rates none,100mbit,30mbit,10mbit     # launcher up 2x1x1 runs
+    python -m bench.netshape --pipeline --model small --rates none,100mbit,50mbit   # launcher up 2x1x1 runs
 
 Microbenchmark: two containers of the trainer image (hardened like the nodes) on a fresh
 internal network; each eth0 is limited with the launcher's own helper (``engine.run_in_netns``
 + ``layout.tbf_command``), then rank 0 sends ``--mbytes`` MB to rank 1 with gloo
 (bench/p2p_worker.py). Prints the achieved Mbit/s against the set rate.
-Pipeline: ``launcher up --mesh 2x1x1 --model tiny --traffic 1 --trace-steps 4-6`` at each rate;
+Pipeline: ``launcher up --mesh 2x1x1 --model MODEL --traffic 1 --trace-steps 3-5`` at each rate;
 prints the inter-node bytes per step (traffic accounting), the predicted transfer time per step
 (bytes each direction / rate), and the measured pp send/recv seconds and step time (the profiled
 steps' breakdown, mean over ranks and steps). Containers and networks it made are removed.
@@ -62,11 +62,11 @@ def microbench(rate: str | None, mbytes: float, repeats: int) -> dict:
     return {"rate": rate or "none", "set_mbit": rate_bits_per_s(rate) / 1e6 if rate else None, **res}
 
 
-def pipeline(rate: str | None, steps: int = 6) -> dict:
+def pipeline(rate: str | None, model: str = "tiny", steps: int = 5) -> dict:
     """One 2x1x1 launcher up run; the profiled steps' pp send/recv and step seconds, mean over ranks."""
-    run = os.path.join(ROOT, "runs", f"netshape-{rate or 'none'}")
-    cmd = [sys.executable, "-m", "launcher", "up", "--mesh", "2x1x1", "--model", "tiny", "--steps", str(steps),
-           "--val-every", "0", "--traffic", "1", "--trace-steps", f"4-{steps}", "--mount-code", "--quiet",
+    run = os.path.join(ROOT, "runs", f"netshape-{model}-{rate or 'none'}")
+    cmd = [sys.executable, "-m", "launcher", "up", "--mesh", "2x1x1", "--model", model, "--steps", str(steps),
+           "--val-every", "0", "--traffic", "1", "--trace-steps", f"3-{steps}", "--mount-code", "--quiet",
            "--run-dir", run] + (["--inter-node-bandwidth", rate] if rate else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode:
@@ -88,11 +88,12 @@ def main() -> None:
     p.add_argument("--mbytes", type=float, default=8.0)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--pipeline", action="store_true")
+    p.add_argument("--model", default="tiny", help="--pipeline: the model (small: 2 MiB per message)")
     a = p.parse_args()
     rates = [None if r == "none" else r for r in a.rates.split(",")]
     for rate in rates:
         if a.pipeline:
-            r = pipeline(rate)
+            r = pipeline(rate, a.model)
             print(f"rate {r['rate']:>8}  bytes/step 0->1 {r['bytes_0to1']}  1->0 {r['bytes_1to0']}  predicted "
                   f"transfer {r['predicted_s']:.3f}s  pp send/recv {r['pp_send_recv_s']:.3f}s  step {r['step_s']:.3f}s",
                   flush=True)

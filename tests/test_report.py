@@ -56,3 +56,17 @@ def test_report_refuses_a_folder_without_metrics(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("not json\n")
     proc = report("--run-dir", str(tmp_path))
     assert proc.returncode == 2 and "line 1 is not JSON" in proc.stderr
+
+
+def test_bubble_and_textbook_values():
+    from train.timeline import bubble, textbook_bubble
+
+    def ev(rank, ts, dur, step=3):
+        return {"ph": "X", "cat": "compute", "name": "forward mb0 s0", "ts": ts, "dur": dur, "tid": rank,
+                "args": {"step": step}}
+    # rank 0 busy 0-6 (with an overlap counted once), rank 1 busy 4-10: window 0-10
+    events = [ev(0, 0, 4), ev(0, 2, 4), ev(1, 4, 6), {"ph": "X", "cat": "comm", "ts": 0, "dur": 10, "tid": 1,
+                                                      "args": {"step": 3}}]
+    assert bubble(events) == {3: (0.4 + 0.4) / 2}
+    assert textbook_bubble("1f1b", 2, 2) == 1 / 3 and textbook_bubble("gpipe", 4, 8) == 3 / 11
+    assert textbook_bubble("zbv", 4, 4) is None

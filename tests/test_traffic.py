@@ -149,3 +149,24 @@ def test_bad_trace_or_traffic_exits_2(tmp_path, flags, message):
                            str(run_dir), *flags], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 2 and message in proc.stderr
     assert not run_dir.exists()
+
+
+@pytest.mark.docker
+def test_2x2x2_cluster_shaped_traced_counts_as_closed_form(tmp_path, trainer_image):
+    """The acceptance run on containers: 2x2x2 with --inter-node-bandwidth, --trace-steps and --traffic."""
+    run = tmp_path / "acceptance"
+    proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--mesh", "2x2x2", "--model", "tiny", "--steps", "3",
+                           "--val-every", "0", "--traffic", "1", "--trace-steps", "2,3", "--inter-node-bandwidth",
+                           "100mbit", "--mount-code", "--run-dir", str(run)], capture_output=True, text=True,
+                          timeout=580, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    for rank in range(8):
+        rows = [json.loads(l) for l in (run / "traffic" / f"rank-{rank}.jsonl").read_text().splitlines()]
+        want = expected("2x2x2", rank)
+        assert [(r["bytes"], r["messages"], r["links"]) for r in rows[1:]] == [(want["bytes"], want["messages"],
+                                                                                 want["links"])] * 2, rank
+    trace = json.loads((run / "trace.json").read_text())
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["tid"] for e in xs if e["cat"] == "compute"} == set(range(8)) and {e["pid"] for e in xs} == {0, 1}
+    assert "traffic/step " in proc.stdout and "inter-node 1.05 MB" in proc.stdout
+    assert "bubble step 2: measured" in proc.stdout and "eth0 limited to 100mbit" in proc.stdout
