@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Run: images/build.sh [--force] [--offline]      (from any cwd; env BASE_IMAGE=img overrides the base)
-# Builds simcluster/trainer:latest. If a registry answers, on python:3.11-slim; otherwise
+# Run: images/build.sh [--force] [--offline] [--nettools]   (from any cwd; env BASE_IMAGE=img overrides the base)
+# Builds simcluster/trainer:latest, then simcluster/nettools:latest (iproute2, for
+# --inter-node-bandwidth; apt over http; a failure there only warns). --nettools builds just that one. If a registry answers, on python:3.11-slim; otherwise
 # offline: a debootstrapped Debian base (simcluster/base:bookworm) + a wheelhouse made on
 # the host with pip download. Idempotent: reruns reuse the base, the wheelhouse and the
 # docker layer cache. --force rebuilds all three; --offline skips the registry probe.
@@ -12,11 +13,13 @@ LOCAL_BASE=simcluster/base:bookworm
 WHEELHOUSE=images/wheelhouse
 PY=${PYTHON:-$(command -v python3 || command -v python)}
 TORCH_INDEX=${TORCH_INDEX:-}   # optional extra index for torch (e.g. the PyTorch CPU index)
-FORCE=0 OFFLINE=0
+FORCE=0 OFFLINE=0 NETTOOLS_ONLY=0
+NETTOOLS_IMAGE=simcluster/nettools:latest
 for arg in "$@"; do
   case $arg in
     --force) FORCE=1 ;;
     --offline) OFFLINE=1 ;;
+    --nettools) NETTOOLS_ONLY=1 ;;
     -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
@@ -27,6 +30,19 @@ docker info >/dev/null 2>&1 || {
 }
 t0=$(date +%s)
 say() { echo "[build.sh +$(( $(date +%s) - t0 ))s] $*"; }
+
+# --- the network helper image: FROM the local base when there is one --------------------------
+build_nettools() {
+  local nb=${BASE_IMAGE:-}
+  [[ -z $nb ]] && { docker image inspect "$LOCAL_BASE" >/dev/null 2>&1 && nb=$LOCAL_BASE || nb=python:3.11-slim; }
+  say "docker build $NETTOOLS_IMAGE (FROM $nb)"
+  docker build --build-arg BASE_IMAGE="$nb" -t "$NETTOOLS_IMAGE" - < images/nettools.Dockerfile \
+    && docker run --rm "$NETTOOLS_IMAGE" tc -V
+}
+if (( NETTOOLS_ONLY )); then
+  build_nettools
+  exit
+fi
 
 # --- choose the base image -------------------------------------------------------------
 if [[ -n ${BASE_IMAGE:-} ]]; then
@@ -95,3 +111,4 @@ docker run --rm "$IMAGE" python -c "import torch, yaml, numpy; print('image ok: 
 size=$(docker image inspect -f '{{.Size}}' "$IMAGE")
 say "image $IMAGE size: $size bytes ($(( size / 1000000 )) MB)"
 say "build time: $(( $(date +%s) - t0 )) s"
+build_nettools || say "warning: $NETTOOLS_IMAGE not built (apt failed?): --inter-node-bandwidth needs it"

@@ -1,4 +1,4 @@
-"""Command line of the launcher: generate | up | down | status | logs | chaos.
+"""Command line of the launcher: generate | up | down | status | logs | chaos | report.
 
     python -m launcher generate --mesh 2x2x2 [--target compose|slurm|jobset|trainjob] [--out FILE] [--stdout] ...
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
@@ -6,6 +6,7 @@
     python -m launcher logs [--follow] [--tail N] [SERVICE ...]
     python -m launcher down [--run-dir DIR | --file FILE]
     python -m launcher chaos (--kill | --pause | --disconnect) NODE --at-step N [--run-dir DIR | --file FILE]
+    python -m launcher report [--run-dir DIR]     # PNGs + one HTML page of a run (default: the newest)
 
 Exit codes: 0 ok; 1 the run failed (a node exited non-zero, Docker error); 2 bad options
 (mesh, preflight, node options), with the reason on stderr and no file written.
@@ -17,7 +18,7 @@ import os
 import re
 import sys
 
-from launcher.compose import default_compose_path, render
+from launcher.compose import render
 from launcher.engine import LauncherError
 from launcher.files import ROOT, container_user, project_dir_for, repo_path, write_atomic
 from launcher.launch import NodeOptions
@@ -33,6 +34,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from launcher.targets.check import check_target
 
     launch, command = resolve(args, user=NodeOptions.user, parser=build_parser())
+    if launch.node.inter_node_bandwidth:
+        raise ConfigError("--inter-node-bandwidth: applied by `python -m launcher up` (a helper container shapes "
+                          "each node once it runs, then the node starts its ranks); a compose file alone cannot "
+                          "apply it: use launcher up, or drop the option")
     check_target(args.target, launch, local=False)
     out = args.out or os.path.join(ROOT, default_path(args.target, launch.job_name))
     if args.target == "compose":
@@ -102,6 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     fault.add_argument("--disconnect", metavar="NODE", help="docker network disconnect the node's container")
     ch.add_argument("--at-step", type=int, default=1, metavar="N", help="wait until the run reached step N (default 1)")
     ch.add_argument("--wait-s", type=float, default=3600.0, metavar="S", help="give up after S seconds (default 3600)")
+    rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
+    rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
     return parser
 
 
@@ -158,6 +165,12 @@ def cmd_up(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"--start-late: no node {', '.join(unknown)} in {launch.shape}; nodes are "
                           f"{', '.join(launch.names)}")
+    from launcher import shaping
+
+    try:
+        shaping.check(launch, start_late)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     return runner.up(launch, command, build=args.build, keep=args.keep, quiet=args.quiet,
                      progress_every=args.progress_every, max_restarts=args.max_restarts, start_late=start_late)
 
@@ -171,6 +184,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_generate(args)
         if args.command == "up":
             return cmd_up(args)
+        if args.command == "report":
+            from launcher.report import cmd_report
+
+            return cmd_report(args.run_dir, ROOT)
         from launcher import runner
         from launcher.target import Target
 

@@ -25,7 +25,7 @@ import shlex
 import yaml
 
 from launcher.launch import Launch
-from launcher.layout import APP_DIR, NETWORK, RDZV_HOST, RDZV_PORT, format_ranks, node_ranks
+from launcher.layout import APP_DIR, NETWORK, RDZV_HOST, RDZV_PORT, format_ranks, node_ranks, shaped_marker
 
 LABEL = "io.simcluster."  # container labels: what `launcher status` reads back from the engine
 
@@ -52,11 +52,6 @@ def host_path(project_dir: str, path: str) -> str:
     return joined if joined.startswith((".", "/")) else "./" + joined
 
 
-def default_compose_path(launch: Launch) -> str:
-    """Where ``generate`` writes without --out, relative to the repo root: compose/mesh-PPxDPxTP.yml."""
-    return f"compose/{launch.job_name}.yml"
-
-
 def _hardening(user: str) -> dict:
     """Security settings shared by every service (no ports are published anywhere)."""
     return {
@@ -79,6 +74,8 @@ def node_command(launch: Launch, k: int) -> list[str]:
            "--rdzv-backend", node.rdzv_backend, "--run-id", launch.run_name, *entry,
            "--run-dir", launch.output_dir, "--lost-after-s", repr(launch.lost_after_s),
            "--join-timeout-s", repr(float(node.join_timeout_s))]
+    if node.inter_node_bandwidth:
+        cmd += ["--wait-for", shaped_marker(launch.output_dir, launch.names[k])]
     if launch.workdir:
         cmd += ["--workdir", launch.workdir]
     if node.torchrun or launch.train is None:

@@ -104,6 +104,27 @@ def probe_image(image: str, modules: list[str], volumes: list[str], user: str) -
         raise LauncherError(f"the probe container of {image} failed: {e.explanation or e}") from None
 
 
+def run_in_netns(image: str, command: list[str], container) -> str:
+    """Run a short-lived root container of ``image`` in ``container``'s network namespace with
+    NET_ADMIN only (``network_mode="container:<id>"``), removed afterwards; returns its output.
+    The node itself keeps every capability dropped.
+
+    Raises:
+        LauncherError: the helper failed (its output in the message) or the image is missing.
+    """
+    try:
+        out = client().containers.run(image, command, remove=True, user="0:0", cap_drop=["ALL"], cap_add=["NET_ADMIN"],
+                                      network_mode=f"container:{container.id}", stdout=True, stderr=True)
+    except docker.errors.ContainerError as e:
+        text = (e.stderr or b"").decode("utf-8", "replace").strip() if isinstance(e.stderr, bytes) else str(e.stderr)
+        raise LauncherError(f"the network helper ({image}: {' '.join(command)}) failed: {text}") from None
+    except docker.errors.ImageNotFound:
+        raise LauncherError(f"image {image} not found; build it with bash images/build.sh") from None
+    except docker.errors.APIError as e:
+        raise LauncherError(f"the network helper container failed to start: {e.explanation or e}") from None
+    return out.decode("utf-8", "replace")
+
+
 def kill(container) -> None:
     """Kill a container, unpausing it first (a paused one cannot be stopped); gone is fine."""
     try:

@@ -17,6 +17,7 @@ import json
 import os
 import queue
 import re
+import sys
 import threading
 import time
 
@@ -24,7 +25,7 @@ from launcher import engine
 from launcher.engine import compose
 from launcher.launch import Launch
 from launcher.layout import RDZV_HOST
-from launcher.progress import Progress, parse_done, parse_step, split_rank
+from launcher.progress import Bar, Progress, parse_done, parse_step, split_rank
 from launcher.target import Target
 
 EXITED = re.compile(r"^rendezvous: (\S+) \(ranks [^)]*\) exited -?\d+(?: \((.*)\))?$")
@@ -54,6 +55,7 @@ class Stream:
         self.names = launch.names
         self.width = max(len(n) for n in self.names + [RDZV_HOST]) + 4
         self.progress = Progress()
+        self.bar = Bar() if Bar.wanted(sys.stdout) else None  # a terminal: a progress bar, else plain lines
         self.seen_ranks: dict[int, str] = {}
         self.misplaced: list[str] = []
         self.first_worker_s: float | None = None
@@ -105,9 +107,15 @@ class Stream:
         self.progress.update({"step": row["step"], "total": row.get("total_steps") or 0, "loss": row.get("loss"),
                               "tokens_per_s": row.get("tokens_per_s"), "step_time": row.get("step_time_s")})
         now = time.monotonic()
+        if self.bar is not None:
+            self.bar.update(self.progress)
         if now - self.last_progress >= self.every or row["step"] == row.get("total_steps"):
             self.last_progress = now
-            self.show(f"{'launcher':<{self.width}}| {self.progress.line()}")
+            text = f"{'launcher':<{self.width}}| {self.progress.line()}"
+            if self.bar is None:
+                self.show(text)
+            else:  # the bar shows it; the log keeps the line
+                self.log.write(text + "\n")
 
     def tracebacks(self) -> dict[int, list[str]]:
         """rank -> the last lines of its latest Python traceback, ending with the exception line
@@ -137,18 +145,22 @@ class Stream:
 
         open_streams = start(found)
         last_tick = time.monotonic()
-        while open_streams or (watch and watch.pending):
-            try:
-                service, line = q.get(timeout=1.0)
-                if line is None:
-                    open_streams -= 1
-                else:
-                    self.handle(service, line)
-            except queue.Empty:
-                pass
-            if watch and time.monotonic() - last_tick >= 1.0:
-                last_tick = time.monotonic()
-                open_streams += start(watch.tick(self))
+        try:
+            while open_streams or (watch and watch.pending):
+                try:
+                    service, line = q.get(timeout=1.0)
+                    if line is None:
+                        open_streams -= 1
+                    else:
+                        self.handle(service, line)
+                except queue.Empty:
+                    pass
+                if watch and time.monotonic() - last_tick >= 1.0:
+                    last_tick = time.monotonic()
+                    open_streams += start(watch.tick(self))
+        finally:
+            if self.bar is not None:
+                self.bar.close()
 
 
 class MetricsTail:

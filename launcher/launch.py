@@ -16,7 +16,8 @@ import math
 import re
 from dataclasses import dataclass, fields
 
-from launcher.layout import IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, lost_after_s, node_names, run_name
+from launcher.layout import (IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, lost_after_s, node_names, rate_bits_per_s,
+                             run_name)
 from train.config import MeshSpec, TrainRun
 
 RDZV_BACKENDS = ("c10d", "static")
@@ -37,6 +38,9 @@ class NodeOptions:
     torchrun: start each node's ranks with the stock torchrun CLI (a fresh interpreter per
         rank) instead of launcher.container.forkrun (torchrun's agent, ranks forked after one import).
     user: ``UID:GID`` the containers run as (``launcher up`` passes the invoking user's, unless root).
+    inter_node_bandwidth: tc rate (``100mbit``) each node's eth0 is limited to (egress, so both
+        directions between nodes); None: unshaped. Traffic between ranks of one node (loopback)
+        is untouched. inter_node_latency: always refused here (the kernel has no netem).
     """
 
     cpus_per_node: float | None = None
@@ -47,6 +51,8 @@ class NodeOptions:
     join_timeout_s: float = JOIN_TIMEOUT_S
     torchrun: bool = False
     user: str = IMAGE_USER
+    inter_node_bandwidth: str | None = None
+    inter_node_latency: str | None = None
 
 
 def check_node_options(node: NodeOptions) -> list[str]:
@@ -60,6 +66,14 @@ def check_node_options(node: NodeOptions) -> list[str]:
         errors.append(f"rdzv_backend: choose one of {', '.join(RDZV_BACKENDS)}, got {node.rdzv_backend!r}")
     if not (node.join_timeout_s > 0 and math.isfinite(node.join_timeout_s)):
         errors.append(f"join_timeout_s: must be > 0 seconds, got {node.join_timeout_s}; e.g. --join-timeout-s 120")
+    if node.inter_node_bandwidth is not None and rate_bits_per_s(node.inter_node_bandwidth) is None:
+        errors.append(f"inter_node_bandwidth: {node.inter_node_bandwidth!r} is not a tc rate; write a number "
+                      f"and a unit of bit, kbit, mbit, gbit (or bps, kbps, mbps, gbps for bytes/s), e.g. "
+                      f"--inter-node-bandwidth 100mbit")
+    if node.inter_node_latency is not None:
+        errors.append(f"inter_node_latency: {node.inter_node_latency!r} cannot be applied: this machine's kernel "
+                      f"has no netem qdisc (tc answers 'Specified qdisc kind is unknown'), the only way to add "
+                      f"delay; drop --inter-node-latency (--inter-node-bandwidth RATE works, with tc tbf)")
     if not re.fullmatch(r"\d+:\d+", node.user):
         errors.append(f"user: {node.user!r} is not UID:GID; e.g. --user 1000:1000")
     return errors

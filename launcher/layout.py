@@ -9,6 +9,8 @@ host side (launcher/compose.py, runner.py, follow.py) and the programs inside th
 """
 from __future__ import annotations
 
+import re
+
 RDZV_HOST = "rendezvous"  # service, host name and MASTER_ADDR of the rendezvous container
 RDZV_PORT = 29400  # TCP port of its store inside the cluster network
 NETWORK = "cluster"  # the compose network (internal: nothing published on the host)
@@ -74,3 +76,37 @@ def run_name(run_dir: str) -> str:
     suffix (``runs/x/`` -> ``x``). Empty for a path with no folder name."""
     parts = [p for p in str(run_dir).replace("\\", "/").split("/") if p not in ("", ".")]
     return "" if not parts or parts[-1] == ".." else parts[-1]
+
+
+# Inter-node network shaping (see docs in launcher/shaping.py): a helper container of this image,
+# sharing a node's network namespace with NET_ADMIN, runs the tc command below on the node's
+# eth0; the launcher then writes the node's marker file, which the node wrapper waits for
+# before it starts its ranks (so the limit holds from the first collective).
+NETTOOLS_IMAGE = "simcluster/nettools:latest"
+SHAPED_DIR = ".network"  # in the run folder: <node>.ready markers (the tc readback inside)
+_RATE = re.compile(r"(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)")
+_RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+              "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
+
+
+def rate_bits_per_s(text: str) -> float | None:
+    """tc's rate units (``100mbit``, ``1gbit``, ``12.5mbps`` = bytes/s) -> bits per second; None
+    when ``text`` does not parse or is not > 0."""
+    m = _RATE.fullmatch(str(text).strip().lower())
+    if not m or float(m.group(1)) <= 0:
+        return None
+    return float(m.group(1)) * _RATE_BITS[m.group(2)]
+
+
+def tbf_command(rate: str) -> list[str]:
+    """The shell command that limits eth0's egress to ``rate`` with tc's token bucket filter, then
+    prints the qdisc back. burst: 20 ms at the rate, at least 64 KiB (tbf needs burst >= rate /
+    kernel HZ); latency 50 ms bounds the queue."""
+    burst = max(64 * 1024, int(rate_bits_per_s(rate) / 8 * 0.02))
+    return ["sh", "-c", f"tc qdisc replace dev eth0 root tbf rate {rate} burst {burst} latency 50ms "
+            f"&& tc -s qdisc show dev eth0"]
+
+
+def shaped_marker(run_dir: str, node: str) -> str:
+    """The marker file of ``node`` under a run folder (host path or the containers' /runs/<name>)."""
+    return f"{run_dir}/{SHAPED_DIR}/{node}.ready"

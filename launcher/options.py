@@ -70,6 +70,11 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
                    help="start the built-in trainer's ranks with stock torchrun, a fresh interpreter each (default: "
                         "torchrun's agent forking them after one import per node, ~10 s faster on 2 cores); "
                         "your own code always starts with stock torchrun")
+    g.add_argument("--inter-node-bandwidth", default=None, metavar="RATE",
+                   help="limit each node's network to RATE in tc's units (100mbit, 1gbit) with tc tbf, applied "
+                        "by a root helper container before the ranks start (default: unshaped)")
+    g.add_argument("--inter-node-latency", default=None, metavar="DELAY",
+                   help="refused on this machine: its kernel has no netem, the qdisc that adds delay")
     g.add_argument("--user", default=None, metavar="UID:GID",
                    help="user the containers run as (generate: 1000:1000, the image's; up: yours, or 1000:1000 "
                         "when run as root)")
@@ -104,7 +109,8 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
 def node_options(args: argparse.Namespace, user: str) -> NodeOptions:
     return NodeOptions(cpus_per_node=args.cpus_per_node, memory_per_node=args.memory_per_node, image=args.image,
                        rdzv_backend=args.rdzv_backend, mount_code=args.mount_code,
-                       join_timeout_s=args.join_timeout_s, torchrun=args.torchrun, user=args.user or user)
+                       join_timeout_s=args.join_timeout_s, torchrun=args.torchrun, user=args.user or user,
+                       inter_node_bandwidth=args.inter_node_bandwidth, inter_node_latency=args.inter_node_latency)
 
 
 def is_builtin(args: argparse.Namespace) -> bool:

@@ -112,3 +112,41 @@ class Progress:
         if self.total:
             parts.append(f"ETA {format_duration(self.eta_s())}")
         return " ".join(parts)
+
+
+class Bar:
+    """A terminal progress bar (rich) with step, loss, tokens/s and ETA; lines printed while it
+    runs appear above it (rich redirects stdout). ``Bar.wanted(stream)`` says whether to use one:
+    only on a terminal with rich installed, so logs and CI output keep the plain progress lines."""
+
+    def __init__(self):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, \
+            TimeRemainingColumn
+
+        self.rich = RichProgress(TextColumn("[bold]step"), MofNCompleteColumn(), BarColumn(),
+                                 TextColumn("{task.fields[info]}"), TextColumn("ETA"), TimeRemainingColumn(),
+                                 redirect_stdout=True, redirect_stderr=True, transient=False)
+        self.task = None
+
+    @staticmethod
+    def wanted(stream) -> bool:
+        """True when ``stream`` is a terminal and rich can be imported."""
+        try:
+            import rich  # noqa: F401
+        except ImportError:
+            return False
+        return hasattr(stream, "isatty") and stream.isatty()
+
+    def update(self, p: Progress) -> None:
+        """Show ``p``'s step of total, loss and tokens/s; starts the bar on its first call."""
+        info = " ".join(x for x in (f"loss {p.loss:.4f}" if p.loss is not None else "",
+                                     f"tokens/s {p.tokens_per_s:.0f}" if p.tokens_per_s is not None else "") if x)
+        if self.task is None:
+            self.rich.start()
+            self.task = self.rich.add_task("train", total=p.total or None, info=info)
+        self.rich.update(self.task, completed=p.step, total=p.total or None, info=info)
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.rich.stop()
+            self.task = None

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from launcher import engine
+from launcher import engine, shaping
 from launcher.compose import LABEL, render
 from launcher.engine import LauncherError, compose
 from launcher.files import ROOT, host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
@@ -37,6 +37,7 @@ from launcher.launch import Launch, with_resume
 from launcher.layout import APP_DIR, IMAGE, RDZV_HOST, format_ranks, node_ranks
 from launcher.target import Target
 from train.config import ConfigError
+from train.metrics import traffic_text
 
 
 def ensure_image(image: str, build: bool, mount_code: bool = False) -> None:
@@ -100,7 +101,20 @@ def _final_metrics(run_dir: str, done: dict) -> dict:
         if rows:
             out.update(final_loss=rows[-1].get("loss"), tokens_per_s=rows[-1].get("tokens_per_s"),
                        steps=rows[-1].get("step"))
+    out["traffic"] = last_traffic(path)
     return out
+
+
+def last_traffic(path: str) -> dict | None:
+    """The ``traffic`` totals of the last step of metrics.jsonl that has them (``--traffic 1``), else None."""
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as fh:
+        rows = [x for x in fh if '"traffic"' in x]
+    try:
+        return json.loads(rows[-1]).get("traffic") if rows else None
+    except ValueError:
+        return None
 
 
 def up(launch: Launch, command: str, build: bool = False, keep: bool = False, quiet: bool = False,
@@ -161,7 +175,10 @@ def _attempt(launch: Launch, target: Target, run_dir: str, quiet: bool, progress
     stream = Stream(launch, os.path.join(run_dir, "cluster.log"), quiet, progress_every)
     try:
         first = [s for s in [RDZV_HOST, *launch.names] if s not in start_late]
+        shaping.clear(run_dir)
         compose(target.project, target.file, "up", "-d", *(first if start_late else []), check=True)
+        if launch.node.inter_node_bandwidth:  # the nodes wait for their marker before starting ranks
+            shaping.apply(launch, engine.containers(target.project), run_dir, stream.show)
         watch = Watch(target, start_late, os.path.join(run_dir, "metrics.jsonl"))
         try:
             stream.follow(engine.containers(target.project), watch)
@@ -201,6 +218,12 @@ def _summary(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: fl
     show(f"  final loss   {m['final_loss'] if m['final_loss'] is not None else '?'}"
          + (f" after {m['steps']} steps" if m["steps"] is not None else ""))
     show(f"  tokens/s     {m['tokens_per_s'] if m['tokens_per_s'] is not None else '?'}")
+    if m["traffic"]:
+        show(f"  traffic/step {traffic_text(m['traffic'])} (all ranks; per rank: {launch.run_dir}/traffic/)")
+    if os.path.isfile(os.path.join(run_dir, "trace.json")):
+        show(f"  trace        {launch.run_dir}/trace.json (open in https://ui.perfetto.dev)")
+    if os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
+        show(f"  report       python -m launcher report --run-dir {launch.run_dir}")
     seen = len(stream.seen_ranks)
     show(f"  ranks seen   {seen}/{launch.world_size}" + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
     for k, name in enumerate(launch.names):

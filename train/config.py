@@ -180,7 +180,11 @@ class Config:
     resume: str | None = None
     """checkpoint folder, or a folder of them (the newest is taken), to resume from; any mesh. "auto": the newest complete checkpoint of RUN_DIR/checkpoints, or a fresh start when there is none (what torchrun restarts need); the keyword wins, so write a folder named auto as ./auto. Shape, seq_len, global_batch, seed and data must match the checkpoint; lr, min_lr, warmup_steps, steps, weight_decay and max_norm may change (announced)."""
     profile_step: int = 0
-    """profile this step (0: off) and write each rank's time breakdown to RUN_DIR/profile/rank-R.json."""
+    """profile this step (0: off): the same as --trace-steps N (RUN_DIR/trace.json and each rank's time breakdown in RUN_DIR/profile/rank-R.json)."""
+    trace_steps: str | None = None
+    """steps to trace, e.g. 3,4 or 3-5: RUN_DIR/trace.json, one Chrome/Perfetto trace of every rank (one process per node, one track per rank), each rank's time breakdown in RUN_DIR/profile/, and the measured pipeline bubble."""
+    traffic: int = 0
+    """1: count the bytes and messages of every communication per step and rank, by kind and node link, into RUN_DIR/traffic/rank-R.jsonl and a "traffic" key of metrics.jsonl."""
     device: str = "cpu"
     """cpu | cuda. cuda: the nccl backend, the device mesh on cuda, rank on GPU LOCAL_RANK (see train/device.py)."""
     rank_metrics: int = 0
@@ -188,6 +192,28 @@ class Config:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+def parse_steps(text: str | None, steps: int) -> tuple[int, ...]:
+    """``"3,4"`` or ``"3-5"`` (or both, ``"2,4-5"``) -> sorted unique step numbers; None or "" -> ().
+
+    Raises:
+        ConfigError: text that does not parse, or a step outside 1..steps, naming trace_steps and a fix.
+    """
+    if not text or not str(text).strip():
+        return ()
+    out: set[int] = set()
+    for part in str(text).replace(" ", "").split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise ConfigError(f"trace_steps: cannot parse {part!r} in {text!r}; write steps as 3,4 or 3-5")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        out.update(range(lo, hi + 1))
+    bad = sorted(s for s in out if not 1 <= s <= steps)
+    if bad:
+        raise ConfigError(f"trace_steps: step(s) {', '.join(map(str, bad))} outside the run (steps 1..{steps}); "
+                          f"pick steps within it, e.g. --trace-steps {min(3, steps)}")
+    return tuple(sorted(out))
 
 
 def default_run_dir(mesh: MeshSpec) -> str:

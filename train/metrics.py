@@ -12,6 +12,10 @@ object per line, one line per optimizer step, in step order.
     step_time_s   float: seconds of the step
     val_loss      float: the validation loss, on the steps that validate
     lr, grad_norm float; rss_mb: list of float, peak RSS (MB) of each rank
+    traffic       (``--traffic 1``) the step's communication summed over all ranks:
+                  {"bytes": {kind: int}, "messages": {kind: int}, "links": {"i->j" | "span": bytes}},
+                  kinds pp_send, pp_recv, tp_all_reduce, fsdp_all_gather, fsdp_reduce_scatter,
+                  world_all_reduce, other (see train/traffic.py)
 Other keys are allowed and ignored by the launcher.
 """
 from __future__ import annotations
@@ -64,3 +68,16 @@ def read_metrics(run_dir: str, name: str = "metrics.jsonl") -> list[dict]:
     """The step records of a run folder, in order."""
     with open(os.path.join(run_dir, name), encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
+
+
+def traffic_text(totals: dict) -> str:
+    """One step's world traffic totals (the ``traffic`` key) in one line, e.g.
+    ``pp_send 1.05 MB (8 msgs), tp_all_reduce 16.78 MB (128 msgs); inter-node 1.05 MB``; inter-node
+    counts the p2p bytes sent from one node to another."""
+    def mb(b):
+        return f"{b / 1e6:.2f} MB"
+    parts = [f"{k} {mb(v)} ({totals.get('messages', {}).get(k, 0)} msgs)"
+             for k, v in totals.get("bytes", {}).items() if v]
+    inter = sum(v for link, v in totals.get("links", {}).items()
+                if "->" in link and link.split("->")[0] != link.split("->")[1])
+    return ", ".join(parts) + f"; inter-node {mb(inter)}"

@@ -23,6 +23,35 @@ from train.model import build_model, prune_to_stage
 from train.split import split_layers, stage_ids
 
 
+class TracedStage(PipelineStage):
+    """A ``PipelineStage`` that names each microbatch's work for the profiler while ``traced`` is
+    True (set by the trainer on ``--trace-steps`` steps only; off, it adds one attribute test):
+    ``forward mbM sS``, ``backward mbM sS`` (``backward-input``/``backward-weight`` for the
+    zero-bubble schedules' split backward). torch 2.13's gpipe and 1f1b schedules annotate none
+    of this, the runtime schedules only their actions (``PP:0F1``)."""
+
+    traced = False
+
+    def forward_one_chunk(self, fwd_chunk_id, *args, **kwargs):
+        if not self.traced:
+            return super().forward_one_chunk(fwd_chunk_id, *args, **kwargs)
+        with torch.profiler.record_function(f"forward mb{fwd_chunk_id} s{self.stage_index}"):
+            return super().forward_one_chunk(fwd_chunk_id, *args, **kwargs)
+
+    def backward_one_chunk(self, bwd_chunk_id, loss=None, full_backward=True, last_backward=False):
+        if not self.traced:
+            return super().backward_one_chunk(bwd_chunk_id, loss, full_backward, last_backward)
+        name = "backward" if full_backward else "backward-input"
+        with torch.profiler.record_function(f"{name} mb{bwd_chunk_id} s{self.stage_index}"):
+            return super().backward_one_chunk(bwd_chunk_id, loss, full_backward, last_backward)
+
+    def backward_weight_one_chunk(self, bwd_chunk_id, last_backward=False):
+        if not self.traced:
+            return super().backward_weight_one_chunk(bwd_chunk_id, last_backward)
+        with torch.profiler.record_function(f"backward-weight mb{bwd_chunk_id} s{self.stage_index}"):
+            return super().backward_weight_one_chunk(bwd_chunk_id, last_backward)
+
+
 @dataclass
 class Pipeline:
     """This rank's share of the pipeline.
@@ -42,6 +71,12 @@ class Pipeline:
     run: TrainRun | None = None
     group: object = None  # the pp ProcessGroup
     loss_fn: Callable | None = None
+    stages: list = None  # the TracedStages
+
+    def set_traced(self, on: bool) -> None:
+        """Name each microbatch's forward/backward for the profiler (see TracedStage)."""
+        for st in self.stages or []:
+            st.traced = on
 
     def step(self, inputs: torch.Tensor, targets: torch.Tensor, train: bool = True) -> list[torch.Tensor]:
         """Run the schedule on this dp rank's batch; returns the microbatch losses held here.
@@ -120,9 +155,9 @@ def apply_pp(modules: list[nn.Module], ids: list[int], n_stages: int, pp_mesh: D
     stages = []
     for m, s in zip(modules, ids):
         inp, out = stage_io(run, s, n_stages)
-        stages.append(PipelineStage(m, s, n_stages, device, input_args=inp, output_args=out, group=group))
+        stages.append(TracedStage(m, s, n_stages, device, input_args=inp, output_args=out, group=group))
     cls = getattr(schedules, SCHEDULES[run.config.schedule][0])
     n = run.config.microbatches
     schedule = cls(stages[0] if run.layout == "single" else stages, n_microbatches=n, loss_fn=loss_fn)
     return Pipeline(modules, ids, schedule, has_first=0 in ids, has_last=n_stages - 1 in ids, run=run, group=group,
-                    loss_fn=loss_fn)
+                    loss_fn=loss_fn, stages=stages)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from train.config import Config
+from train.config import Config, ConfigError, parse_steps
 
 SEED_LIMIT = 2**63  # torch.Generator.manual_seed takes 64-bit seeds; batches and init use seed mod 2**63
 TIMEOUT_LIMIT_S = 1e6  # datetime.timedelta and gloo take far more; beyond 11 days a peer is surely gone
@@ -34,6 +34,7 @@ RULES: dict[str, tuple] = {
     "ckpt_every": (lambda v: v >= 0, ">= 0", "0: no checkpoints"),
     "ckpt_keep": (lambda v: v >= 0, ">= 0", "0 keeps every checkpoint"),
     "profile_step": (lambda v: v >= 0, ">= 0", "0: no profiling"),
+    "traffic": (lambda v: v in (0, 1), "0 or 1", "1 counts bytes per step, kind and link into RUN_DIR/traffic/"),
     "rank_metrics": (lambda v: v in (0, 1), "0 or 1", "1 writes RUN_DIR/ranks/rank-R.jsonl"),
     "microbatches": (lambda v: v >= 0, ">= 0", "0: the fewest the schedule takes"),
 }
@@ -52,6 +53,10 @@ def value_errors(cfg: Config) -> list[str]:
         v = getattr(cfg, name)
         if not ok(v):
             errors.append(f"{name}: must be {need}, got {v}; {fix}")
+    try:
+        parse_steps(cfg.trace_steps, cfg.steps)
+    except ConfigError as e:
+        errors.append(str(e))
     for name in AT_LEAST_ONE:
         v = getattr(cfg, name)
         if v is not None and v < 1:

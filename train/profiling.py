@@ -1,15 +1,33 @@
-"""Where a step's time goes, per rank, from one ``torch.profiler`` step.
+"""Tracing chosen steps with ``torch.profiler``: one Chrome/Perfetto trace of every rank, each
+rank's time breakdown, and the measured pipeline bubble.
 
-    torchrun --standalone --nproc-per-node 8 -m train --mesh 2x2x2 --model small --steps 4 --profile-step 3
-    cat runs/local/profile/rank-0.json
+    torchrun --standalone --nproc-per-node 4 -m train --mesh 2x1x2 --model tiny --steps 4 --trace-steps 3,4
+    # open runs/mesh-2x1x2/trace.json in https://ui.perfetto.dev ; cat runs/mesh-2x1x2/profile/rank-0.json
 
-Categories are matched on the profiler's event names (torch 2.13 CPU/gloo): each is the wall time
-this rank spent inside those calls, waiting included; ``compute_and_other`` is the rest of the step.
+Each rank profiles the steps of ``--trace-steps`` (``--profile-step N`` is the same as
+``--trace-steps N``) and keeps the events that tell the pipeline's story, named by torch itself:
+each microbatch's ``forward mbM sS`` / ``backward mbM sS`` (``backward-input`` and
+``backward-weight`` for zero-bubble schedules; ``train.pipeline.TracedStage``), the runtime
+schedules' ``PP:<stage><action><mb>``, ``gloo:*`` work (send/recv, collectives, on gloo's threads),
+``FSDP::*``, ``_c10d_functional::*`` and ``Optimizer.*``; plus ``simcluster:step N``. Profiler
+time stamps are moved to wall-clock microseconds (an anchor event is stamped with ``time.time``)
+so the containers' traces line up. After the run, rank 0 merges RUN_DIR/trace/rank-R.json into
+RUN_DIR/trace.json: one process per node (pid = node), one track per rank (tid = rank; gloo's
+worker threads on a second track, tid = 1000 + rank).
+
+Bubble: per traced step, the window from the first to the last pipeline compute event of any
+rank; a rank's bubble is the part of the window its compute does not cover; the mean over ranks
+is printed next to the textbook (p-1)/(m+p-1) of gpipe and 1f1b (p stages, m microbatches).
+Breakdown categories are matched on event names: the wall time inside those calls, waiting
+included; ``compute_and_other`` is the rest of the step.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
+import tempfile
+import time
 from contextlib import contextmanager
 
 import torch
@@ -21,6 +39,9 @@ CATEGORIES = {
     "fsdp_reduce_scatter": ("FSDP::post_backward_reduce",),
     "optimizer": ("Optimizer.step",),
 }
+KEEP = ("forward ", "backward", "PP:", "gloo:", "FSDP::", "_c10d_functional::", "Optimizer.", "simcluster:")
+COMPUTE = re.compile(r"^(forward|backward|backward-input|backward-weight) mb\d+ s\d+$")
+ANCHOR = "simcluster:anchor"
 
 
 def breakdown(events, step_time_s: float) -> dict[str, float]:
@@ -35,15 +56,57 @@ def breakdown(events, step_time_s: float) -> dict[str, float]:
     return out
 
 
+def kept_events(trace: dict, rank: int, node: int, step: int) -> list[dict]:
+    """The pipeline-relevant complete ("X") events of one rank's exported trace, on wall-clock
+    microseconds (shifted by the anchor's ``args.wall_us``), pid = node, tid = rank (main thread)
+    or 1000 + rank (any other thread: gloo's workers)."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "ts" in e]
+    anchor = next((e for e in events if e.get("name") == ANCHOR), None)
+    if anchor is None:
+        return []
+    shift = float(anchor["args"]["wall_us"]) - float(anchor["ts"])
+    main_tid = anchor.get("tid")
+    out = []
+    for e in events:
+        name = e.get("name", "")
+        if not name.startswith(KEEP) or name == ANCHOR:
+            continue
+        out.append({"name": name, "ph": "X", "ts": round(float(e["ts"]) + shift, 3), "dur": float(e.get("dur", 0)),
+                    "pid": node, "tid": rank if e.get("tid") == main_tid else 1000 + rank,
+                    "cat": "compute" if COMPUTE.match(name) else "comm" if name.startswith(("gloo:", "_c10d", "FSDP::"))
+                    else "other", "args": {"step": step, "rank": rank}})
+    return out
+
+
 @contextmanager
-def maybe_profile(enabled: bool, run_dir: str, rank: int, result: dict):
-    """Profile the enclosed step when enabled; writes RUN_DIR/profile/rank-R.json from
-    ``result["step_time_s"]`` (set by the caller inside the block)."""
+def maybe_profile(enabled: bool, run_dir: str, rank: int, node: int, step: int, result: dict, first: bool = True):
+    """Profile the enclosed step when enabled; writes RUN_DIR/trace/rank-R-step-S.json (kept events)
+    and, for the first traced step, RUN_DIR/profile/rank-R.json (the breakdown, from
+    ``result["step_time_s"]`` set by the caller inside the block)."""
     if not enabled:
         yield
         return
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        yield
+        before = time.time_ns()
+        with torch.profiler.record_function(ANCHOR):
+            wall_us = (before + time.time_ns()) / 2e3
+        with torch.profiler.record_function(f"simcluster:step {step}"):
+            yield
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+        path = tmp.name
+    try:
+        prof.export_chrome_trace(path)
+        with open(path, encoding="utf-8") as fh:
+            trace = json.load(fh)
+    finally:
+        os.remove(path)
+    for e in trace.get("traceEvents", []):
+        if e.get("name") == ANCHOR:
+            e.setdefault("args", {})["wall_us"] = wall_us
+    os.makedirs(os.path.join(run_dir, "trace"), exist_ok=True)
+    with open(os.path.join(run_dir, "trace", f"rank-{rank}-step-{step}.json"), "w", encoding="utf-8") as fh:
+        json.dump(kept_events(trace, rank, node, step), fh)
     os.makedirs(os.path.join(run_dir, "profile"), exist_ok=True)
-    with open(os.path.join(run_dir, "profile", f"rank-{rank}.json"), "w") as fh:
+    name = f"rank-{rank}.json" if first else f"rank-{rank}-step-{step}.json"
+    with open(os.path.join(run_dir, "profile", name), "w", encoding="utf-8") as fh:
         json.dump(breakdown(prof.key_averages(), result["step_time_s"]), fh, indent=1, sort_keys=True)

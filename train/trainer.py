@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import math
@@ -23,7 +24,7 @@ from train import checkpoint, device
 from train.checkpoint_meta import CheckpointError, data_identity, make_record
 from train.cli import save_config
 from train.clip import clip_grad_norm_
-from train.config import Config, TrainRun
+from train.config import Config, TrainRun, parse_steps
 from train.data import Batches, dp_shard
 from train.metrics import MetricsWriter, peak_rss_mb, step_line
 from train.model import loss_fn
@@ -32,6 +33,8 @@ from train.parallel import apply_fsdp, apply_tp, init_weights
 from train.pipeline import apply_pp, build_stage_modules
 from train.profiling import maybe_profile
 from train.runtime import GarbageCollection, tune_malloc
+from train import traffic as traffic_acct
+from train import timeline
 
 
 EXIT_DIVERGED = 3  # exit code of a run stopped by a non-finite loss or grad norm (2: bad config or checkpoint)
@@ -84,6 +87,11 @@ class Trainer:
         self.start_step = self._resume(job.resume_path) if job.resume_path else 0
         self._data_id: dict | None = None  # the corpus identity recorded in checkpoints, computed at the first save
         self.batches = Batches(cfg, self.args)
+        self.trace_steps = set(parse_steps(cfg.trace_steps, cfg.steps)) | ({cfg.profile_step} if cfg.profile_step else set())
+        self.traffic = None  # off: no dispatch mode is ever installed (tests/test_traffic.py checks)
+        if cfg.traffic:
+            self.traffic = traffic_acct.TrafficMode(rank, self.spec.ranks_per_node, traffic_acct.group_kinds(self.mesh))
+            self.traffic_log = traffic_acct.TrafficLog(cfg.run_dir, rank, keep_until=self.start_step)
         self.rank_writer = MetricsWriter(os.path.join(cfg.run_dir, "ranks") if cfg.rank_metrics else None,
                                          name=f"rank-{rank}.jsonl")
         print(f"[simcluster] rank={rank} local_rank={local_rank} world_size={self.spec.world_size} "
@@ -138,9 +146,10 @@ class Trainer:
         t0 = time.perf_counter()
         lr = self.optims[0][1].get_last_lr()[0]
         inputs, targets = self._shard(self.batches.train(step))
-        losses = self.pipe.step(inputs, targets)
-        stats = self._stats(losses)  # summed over the world in the clipping all-reduce
-        norm = clip_grad_norm_(self.params, self.cfg.max_norm, self.spec.ranks_per_node, extra=stats)
+        with self.traffic if self.traffic is not None else contextlib.nullcontext():
+            losses = self.pipe.step(inputs, targets)
+            stats = self._stats(losses)  # summed over the world in the clipping all-reduce
+            norm = clip_grad_norm_(self.params, self.cfg.max_norm, self.spec.ranks_per_node, extra=stats)
         if self.rank_writer.path:
             digest = hashlib.sha1(repr(inputs.flatten().tolist()).encode()).hexdigest()
             self.rank_writer.write({"step": step, "inputs_sha1": digest,
@@ -151,7 +160,12 @@ class Trainer:
             sched.step()
         loss, rss = float(stats[0]), stats[1:].tolist()
         dt = time.perf_counter() - t0
-        return {"step": step, "total_steps": self.cfg.steps, "loss": loss, "grad_norm": float(norm), "lr": lr,
+        extra = {}
+        if self.traffic is not None:  # after the step's timing: the accounting's own all-reduce is not counted
+            mine = traffic_acct.summarize(self.traffic.take())
+            self.traffic_log.write(step, mine)
+            extra["traffic"] = traffic_acct.world_totals(mine, self.spec.pp)
+        return {**extra, "step": step, "total_steps": self.cfg.steps, "loss": loss, "grad_norm": float(norm), "lr": lr,
                 "step_time_s": dt, "tokens_per_s": self.job.tokens_per_step / dt, "rss_mb": rss}
 
     @torch.no_grad()
@@ -165,7 +179,10 @@ class Trainer:
     def _fit_step(self, step: int, writer: MetricsWriter) -> dict:
         """Train (and maybe validate, log, checkpoint) step ``step``; returns its record."""
         cfg, rec = self.cfg, {}
-        with maybe_profile(step == cfg.profile_step, cfg.run_dir, self.rank, rec):
+        traced = step in self.trace_steps
+        self.pipe.set_traced(traced)
+        with maybe_profile(traced, cfg.run_dir, self.rank, self.pp_rank, step, rec,
+                           first=traced and step == min(self.trace_steps)):
             rec.update(self.train_step(step))
         bad = diverged(rec)
         if not bad and cfg.val_every and (step % cfg.val_every == 0 or step == cfg.steps):
@@ -199,6 +216,8 @@ class Trainer:
                 tok_s.append(rec["tokens_per_s"])
                 collector.step(step)
         wall = time.perf_counter() - start
+        if self.trace_steps & set(range(self.start_step + 1, cfg.steps + 1)):
+            self._merge_trace()
         if not tok_s:
             return rec
         steady = statistics.median_high(tok_s[1:] or tok_s)
@@ -206,6 +225,20 @@ class Trainer:
             print(f"done steps={cfg.steps} final_loss={rec['loss']:.4f} tokens_per_s={steady:.0f} "
                   f"wall_s={wall:.1f} run_dir={cfg.run_dir}", flush=True)
         return rec
+
+
+    def _merge_trace(self) -> None:
+        """Once every rank wrote its traced steps: rank 0 merges them and prints the bubble."""
+        dist.barrier()
+        if self.rank != 0:
+            return
+        path, events = timeline.merge(self.cfg.run_dir, self.spec.world_size, self.spec.ranks_per_node)
+        book = timeline.textbook_bubble(self.cfg.schedule, self.job.n_stages, self.cfg.microbatches)
+        for step, frac in timeline.bubble(events).items():
+            ref = f"textbook (p-1)/(m+p-1) {book:.3f}" if book is not None else "no textbook value for this schedule"
+            print(f"[simcluster] bubble step {step}: measured {frac:.3f}, {ref} ({self.cfg.schedule}, "
+                  f"p={self.job.n_stages}, m={self.cfg.microbatches})", flush=True)
+        print(f"[simcluster] trace: {path}", flush=True)
 
 
 def diverged(rec: dict) -> str | None:

@@ -216,6 +216,22 @@ def supervise(proc: subprocess.Popen, hb: Heartbeat, name: str, ranks: str, sile
         time.sleep(0.25)
 
 
+def wait_for(path: str, timeout_s: float, name: str) -> bool:
+    """Wait (polling every 0.1 s) until ``path`` exists; print its first line (the shaped qdisc).
+    False, with an error line, after ``timeout_s``."""
+    t0 = time.monotonic()
+    while not os.path.exists(path):
+        if time.monotonic() - t0 > timeout_s:
+            print(f"[{name}] error: {path} did not appear within {timeout_s:g}s: the launcher did not shape this "
+                  f"node's network; see its output", file=sys.stderr, flush=True)
+            return False
+        time.sleep(0.1)
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        first = fh.readline().strip()
+    print(f"[{name}] network shaped after {time.monotonic() - t0:.1f}s: {first}", flush=True)
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     own, train_argv = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -242,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                              "LOST_FRACTION x the job's timeout, see launcher/layout.py)")
     parser.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S,
                         help=f"rendezvous join timeout (default {JOIN_TIMEOUT_S:g}s; torchrun gets +60s)")
+    parser.add_argument("--wait-for", default=None, metavar="FILE",
+                        help="start the ranks only once FILE exists (the launcher writes it after shaping this "
+                             "node's network); gives up after the join timeout")
     args = parser.parse_args(own)
     name = args.node_name or socket.gethostname()
     ranks = rank_range(args.node_rank, args.nproc_per_node)
@@ -255,6 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     silent_s = args.lost_after_s
     hb = Heartbeat(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node)
     hb.start()
+    if args.wait_for and not wait_for(args.wait_for, args.join_timeout_s, name):
+        report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, EXIT_CONFIG)
+        hb.halt.set()
+        return EXIT_CONFIG
     env = dict(os.environ)
     env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")
     cmd = torchrun_command(args, name, train_argv)

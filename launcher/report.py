@@ -1,0 +1,148 @@
+"""A run's report: PNG figures and one self-contained HTML page (figures embedded, config, summary).
+
+    python -m launcher report                       # the newest run under runs/ with a metrics.jsonl
+    python -m launcher report --run-dir runs/mesh-2x2x2
+
+Works on any folder with a metrics.jsonl (the schema of train/metrics.py; only ``step`` is
+required, so a user's own script's output works too). Draws what the run recorded: loss and
+validation loss, tokens/s, peak memory per rank (``rss_mb``), the node x node traffic matrix
+(``--traffic 1``) and the pipeline timeline (``--trace-steps``). Writes RUN_DIR/report/*.png and
+RUN_DIR/report/index.html and prints the page's path. A folder without metrics.jsonl exits 2.
+"""
+from __future__ import annotations
+
+import base64
+import glob
+import html
+import json
+import os
+
+from train.config import ConfigError
+
+
+def newest_run(root: str) -> str:
+    """The folder under ROOT/runs whose metrics.jsonl changed last.
+
+    Raises:
+        ConfigError: none has one, naming the fix.
+    """
+    found = glob.glob(os.path.join(root, "runs", "**", "metrics.jsonl"), recursive=True)
+    if not found:
+        raise ConfigError(f"report: no run with a metrics.jsonl under {os.path.join(root, 'runs')}; "
+                          f"run one first (python -m launcher up ...) or pass --run-dir DIR")
+    return os.path.dirname(max(found, key=os.path.getmtime))
+
+
+def read_rows(run_dir: str) -> list[dict]:
+    """metrics.jsonl's records (those with an int ``step``), in file order.
+
+    Raises:
+        ConfigError: no such folder or file, a line that is not JSON, or no record with a step.
+    """
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.isfile(path):
+        raise ConfigError(f"report: {path} does not exist; pass --run-dir with a run folder that holds "
+                          f"metrics.jsonl (one JSON object per step with at least \"step\", see train/metrics.py)")
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                raise ConfigError(f"report: {path} line {n} is not JSON; fix or delete that line") from None
+            if isinstance(rec, dict) and isinstance(rec.get("step"), int):
+                rows.append(rec)
+    if not rows:
+        raise ConfigError(f"report: {path} has no record with an integer \"step\"; write one JSON object per "
+                          f"step such as {{\"step\": 1, \"loss\": 2.5}}")
+    return rows
+
+
+def _summary(rows: list[dict]) -> dict:
+    last = rows[-1]
+    tok = sorted(r["tokens_per_s"] for r in rows[1:] or rows if isinstance(r.get("tokens_per_s"), (int, float)))
+    out = {"steps recorded": len(rows), "last step": last["step"]}
+    for key in ("loss", "val_loss", "grad_norm"):
+        vals = [r[key] for r in rows if isinstance(r.get(key), (int, float))]
+        if vals:
+            out[f"final {key}"] = f"{vals[-1]:.4f}"
+    if tok:
+        out["median tokens/s"] = f"{tok[len(tok) // 2]:.0f}"
+    rss = [max(r["rss_mb"]) for r in rows if isinstance(r.get("rss_mb"), list) and r["rss_mb"]]
+    if rss:
+        out["peak RSS of any rank"] = f"{max(rss):.0f} MB"
+    if isinstance(last.get("traffic"), dict):
+        from train.metrics import traffic_text
+        out["traffic per step (last)"] = traffic_text(last["traffic"])
+    return out
+
+
+def _img(path: str) -> str:
+    with open(path, "rb") as fh:
+        data = base64.b64encode(fh.read()).decode("ascii")
+    return f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(os.path.basename(path))}"></figure>'
+
+
+def make_report(run_dir: str) -> tuple[str, list[str]]:
+    """Draw every figure the run supports and the HTML page; returns (page path, PNG paths).
+
+    Raises:
+        ConfigError: see ``read_rows``.
+    """
+    rows = read_rows(run_dir)
+    from launcher import plots  # matplotlib: imported only for a report
+
+    out = plots.ensure_dir(os.path.join(run_dir, "report"))
+    pngs = [plots.plot_loss(rows, os.path.join(out, "loss.png")),
+            plots.plot_throughput(rows, os.path.join(out, "tokens_per_s.png")),
+            plots.plot_memory(rows, os.path.join(out, "memory.png"))]
+    traffic = next((r["traffic"] for r in reversed(rows) if isinstance(r.get("traffic"), dict)), None)
+    if traffic:
+        pngs.append(plots.plot_traffic(traffic, os.path.join(out, "traffic.png")))
+    trace_path = os.path.join(run_dir, "trace.json")
+    bubbles = {}
+    if os.path.isfile(trace_path):
+        from train.timeline import bubble
+        with open(trace_path, encoding="utf-8") as fh:
+            events = json.load(fh).get("traceEvents", [])
+        bubbles = bubble(events)
+        steps = sorted(bubbles) or [None]
+        pngs.append(plots.plot_timeline(events, os.path.join(out, "timeline.png"), step=steps[0]))
+    pngs = [p for p in pngs if p]
+    summary = _summary(rows)
+    for step, frac in bubbles.items():
+        summary[f"measured bubble, step {step}"] = f"{frac:.3f}"
+    config = ""
+    cfg_path = os.path.join(run_dir, "config.yaml")
+    if os.path.isfile(cfg_path):
+        with open(cfg_path, encoding="utf-8") as fh:
+            config = fh.read()
+    page = ["<!doctype html><html><head><meta charset='utf-8'>",
+            f"<title>simcluster report: {html.escape(os.path.basename(os.path.abspath(run_dir)))}</title>",
+            "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}img{max-width:100%}"
+            "td{padding:2px 12px}pre{background:#f4f4f4;padding:1em}</style></head><body>",
+            f"<h1>Run {html.escape(os.path.abspath(run_dir))}</h1><h2>Summary</h2><table>"]
+    page += [f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in summary.items()]
+    page.append("</table><h2>Figures</h2>")
+    page += [_img(p) for p in pngs]
+    if config:
+        page.append(f"<h2>Config</h2><pre>{html.escape(config)}</pre>")
+    page.append("</body></html>")
+    path = os.path.join(out, "index.html")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("\n".join(page))
+    return path, pngs
+
+
+def cmd_report(run_dir: str | None, root: str) -> int:
+    """``launcher report``: write the report and print where; 0, or raises ConfigError (exit 2)."""
+    folder = run_dir or newest_run(root)
+    if not os.path.isdir(folder):
+        raise ConfigError(f"report: --run-dir {folder} is not a folder; pass a run folder holding metrics.jsonl")
+    path, pngs = make_report(folder)
+    for p in pngs:
+        print(p)
+    print(f"report: {path}")
+    return 0

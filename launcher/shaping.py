@@ -1,0 +1,71 @@
+"""Shaping the network between simulated nodes: ``--inter-node-bandwidth RATE`` with tc tbf.
+
+    python -m launcher up --mesh 2x1x1 --model tiny --steps 5 --inter-node-bandwidth 100mbit
+
+The nodes run as an unprivileged user with every capability dropped and no-new-privileges, so
+they cannot run tc themselves. After ``compose up -d`` the launcher starts, per node, a
+short-lived root helper container of ``NETTOOLS_IMAGE`` (Debian + iproute2, images/build.sh)
+in that node's network namespace with NET_ADMIN only; it runs ``layout.tbf_command`` on eth0
+(tbf shapes egress: limiting every node's own eth0 limits both directions between nodes;
+ranks of one node talk over loopback, untouched). The launcher then writes the node's marker
+(``layout.shaped_marker``, holding the ``tc -s qdisc`` readback) and the node wrapper, which
+waits for it (``--wait-for``), starts the ranks: the limit holds from the first collective.
+Delay (``--inter-node-latency``) needs netem, which this machine's kernel lacks: refused at
+validation (``launcher.launch.check_node_options``).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+from launcher import engine
+from launcher.engine import LauncherError
+from launcher.launch import Launch
+from launcher.layout import NETTOOLS_IMAGE, SHAPED_DIR, shaped_marker, tbf_command
+
+
+def check(launch: Launch, start_late: dict) -> None:
+    """Before anything starts: the helper image exists, and no node starts late (its marker would
+    never be written).
+
+    Raises:
+        LauncherError: the helper image is missing, naming the build command.
+        ValueError: --start-late with --inter-node-bandwidth.
+    """
+    if not launch.node.inter_node_bandwidth:
+        return
+    if start_late:
+        raise ValueError("--start-late cannot be combined with --inter-node-bandwidth (a late node's network "
+                         "would not be shaped); drop one of them")
+    if engine.image_created(NETTOOLS_IMAGE) is None:
+        raise LauncherError(f"--inter-node-bandwidth needs the helper image {NETTOOLS_IMAGE} (iproute2); build it "
+                            f"with bash images/build.sh")
+
+
+def clear(run_dir: str) -> None:
+    """Remove the markers of an earlier start (each start shapes its fresh containers again)."""
+    shutil.rmtree(os.path.join(run_dir, SHAPED_DIR), ignore_errors=True)
+
+
+def apply(launch: Launch, containers: dict, run_dir: str, show) -> dict[str, str]:
+    """Limit each node's eth0 to the launch's rate, then write its marker; returns node -> the
+    ``tc -s qdisc show dev eth0`` readback. ``containers``: service -> container (the SDK's).
+
+    Raises:
+        LauncherError: a node container is missing or its helper failed.
+    """
+    rate = launch.node.inter_node_bandwidth
+    os.makedirs(os.path.join(run_dir, SHAPED_DIR), exist_ok=True)
+    out = {}
+    for name in launch.names:
+        if name not in containers:
+            raise LauncherError(f"cannot shape {name}: its container is not there")
+        text = engine.run_in_netns(NETTOOLS_IMAGE, tbf_command(rate), containers[name])
+        marker = shaped_marker(run_dir, name)
+        with open(marker + ".tmp", "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(marker + ".tmp", marker)
+        first = text.strip().splitlines()[0] if text.strip() else "?"
+        show(f"launcher | {name} eth0 limited to {rate}: {first}")
+        out[name] = text
+    return out

@@ -1,0 +1,172 @@
+"""Traffic accounting against closed-form counts, the merged trace's schema, and "free when off".
+
+    OMP_NUM_THREADS=1 python -m pytest -q tests/test_traffic.py
+
+Runs torchrun locally (no Docker): 2x1x2 (pipeline + TP) and 2x2x1 (pipeline + FSDP), tiny
+model, 3 steps, with ``--traffic 1 --trace-steps 2,3``. Expected values are computed here from
+the model shape, mesh, microbatches and the 1F1B schedule, not read from the code under test.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+F32 = 4
+# tiny preset: dim 64, 8 layers, 4 heads, ffn 128, vocab 256; seq 64, global batch 16
+DIM, LAYERS, FFN, VOCAB, SEQ, BATCH = 64, 8, 128, 256, 64, 16
+
+
+def run_torchrun(mesh: str, run_dir: Path, *flags: str) -> subprocess.CompletedProcess:
+    pp, dp, tp = map(int, mesh.split("x"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={pp * dp * tp}",
+           "-m", "train", "--mesh", mesh, "--model", "tiny", "--steps", "3", "--val-every", "0",
+           "--run-dir", str(run_dir), *flags]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def fsdp_shard_floats(shapes: list[tuple[int, ...]], dp: int) -> int:
+    """Floats of this rank's FSDP2 shard of a parameter group: dim 0 padded to a multiple of dp."""
+    return sum(math.ceil(s[0] / dp) * math.prod(s[1:]) for s in shapes)
+
+
+def block_shapes(tp: int) -> list[tuple[int, ...]]:
+    """One block's parameters as this rank holds them after TP (column splits rows, row splits columns)."""
+    return [(3 * DIM // tp, DIM), (DIM, DIM // tp), (2 * FFN // tp, DIM), (DIM, FFN // tp), (DIM,), (DIM,)]
+
+
+def expected(mesh: str, rank: int) -> dict:
+    """Closed-form bytes and messages of one rank in one steady step (1F1B, default microbatches = pp)."""
+    pp, dp, tp = map(int, mesh.split("x"))
+    world, m = pp * dp * tp, pp
+    mb = BATCH // dp // m
+    act = mb * SEQ * DIM * F32  # one microbatch's hidden states (forward) or their grads (backward)
+    stage = rank // (dp * tp)
+    blocks = LAYERS // pp
+    b, n = {}, {}
+    # 1F1B, 2 stages: stage 0 sends m activations and receives m grads; stage 1 the reverse
+    b["pp_send"] = b["pp_recv"] = m * act
+    n["pp_send"] = n["pp_recv"] = m
+    if tp > 1:  # Megatron TP: all-reduce after wo and w2 forward, of the input grads of wqkv and w13 backward
+        n["tp_all_reduce"] = 4 * blocks * m
+        b["tp_all_reduce"] = n["tp_all_reduce"] * act
+    if dp > 1:  # FSDP2, reshard_after_forward=False: one all-gather and one reduce-scatter per group a step
+        root = [(VOCAB, DIM)] if stage == 0 else [(DIM,), (VOCAB, DIM)]
+        shard = blocks * fsdp_shard_floats(block_shapes(tp), dp) + fsdp_shard_floats(root, dp)
+        n["fsdp_all_gather"] = n["fsdp_reduce_scatter"] = blocks + 1
+        b["fsdp_all_gather"], b["fsdp_reduce_scatter"] = shard * F32, dp * shard * F32
+    n["world_all_reduce"], b["world_all_reduce"] = 1, (2 + world) * 8  # clipping: norm, loss, rss per rank (float64)
+    peer_node = 1 - stage
+    links = {f"{stage}->{peer_node}": b["pp_send"], "span": b["world_all_reduce"]}
+    inside = b.get("tp_all_reduce", 0) + b.get("fsdp_all_gather", 0) + b.get("fsdp_reduce_scatter", 0)
+    if inside:
+        links[f"{stage}->{stage}"] = inside
+    return {"bytes": b, "messages": n, "links": links}
+
+
+@pytest.mark.parametrize("mesh", ["2x1x2", "2x2x1"])
+def test_traffic_matches_closed_form_and_trace_has_every_rank(tmp_path, mesh):
+    proc = run_torchrun(mesh, tmp_path, "--traffic", "1", "--trace-steps", "2,3")
+    world = math.prod(map(int, mesh.split("x")))
+    for rank in range(world):
+        rows = [json.loads(l) for l in (tmp_path / "traffic" / f"rank-{rank}.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows] == [1, 2, 3]
+        want = expected(mesh, rank)
+        for r in rows[1:]:  # step 1 also carries one 4-byte p2p message of the schedule's first step
+            assert r["bytes"] == want["bytes"], (rank, r["step"])
+            assert r["messages"] == want["messages"], (rank, r["step"])
+            assert r["links"] == want["links"], (rank, r["step"])
+    # metrics.jsonl: the world totals of each step
+    metrics = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    totals = metrics[-1]["traffic"]
+    assert totals["bytes"]["pp_send"] == sum(expected(mesh, r)["bytes"]["pp_send"] for r in range(world))
+    assert totals["links"]["0->1"] == totals["links"]["1->0"] == world // 2 * expected(mesh, 0)["bytes"]["pp_send"]
+    # the merged trace: Chrome trace-event JSON, every rank, one process per node
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert all({"name", "ph", "ts", "dur", "pid", "tid"} <= set(e) for e in xs)
+    assert {e["tid"] for e in xs if e["cat"] == "compute"} == set(range(world))
+    assert {e["pid"] for e in xs} == {0, 1}
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {"node-0", "node-1"}
+    fwd = [e for e in xs if e["name"].startswith("forward mb")]
+    assert len(fwd) == 2 * world * 2  # 2 traced steps x every rank x 2 microbatches
+    assert "bubble step 2: measured" in proc.stdout and "textbook (p-1)/(m+p-1) 0.333" in proc.stdout
+    assert (tmp_path / "profile" / "rank-0.json").exists()
+
+
+OFF_PROBE = r"""
+import json, sys, torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+import train.pipeline as P
+from train.config import Config
+from train.preflight import preflight
+from train.trainer import run
+seen = []
+orig = P.Pipeline.step
+def step(self, *a, **k):
+    seen.append({"mode": type(_get_current_dispatch_mode()).__name__,
+                 "profiler": torch.autograd.profiler._is_profiler_enabled,
+                 "traced": any(s.traced for s in self.stages)})
+    return orig(self, *a, **k)
+P.Pipeline.step = step
+traffic = int(sys.argv[1])
+job = preflight(Config(model="tiny", steps=2, val_every=0, run_dir=sys.argv[2], traffic=traffic))
+assert run(job) == 0
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("traffic", [0, 1])
+def test_no_hook_or_tracer_unless_asked(tmp_path, traffic):
+    proc = subprocess.run([sys.executable, "-c", OFF_PROBE, str(traffic), str(tmp_path)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(seen) == 2
+    assert all(not s["profiler"] and not s["traced"] for s in seen)
+    assert {s["mode"] for s in seen} == ({"TrafficMode"} if traffic else {"NoneType"})
+    assert (tmp_path / "traffic").exists() == bool(traffic)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--trace-steps", "9"], "trace_steps: step(s) 9 outside the run (steps 1..3)"),
+    (["--trace-steps", "a"], "trace_steps: cannot parse 'a'"),
+    (["--traffic", "2"], "traffic: must be 0 or 1, got 2"),
+])
+def test_bad_trace_or_traffic_exits_2(tmp_path, flags, message):
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "train", "--model", "tiny", "--steps", "3", "--run-dir",
+                           str(run_dir), *flags], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert not run_dir.exists()
+
+
+@pytest.mark.docker
+def test_2x2x2_cluster_shaped_traced_counts_as_closed_form(tmp_path, trainer_image):
+    """The acceptance run on containers: 2x2x2 with --inter-node-bandwidth, --trace-steps and --traffic."""
+    run = tmp_path / "acceptance"
+    proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--mesh", "2x2x2", "--model", "tiny", "--steps", "3",
+                           "--val-every", "0", "--traffic", "1", "--trace-steps", "2,3", "--inter-node-bandwidth",
+                           "100mbit", "--mount-code", "--run-dir", str(run)], capture_output=True, text=True,
+                          timeout=580, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    for rank in range(8):
+        rows = [json.loads(l) for l in (run / "traffic" / f"rank-{rank}.jsonl").read_text().splitlines()]
+        want = expected("2x2x2", rank)
+        assert [(r["bytes"], r["messages"], r["links"]) for r in rows[1:]] == [(want["bytes"], want["messages"],
+                                                                                 want["links"])] * 2, rank
+    trace = json.loads((run / "trace.json").read_text())
+    xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["tid"] for e in xs if e["cat"] == "compute"} == set(range(8)) and {e["pid"] for e in xs} == {0, 1}
+    assert "traffic/step " in proc.stdout and "inter-node 1.05 MB" in proc.stdout
+    assert "bubble step 2: measured" in proc.stdout and "eth0 limited to 100mbit" in proc.stdout
