@@ -14,7 +14,7 @@ import dataclasses
 import posixpath
 import math
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from launcher.layout import (IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, lost_after_s, node_names, rate_bits_per_s,
                              run_name)

@@ -57,7 +57,7 @@ def _free_port() -> int:
 def test_rendezvous_names_silent_and_missing_nodes():
     """No Docker: node 0 heartbeats, then goes silent (lost after 2 s); node 1 never joins (5 s)."""
     need_torch()
-    from launcher.container.node import Heartbeat
+    from launcher.container.heartbeat import Heartbeat
 
     port = _free_port()
     server = subprocess.Popen([sys.executable, "-m", "launcher.container.rendezvous", "--port", str(port), "--nnodes", "2",

@@ -120,7 +120,7 @@ def _rendezvous(port: int, nnodes: int, grace: float = 30) -> subprocess.Popen:
 
 def test_rendezvous_collects_exit_codes():
     need_torch()
-    from launcher.container.node import report
+    from launcher.container.heartbeat import report
 
     port = _free_port()
     server = _rendezvous(port, 2)

@@ -40,7 +40,6 @@ Rendezvous backend (both verified with 2- and 4-node probe clusters):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -48,13 +47,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from datetime import timedelta
 
+from launcher.container.heartbeat import Heartbeat, report
 from launcher.container.ranks import frozen
-from launcher.layout import (EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, NODE_KEY, REPORTED, VERDICT, rank_range,
-                             report_key)
+from launcher.layout import JOIN_TIMEOUT_S, rank_range
 
 STOP_GRACE_S = 2.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
 
@@ -98,89 +95,6 @@ def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[
         cmd += [f"--master-addr={host}", f"--master-port={port}", f"--local-addr={node_name}"]
     entry = [args.script] if args.script else ["-m", args.module]
     return cmd + ["--tee=3", *entry, *train_argv]
-
-
-def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float = 15,
-           reason: str | None = None) -> None:
-    """Write this node's exit code (and why, when a fault or a signal stopped it) to the rendezvous
-    store; warn (not fail) if it is gone. Gives up after timeout_s + 2 s even if the store hangs (a
-    frozen rendezvous accepts but never answers)."""
-    worker = threading.Thread(target=_report, args=(endpoint, node_name, node_rank, nproc, code, timeout_s, reason),
-                              daemon=True)
-    worker.start()
-    worker.join(timeout_s + 2)
-    if worker.is_alive():
-        print(f"[{node_name}] could not report exit code {code} to {endpoint}: no answer in {timeout_s:g}s",
-              file=sys.stderr, flush=True)
-
-
-def _report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float,
-            reason: str | None) -> None:
-    record = {"node": node_name, "node_rank": node_rank, "ranks": rank_range(node_rank, nproc), "exit_code": code,
-              "reason": reason}
-    try:
-        import torch.distributed as dist
-
-        host, _, port = endpoint.rpartition(":")
-        store = dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False,
-                              timeout=timedelta(seconds=timeout_s))
-        store.set(EXIT_KEY + node_name, json.dumps(record))
-        index = store.add(REPORTED, 1)
-        store.set(report_key(index), node_name)
-        print(f"[{node_name}] reported exit code {code} to {endpoint}", flush=True)
-    except Exception as e:  # the rendezvous may have given up already
-        print(f"[{node_name}] could not report exit code {code} to {endpoint}: {e}", file=sys.stderr, flush=True)
-
-
-class Heartbeat(threading.Thread):
-    """Registers this node in the rendezvous store, bumps its heartbeat counter every
-    ``interval`` seconds and picks up the rendezvous' verdict (lost nodes) and finish flag.
-    ``last_ok`` is the monotonic time of the last store call that went through."""
-
-    def __init__(self, endpoint: str, name: str, node_rank: int, nproc: int, interval: float = 1.0):
-        super().__init__(daemon=True, name="heartbeat")
-        self.endpoint, self.name, self.node_rank, self.nproc, self.interval = endpoint, name, node_rank, nproc, interval
-        self.last_ok = time.monotonic()
-        self.verdict: dict | None = None
-        self.finished = False
-        self.ever_ok = False  # until the first contact, the join timeout applies instead
-        self.halt = threading.Event()
-
-    def _connect(self):
-        import torch.distributed as dist
-
-        host, _, port = self.endpoint.rpartition(":")
-        store = dist.TCPStore(host, int(port), is_master=False, wait_for_workers=False, timeout=timedelta(seconds=5))
-        store.set(NODE_KEY + str(self.node_rank), json.dumps({
-            "node": self.name, "node_rank": self.node_rank, "nproc": self.nproc,
-            "ranks": rank_range(self.node_rank, self.nproc)}))
-        return store
-
-    def run(self) -> None:
-        store = None
-        while not self.halt.is_set():
-            try:
-                store = store or self._connect()
-                store.add(HB_KEY + str(self.node_rank), 1)
-                finished = store.check([FINISHED])  # before the verdict: the rendezvous sets it first
-                if self.verdict is None and store.check([VERDICT]):
-                    self.verdict = json.loads(store.get(VERDICT).decode())
-                self.finished = self.finished or finished
-                self.last_ok, self.ever_ok = time.monotonic(), True
-            except Exception:  # noqa: BLE001 - store gone or unreachable: reconnect next beat
-                store = None
-            self.halt.wait(self.interval)
-
-    def lost_message(self) -> str | None:
-        """The verdict naming the lost or failed node(s) other than this one, else None."""
-        if not self.verdict:
-            return None
-        lost = [f"{x['node']} (ranks {x['ranks']}) lost: {x['reason']}" for x in self.verdict.get("lost", [])
-                if x.get("node_rank") != self.node_rank]
-        failed = [f"{x['node']} (ranks {x['ranks']}) failed with exit {x['exit_code']}"
-                  + (f" ({x['reason']})" if x.get("reason") else "") for x in self.verdict.get("failed", [])
-                  if x.get("node_rank") != self.node_rank]
-        return "; ".join(lost + failed) or None
 
 
 def supervise(proc: subprocess.Popen, hb: Heartbeat, name: str, ranks: str, silent_s: float,
