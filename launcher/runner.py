@@ -32,12 +32,12 @@ from launcher import engine, shaping
 from launcher.compose import LABEL, render
 from launcher.engine import LauncherError, compose
 from launcher.files import ROOT, host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
-from launcher.follow import PEER_FAILED, PEER_TIMEOUT, Stream, Watch
+from launcher.follow import Stream, Watch
+from launcher.summary import summarise
 from launcher.launch import Launch, with_resume
-from launcher.layout import APP_DIR, IMAGE, RDZV_HOST, format_ranks, node_ranks
+from launcher.layout import APP_DIR, IMAGE, RDZV_HOST
 from launcher.target import Target
 from train.config import ConfigError
-from train.metrics import traffic_text
 
 
 def ensure_image(image: str, build: bool, mount_code: bool = False) -> None:
@@ -89,32 +89,6 @@ def newer_than(created: float) -> str | None:
                 if name.endswith(".py") and os.path.getmtime(path) > created + 1:
                     return os.path.relpath(path, ROOT)
     return None
-
-
-def _final_metrics(run_dir: str, done: dict) -> dict:
-    """final_loss / tokens_per_s / wall_s from the done line, else metrics.jsonl's last row."""
-    out = {k: done.get(k) for k in ("final_loss", "tokens_per_s", "wall_s", "steps")}
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if out["final_loss"] is None and os.path.isfile(path):
-        with open(path, encoding="utf-8") as fh:
-            rows = [json.loads(x) for x in fh if x.strip()]
-        if rows:
-            out.update(final_loss=rows[-1].get("loss"), tokens_per_s=rows[-1].get("tokens_per_s"),
-                       steps=rows[-1].get("step"))
-    out["traffic"] = last_traffic(path)
-    return out
-
-
-def last_traffic(path: str) -> dict | None:
-    """The ``traffic`` totals of the last step of metrics.jsonl that has them (``--traffic 1``), else None."""
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as fh:
-        rows = [x for x in fh if '"traffic"' in x]
-    try:
-        return json.loads(rows[-1]).get("traffic") if rows else None
-    except ValueError:
-        return None
 
 
 def up(launch: Launch, command: str, build: bool = False, keep: bool = False, quiet: bool = False,
@@ -194,7 +168,7 @@ def _attempt(launch: Launch, target: Target, run_dir: str, quiet: bool, progress
     except LauncherError:
         _force_down(target)
         raise
-    ok = _summary(stream, launch, run_dir, codes, time.monotonic() - t0)
+    ok = summarise(stream, launch, run_dir, codes, time.monotonic() - t0)
     return (0 if ok else 1), codes
 
 
@@ -204,55 +178,6 @@ def _force_down(target: Target, **kwargs) -> None:
         if c.status == "paused":
             c.unpause()
     compose(target.project, target.file, "down", "--remove-orphans", "-t", "5", **kwargs)
-
-
-def _summary(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: float) -> bool:
-    ok = all(codes.get(n) == 0 for n in launch.names) and not stream.lost
-    m = _final_metrics(run_dir, stream.progress.done)
-    show = stream.show
-    show(f"== summary: {'OK' if ok else 'FAILED'} ==")
-    show(f"  run folder   {launch.run_dir}")
-    show(f"  wall time    {wall:.1f}s (launcher, up to last exit)" + (f"; trainer wall_s {m['wall_s']}" if m["wall_s"] else ""))
-    if stream.first_worker_s is not None:
-        show(f"  first rank output after {stream.first_worker_s:.1f}s")
-    show(f"  final loss   {m['final_loss'] if m['final_loss'] is not None else '?'}"
-         + (f" after {m['steps']} steps" if m["steps"] is not None else ""))
-    show(f"  tokens/s     {m['tokens_per_s'] if m['tokens_per_s'] is not None else '?'}")
-    if m["traffic"]:
-        show(f"  traffic/step {traffic_text(m['traffic'])} (all ranks; per rank: {launch.run_dir}/traffic/)")
-    if os.path.isfile(os.path.join(run_dir, "trace.json")):
-        show(f"  trace        {launch.run_dir}/trace.json (open in https://ui.perfetto.dev)")
-    if os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
-        show(f"  report       python -m launcher report --run-dir {launch.run_dir}")
-    seen = len(stream.seen_ranks)
-    show(f"  ranks seen   {seen}/{launch.world_size}" + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
-    for k, name in enumerate(launch.names):
-        why = f" ({stream.reasons[name]})" if name in stream.reasons else ""
-        show(f"  {name:<11}  ranks {format_ranks(node_ranks(k, launch.nproc_per_node)):<8} exit {codes.get(name)}{why}")
-    show(f"  {RDZV_HOST:<11}  {'':<14} exit {codes.get(RDZV_HOST)}")
-    for lost in stream.lost:
-        show(f"  LOST         {lost}" + (f" (named {stream.lost_s:.1f}s after start, t={stream.lost_t:.3f})"
-                                             if stream.lost_s else ""))
-    if stream.forced:
-        show(f"  killed by up {', '.join(stream.forced)} (lost, or still up after the rendezvous ended)")
-    if not ok:
-        _show_failures(show, launch, stream.tracebacks())
-    stream.log.close()
-    return ok
-
-
-def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> None:
-    """The ranks that raised, with their traceback's last lines; ranks that only saw a peer die
-    (connection closed) are named in one line after the cause."""
-    cause = {r: lines for r, lines in tracebacks.items() if not PEER_FAILED.search(lines[-1])}
-    for rank, lines in (cause or tracebacks).items():
-        waited = " (timed out waiting for a peer)" if PEER_TIMEOUT.search(lines[-1]) else ""
-        show(f"  FAILED rank {rank} on {launch.names[rank // launch.nproc_per_node]}{waited}: {lines[-1]}")
-        for line in lines[:-1]:
-            show(f"      {line}")
-    after = sorted(set(tracebacks) - set(cause)) if cause else []
-    if after:
-        show(f"  then failed  rank(s) {', '.join(map(str, after))}: a peer's connection closed")
 
 
 def last_step(run_dir: str | None) -> str:
