@@ -79,7 +79,7 @@ class Heartbeat(threading.Thread):
                 store = store or self._connect()
                 store.add(HB_KEY + str(self.node_rank), 1)
                 finished = store.check([FINISHED])  # before the verdict: the rendezvous sets it first
-                if self.verdict is None and store.check([VERDICT]):
+                if store.check([VERDICT]):  # re-read: a failure may be joined by a lost node later
                     self.verdict = json.loads(store.get(VERDICT).decode())
                 self.finished = self.finished or finished
                 self.last_ok, self.ever_ok = time.monotonic(), True
