@@ -88,14 +88,17 @@ def test_full_disk_during_a_save_keeps_the_previous_checkpoint(small_disk):
 
 def test_torchrun_restart_resumes_with_resume_auto(tmp_path):
     """torchrun --max-restarts 1 with --resume auto: a rank killed mid-run, the group restarts and
-    continues from the newest checkpoint; metrics.jsonl has each step once."""
+    continues from the newest checkpoint; metrics.jsonl has each step once. The restarted ranks
+    need a fresh store (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1): with torch's default, the store
+    shared with the agent, gloo's connectFullMesh of the new round could read the killed round's
+    addresses and fail with "Connection refused" (seen in a CI run)."""
     need_torch()
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts",
            "1", "-m", "train", "--mesh", "2x1x1", "--model", "tiny", "--steps", "30", "--ckpt-every", "5",
            "--resume", "auto", "--run-dir", str(run), "--timeout-s", "20"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**ENV, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     t0 = time.monotonic()
     while time.monotonic() - t0 < 240:
         rows = (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").is_file() else []
