@@ -14,6 +14,7 @@ Both check every input before anything exists and raise ConfigError naming the f
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -190,13 +191,10 @@ def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | 
     extra = _mounts(mounts, host_path, node.user, errors)
     if code_dir is not None and not errors and re.fullmatch(r"\d+:\d+", node.user) and unreadable(code_dir, node.user):
         errors.append(f"code: {unreadable(code_dir, node.user)}")
-    host_run = host_path(os.path.abspath(run_dir)) if run_dir is not None else None
-    launch = None
-    if not errors:
-        launch = Launch(nnodes=nodes, nproc_per_node=nproc_per_node, mesh=spec, module=module, script=target_script,
-                        argv=tuple(argv), run_dir="", workdir=CODE_DIR if code_dir else None,
-                        mounts=((Mount(host_path(code_dir), CODE_DIR),) if code_dir else ()) + tuple(extra),
-                        timeout_s=float(timeout_s), node=node)
-        host_run = host_run or f"runs/{launch.job_name}"
-    _finish(errors, node, host_run or "x")
-    return Launch(**{**launch.__dict__, "run_dir": host_run})
+    _finish(errors, node, run_dir if run_dir is not None else "runs/x")  # raises listing every problem
+    launch = Launch(nnodes=nodes, nproc_per_node=nproc_per_node, mesh=spec, module=module, script=target_script,
+                    argv=tuple(argv), run_dir=host_path(os.path.abspath(run_dir)) if run_dir is not None else "",
+                    workdir=CODE_DIR if code_dir else None,
+                    mounts=((Mount(host_path(code_dir), CODE_DIR),) if code_dir else ()) + tuple(extra),
+                    timeout_s=float(timeout_s), node=node)
+    return launch if run_dir is not None else dataclasses.replace(launch, run_dir=f"runs/{launch.job_name}")
