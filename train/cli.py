@@ -11,7 +11,22 @@ from dataclasses import fields
 
 import yaml
 
-from train.config import Config, ConfigError, config_from_dict, field_docs
+from train.config import Config, ConfigError
+from train.config_types import config_from_dict
+
+
+def field_docs() -> dict[str, str]:
+    """Field name -> its one-line documentation (the string after each field of train.config.Config)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(Config))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = nxt.value.value
+    return docs
 
 
 def add_config_args(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:

@@ -285,28 +285,3 @@ def resolve(cfg: Config) -> TrainRun:
     overrides = {k: getattr(cfg, k) for k in ("dim", "n_layers", "n_heads", "ffn_dim") if getattr(cfg, k)}
     model = dataclasses.replace(PRESETS[cfg.model], **overrides)
     return TrainRun(dataclasses.replace(cfg, mesh=str(mesh), **filled), mesh, model, layout, local_stages)
-
-
-def field_docs() -> dict[str, str]:
-    """Field name -> its one-line documentation (the string after each field above)."""
-    import ast
-    import inspect
-
-    tree = ast.parse(inspect.getsource(Config))
-    body = tree.body[0].body
-    docs = {}
-    for node, nxt in zip(body, body[1:]):
-        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-            docs[node.target.id] = nxt.value.value
-    return docs
-
-
-def config_from_dict(values: dict, source: str = "config") -> Config:
-    """Build a Config from a mapping (a parsed YAML file); see ``train.config_types``.
-
-    Raises:
-        ConfigError: unknown keys, or every value of the wrong type (one per line).
-    """
-    from train.config_types import config_from_dict as typed
-
-    return typed(values, source)
