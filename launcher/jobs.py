@@ -73,8 +73,8 @@ def _mounts(specs: tuple[str, ...], host_path, user: str, errors: list[str]) -> 
         src = os.path.abspath(src)
         if not os.path.exists(src):
             errors.append(f"mount: source {src} does not exist; create it or fix --mount {spec}")
-        elif unreadable(src, user):
-            errors.append(f"mount: {unreadable(src, user)}")
+        elif why := unreadable(src, user):
+            errors.append(f"mount: {why}")
         elif any(dst == r or dst.startswith(r + "/") for r in RESERVED) or dst in {m.target for m in out}:
             errors.append(f"mount: target {dst} is taken ({', '.join(RESERVED)} are the launcher's, each target "
                           f"once); pick another, e.g. /data/{os.path.basename(src)}")
@@ -85,7 +85,10 @@ def _mounts(specs: tuple[str, ...], host_path, user: str, errors: list[str]) -> 
 
 def unreadable(path: str, user: str) -> str | None:
     """Why a bind-mount source cannot be read by the containers' user ``UID:GID`` (a folder also
-    needs x), else None. Only the mount's own top is checked: inside it, the files' modes rule."""
+    needs x), else None. Only the mount's own top is checked: inside it, the files' modes rule.
+    A user that is not UID:GID is check_node_options' to report, not this check's."""
+    if not re.fullmatch(r"\d+:\d+", user):
+        return None
     st = os.stat(path)
     uid, gid = (int(x) for x in user.split(":"))
     need = 0o5 if os.path.isdir(path) else 0o4
@@ -189,8 +192,8 @@ def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | 
             errors.append(f"module: {module} not found in --code {code_dir} (no {module.replace('.', '/')}.py "
                           f"or {module.replace('.', '/')}/__init__.py); fix --module or --code")
     extra = _mounts(mounts, host_path, node.user, errors)
-    if code_dir is not None and not errors and re.fullmatch(r"\d+:\d+", node.user) and unreadable(code_dir, node.user):
-        errors.append(f"code: {unreadable(code_dir, node.user)}")
+    if code_dir is not None and not errors and (why := unreadable(code_dir, node.user)):
+        errors.append(f"code: {why}")
     _finish(errors, node, run_dir if run_dir is not None else "runs/x")  # raises listing every problem
     launch = Launch(nnodes=nodes, nproc_per_node=nproc_per_node, mesh=spec, module=module, script=target_script,
                     argv=tuple(argv), run_dir=host_path(os.path.abspath(run_dir)) if run_dir is not None else "",

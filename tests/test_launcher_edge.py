@@ -162,6 +162,8 @@ def test_bad_user_code_inputs_exit_2_and_write_nothing(tmp_path):
         (["--nodes", "1", "--nproc-per-node", "1", "--script", str(private / "t.py"), "--user", "4321:4321"],
          f"code: {private} is not readable by the containers' user 4321:4321"),
         (["--mesh", "2x1x1", "--nodes", "3"], "the built-in trainer takes --mesh and its own flags"),
+        (["--nodes", "1", "--nproc-per-node", "1", "--script", str(ROOT / "examples" / "ddp.py"), "--mount",
+          str(tmp_path / "code") + ":/data/x", "--user", "me"], "user: 'me' is not UID:GID"),
     ]
     for args, message in cases:
         proc = subprocess.run([sys.executable, "-m", "launcher", "generate", *args, "--out", str(out)], cwd=ROOT,

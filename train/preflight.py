@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from train.config import SCHEDULES, Config, ConfigError, TrainRun, resolve
-from train.corpus import check_corpus, data_files  # noqa: F401 - data_files: this module's API before train.corpus
+from train.corpus import check_corpus
 from train.preflight_values import value_errors
 
 

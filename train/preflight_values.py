@@ -26,7 +26,7 @@ RULES: dict[str, tuple] = {
     "timeout_s": (lambda v: _finite(v) and 0 < v <= TIMEOUT_LIMIT_S, f"a finite number of seconds in (0, {TIMEOUT_LIMIT_S:g}]",
                   "e.g. --timeout-s 60 (the default)"),
     "val_fraction": (lambda v: _finite(v) and 0 < v < 1, "in (0, 1)", "e.g. --val-fraction 0.05 (the default)"),
-    "seed": (lambda v: 0 <= v < SEED_LIMIT, f"in [0, 2**63)", "e.g. --seed 0"),
+    "seed": (lambda v: 0 <= v < SEED_LIMIT, "in [0, 2**63)", "e.g. --seed 0"),
     "warmup_steps": (lambda v: v >= 0, ">= 0", "0: no warmup"),
     "val_every": (lambda v: v >= 0, ">= 0", "0: never validate"),
     "threads": (lambda v: v >= 0, ">= 0", "0: OMP_NUM_THREADS or 1"),

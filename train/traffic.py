@@ -28,8 +28,6 @@ from __future__ import annotations
 import json
 import os
 
-from train.metrics import traffic_text  # noqa: F401 - re-exported: the one-line form of a step's totals
-
 import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
