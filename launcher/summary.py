@@ -16,29 +16,24 @@ from train.metrics import traffic_text
 
 
 def _final_metrics(run_dir: str, done: dict) -> dict:
-    """final_loss / tokens_per_s / wall_s from the done line, else metrics.jsonl's last row."""
+    """final_loss / tokens_per_s / wall_s from the done line, else metrics.jsonl's last row; and the
+    ``traffic`` totals of the last row that has them (``--traffic 1``). The file is read once."""
     out = {k: done.get(k) for k in ("final_loss", "tokens_per_s", "wall_s", "steps")}
+    rows = []
     path = os.path.join(run_dir, "metrics.jsonl")
-    if out["final_loss"] is None and os.path.isfile(path):
+    if os.path.isfile(path):
         with open(path, encoding="utf-8") as fh:
-            rows = [json.loads(x) for x in fh if x.strip()]
-        if rows:
-            out.update(final_loss=rows[-1].get("loss"), tokens_per_s=rows[-1].get("tokens_per_s"),
-                       steps=rows[-1].get("step"))
-    out["traffic"] = last_traffic(path)
+            for line in fh:
+                try:
+                    rows.append(json.loads(line))
+                except ValueError:  # a line cut short by a killed run
+                    continue
+    rows = [r for r in rows if isinstance(r, dict)]
+    if out["final_loss"] is None and rows:
+        out.update(final_loss=rows[-1].get("loss"), tokens_per_s=rows[-1].get("tokens_per_s"),
+                   steps=rows[-1].get("step"))
+    out["traffic"] = next((r["traffic"] for r in reversed(rows) if r.get("traffic")), None)
     return out
-
-
-def last_traffic(path: str) -> dict | None:
-    """The ``traffic`` totals of the last step of metrics.jsonl that has them (``--traffic 1``), else None."""
-    if not os.path.isfile(path):
-        return None
-    with open(path, encoding="utf-8") as fh:
-        rows = [x for x in fh if '"traffic"' in x]
-    try:
-        return json.loads(rows[-1]).get("traffic") if rows else None
-    except ValueError:
-        return None
 
 
 def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: float) -> bool:
