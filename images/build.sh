@@ -102,9 +102,11 @@ for d in train launcher; do
   [[ -d $d ]] || { echo "build.sh: $d/ is missing (Dockerfile copies it into /app)" >&2; exit 1; }
 done
 nocache=(); (( FORCE )) && nocache=(--no-cache)
-say "docker build $IMAGE"
+# The label lets `launcher up` tell whether the image holds this checkout's code (launcher/files.py).
+digest=$("$PY" -c 'from launcher.files import code_digest; print(code_digest())')
+say "docker build $IMAGE (code digest ${digest:0:12})"
 docker build "${nocache[@]}" --build-arg BASE_IMAGE="$base" ${TORCH_INDEX:+--build-arg TORCH_INDEX="$TORCH_INDEX"} \
-  -f images/Dockerfile -t "$IMAGE" .
+  --label io.simcluster.code-digest="$digest" -f images/Dockerfile -t "$IMAGE" .
 
 # --- final check and summary ---------------------------------------------------------------
 docker run --rm "$IMAGE" python -c "import torch, yaml, numpy; print('image ok: torch', torch.__version__, 'yaml', yaml.__version__, 'numpy', numpy.__version__)"

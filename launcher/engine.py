@@ -59,6 +59,14 @@ def exit_code(container) -> int | None:
     return container.attrs["State"]["ExitCode"]
 
 
+def image_labels(image: str) -> dict[str, str] | None:
+    """The image's labels ({} when it has none), or None if it does not exist."""
+    try:
+        return client().images.get(image).labels or {}
+    except NotFound:
+        return None
+
+
 def image_created(image: str) -> float | None:
     """UNIX time the image was created, or None if it does not exist."""
     try:

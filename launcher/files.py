@@ -5,6 +5,7 @@ atomic writes and run folders.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 
@@ -14,6 +15,27 @@ _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The repo root when running from a checkout (it has images/build.sh); installed with pip, the
 # folder the launcher is started in: runs/ and compose/ are made there.
 ROOT = _CHECKOUT if os.path.isfile(os.path.join(_CHECKOUT, "images", "build.sh")) else os.getcwd()
+
+
+CODE_FOLDERS = ("train", "launcher")  # what images/Dockerfile copies into /app
+
+
+def code_digest(root: str = ROOT) -> str:
+    """sha256 (hex) of the .py files under CODE_FOLDERS: their repo-relative paths and bytes, in
+    sorted order. images/build.sh labels the trainer image with it (io.simcluster.code-digest),
+    so `launcher up` can tell whether the image holds this checkout's code (content, not mtimes:
+    a build from the layer cache keeps the old creation time)."""
+    h = hashlib.sha256()
+    paths = []
+    for folder in CODE_FOLDERS:
+        for base, dirs, files in os.walk(os.path.join(root, folder)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            paths += [os.path.join(base, f) for f in files if f.endswith(".py")]
+    for path in sorted(paths, key=lambda p: os.path.relpath(p, root)):
+        h.update(os.path.relpath(path, root).replace(os.sep, "/").encode() + b"\0")
+        with open(path, "rb") as fh:
+            h.update(fh.read() + b"\0")
+    return h.hexdigest()
 
 
 def repo_path(path: str, root: str = ROOT) -> str:

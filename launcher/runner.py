@@ -31,7 +31,7 @@ import time
 from launcher import engine, shaping
 from launcher.compose import LABEL, render
 from launcher.engine import LauncherError, compose
-from launcher.files import ROOT, host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
+from launcher.files import ROOT, code_digest, host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
 from launcher.follow import Stream, Watch
 from launcher.summary import summarise
 from launcher.launch import Launch, with_resume
@@ -42,17 +42,17 @@ from train.config import ConfigError
 
 def ensure_image(image: str, build: bool, mount_code: bool = False) -> None:
     """Build the trainer image with images/build.sh if it is missing (or build is set); warn
-    when this checkout's code is newer than the image (unless mount_code).
+    when the image's code (its io.simcluster.code-digest label) differs from this checkout's (unless mount_code).
 
     Raises:
         LauncherError: the build failed.
     """
-    created = engine.image_created(image)
-    if created is not None and not build:
-        stale = None if mount_code else newer_than(created)
-        if stale:
-            print(f"launcher: WARNING: {stale} changed after {image} was built; the containers run the image's "
-                  f"copy. Use --build (rebuild) or --mount-code (mount this checkout).", file=sys.stderr, flush=True)
+    labels = engine.image_labels(image)
+    if labels is not None and not build:
+        if not mount_code and labels.get(LABEL + "code-digest") != code_digest():
+            print(f"launcher: WARNING: this checkout's train/ or launcher/ code differs from the copy in {image}; "
+                  f"the containers run the image's copy. Use --build (rebuild) or --mount-code (mount this "
+                  f"checkout).", file=sys.stderr, flush=True)
         return
     print(f"launcher: building {image} with images/build.sh", flush=True)
     if subprocess.run(["bash", os.path.join(ROOT, "images", "build.sh")], cwd=ROOT).returncode != 0:
@@ -78,17 +78,6 @@ def check_image(launch: Launch) -> None:
                           f" and the job with torch: use an image FROM {IMAGE}, or install torch==2.13.0 and this "
                           f"project's wheel into yours (README, \"Your own image\")"
                           + (f"; or check --module {from_image[0]}" if from_image else ""))
-
-
-def newer_than(created: float) -> str | None:
-    """A train/ or launcher/ .py file modified after UNIX time created (+1 s), else None."""
-    for folder in ("train", "launcher"):
-        for base, _dirs, files in os.walk(os.path.join(ROOT, folder)):
-            for name in files:
-                path = os.path.join(base, name)
-                if name.endswith(".py") and os.path.getmtime(path) > created + 1:
-                    return os.path.relpath(path, ROOT)
-    return None
 
 
 def up(launch: Launch, command: str, build: bool = False, keep: bool = False, quiet: bool = False,

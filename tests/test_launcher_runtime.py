@@ -165,3 +165,25 @@ def test_node_wrapper_ranks_follow_node_names_not_arrival(tmp_path):
             assert f"[rank{r}]:probe rank={r} local_rank={local} world_size=4" in text
             assert f"[rank{r}]:probe rank={r} all_reduce=6 expected=6 ok" in text
     assert server.returncode == 0 and "all nodes exited 0" in out
+
+
+def test_code_digest_follows_content_not_mtimes(tmp_path):
+    """The trainer image's staleness check: the digest changes with a file's bytes or name,
+    not with its modification time (a cached image build keeps its old creation time)."""
+    from launcher.files import code_digest
+
+    (tmp_path / "train").mkdir()
+    (tmp_path / "launcher").mkdir()
+    (tmp_path / "train" / "a.py").write_text("x = 1\n")
+    (tmp_path / "launcher" / "b.py").write_text("y = 2\n")
+    (tmp_path / "train" / "notes.txt").write_text("not code\n")
+    first = code_digest(str(tmp_path))
+    os.utime(tmp_path / "train" / "a.py", (1, 1))
+    (tmp_path / "train" / "notes.txt").write_text("changed, still not code\n")
+    assert code_digest(str(tmp_path)) == first
+    (tmp_path / "train" / "a.py").write_text("x = 2\n")
+    second = code_digest(str(tmp_path))
+    assert second != first
+    (tmp_path / "train" / "a.py").rename(tmp_path / "train" / "c.py")
+    assert code_digest(str(tmp_path)) not in (first, second)
+    assert len(code_digest()) == 64  # this checkout

@@ -49,8 +49,12 @@ def assert_parity(proc, rows, steps=STEPS):
         assert abs(r["grad_norm"] - r["ref_grad_norm"]) <= 1e-4 * r["ref_grad_norm"]
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES)
-@pytest.mark.parametrize("mesh", MESHES)
+# With pp = 1 GPipe and 1F1B run one stage alike (all forwards, then all backwards, or alternating:
+# the same sums), so one-stage meshes take 1F1B and the interleaved (two local stages) only.
+MATRIX = [(m, s) for m in MESHES for s in SCHEDULES if not (m.startswith("1x") and s == "gpipe")]
+
+
+@pytest.mark.parametrize("mesh,schedule", MATRIX)
 def test_parity_matrix(mesh, schedule):
     proc, rows = run_parity("--mesh", mesh, "--schedule", schedule, "--steps", str(STEPS), "--microbatches", "4")
     assert_parity(proc, rows)
