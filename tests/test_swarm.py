@@ -61,6 +61,10 @@ def test_stack_fields_map_to_swarm():
     hosts = [s["hostname"] for n, s in many["services"].items() if n != "rendezvous"]
     assert hosts[:3] == ["node-00", "node-01", "node-02"] and sorted(hosts) == hosts  # c10d's order = node rank
     assert swarm.stack_name(launch) == "sc-swarm-mesh-4x1x2"
+    cuda = swarm.build(resolve_training(Config(mesh="2x2x2", model="tiny", device="cuda"), NodeOptions()), "..")
+    assert cuda["services"]["node-1"]["deploy"]["resources"] == {"reservations": {"generic_resources": [
+        {"discrete_resource_spec": {"kind": "NVIDIA-GPU", "value": 4}}]}}
+    assert "resources" not in cuda["services"]["rendezvous"]["deploy"]
 
 
 def test_generate_workdir_local_image_and_bad_workdir(tmp_path):
@@ -74,6 +78,17 @@ def test_generate_workdir_local_image_and_bad_workdir(tmp_path):
     out = tmp_path / "s.yml"
     bad = launcher("generate", "--target", "swarm", "--mesh", "2x2x2", "--workdir", "shared/sc", "--out", str(out))
     assert bad.returncode == 2 and "swarm bind mounts need an absolute host path" in bad.stderr and not out.exists()
+
+
+@pytest.mark.docker
+def test_stack_file_passes_the_v3_schema(docker_available, tmp_path):
+    """Compose v1 validates a version 3.8 file against the schema docker stack deploy uses (unknown keys fail)."""
+    out = tmp_path / "stack.yml"
+    proc = launcher("generate", "--target", "swarm", "--mesh", "2x2x2", "--model", "tiny", "--device", "cuda",
+                    "--cpus-per-node", "2", "--memory-per-node", "3g", "--image", REGISTRY_IMAGE, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    check = subprocess.run(["docker-compose", "-f", str(out), "config", "-q"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
 
 
 class _Fake:

@@ -15,7 +15,8 @@ summary, its exit code and the lost-node verdict on every engine the same way.
 
 What the stack format changes against Compose (docker stack deploy ignores ``security_opt``,
 ``depends_on``, ``pull_policy``, ``restart``, ``cpus``/``mem_limit`` and ``tmpfs:``):
-  - limits: ``deploy.resources.limits`` (``cpus``, ``memory``); no restarts by the engine:
+  - limits: ``deploy.resources.limits`` (``cpus``, ``memory``); ``--device cuda``: one
+    ``NVIDIA-GPU`` generic resource per rank reserved (untested here: no GPU); no restarts by the engine:
     ``deploy.restart_policy.condition: none`` (a restarted task could not rejoin the job's c10d round);
   - pull_policy never: ``docker stack deploy --resolve-image never``, and the image must be on
     every host already (a registry, or ``docker save | docker load``);
@@ -39,9 +40,10 @@ import shlex
 from launcher.compose import LABEL, dump, host_path, node_command, node_env, rendezvous_command
 from launcher.launch import Launch
 from launcher.layout import APP_DIR, NETWORK, RDZV_HOST, format_ranks, node_ranks
-from launcher.targets.common import HEADER
+from launcher.targets.common import HEADER, gpus_per_node
 
 VERSION = "3.8"  # the stack file format (endpoint_mode needs 3.3, tmpfs mounts 3.6)
+GPU_KIND = "NVIDIA-GPU"  # --device cuda: the generic resource a GPU host advertises (README, Docker Swarm)
 
 
 def stack_name(launch: Launch) -> str:
@@ -59,8 +61,12 @@ def _deploy(launch: Launch, node: bool) -> dict:
         limits["cpus"] = f"{launch.node.cpus_per_node:g}"
     if node and launch.node.memory_per_node is not None:
         limits["memory"] = str(launch.node.memory_per_node).lower()
-    if limits:
-        out["resources"] = {"limits": limits}
+    gpus = gpus_per_node(launch) if node else 0
+    if limits or gpus:
+        out["resources"] = {"limits": limits} if limits else {}
+    if gpus:  # swarm's only GPU request: a generic resource each host advertises (daemon.json node-generic-resources)
+        out["resources"]["reservations"] = {"generic_resources": [{"discrete_resource_spec": {"kind": GPU_KIND,
+                                                                                              "value": gpus}}]}
     return out
 
 
