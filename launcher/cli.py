@@ -157,12 +157,12 @@ def refuse_compose_only(args: argparse.Namespace, launch) -> None:
     Raises:
         ConfigError: --max-restarts, --start-late, --keep or --inter-node-bandwidth given, each with why.
     """
-    why = {"max_restarts": "the stack runs with restart_policy none (a restarted task cannot rejoin the job's c10d "
-                           "round); run again with --ckpt-every N --resume auto, or use --target compose",
+    why = {"max_restarts": "the stack runs with restart_policy none (each node runs once); run again with "
+                           "--ckpt-every N --resume auto, or use --target compose (whole-cluster restarts)",
            "start_late": "a stack starts every service at once; use --target compose for late-join drills",
            "keep": "the stack is always removed (docker service logs while it runs; cluster.log keeps every line)",
-           "inter_node_bandwidth": "the helper that shapes a node joins its container's network namespace, which "
-                                   "a swarm task does not offer here; use --target compose"}
+           "inter_node_bandwidth": "not wired for swarm (the Compose runner applies the shaping helper and the "
+                                   "nodes' start marker); use --target compose"}
     given = [k for k in why if getattr(args, k, None) not in (None, False, 0, [])]
     if given:
         raise ConfigError("\n  ".join(["--target swarm:", *(f"--{k.replace('_', '-')}: {why[k]}" for k in given)]))

@@ -13,11 +13,13 @@ one service per node (``{{.Task.Slot}}`` numbers the replicas of one service, fr
 rendezvous service also collects heartbeats and exit codes, which give ``launcher up`` its
 summary, its exit code and the lost-node verdict on every engine the same way.
 
-What the stack format changes against Compose (docker stack deploy ignores ``security_opt``,
-``depends_on``, ``pull_policy``, ``restart``, ``cpus``/``mem_limit`` and ``tmpfs:``):
+What the stack format changes against Compose (Docker 20.10's ``docker stack deploy`` rejects
+``pull_policy``, ``cpus`` and ``mem_limit`` in a 3.8 file, ignores ``security_opt``, ``restart``
+and ``depends_on``):
   - limits: ``deploy.resources.limits`` (``cpus``, ``memory``); ``--device cuda``: one
     ``NVIDIA-GPU`` generic resource per rank reserved (untested here: no GPU); no restarts by the engine:
-    ``deploy.restart_policy.condition: none`` (a restarted task could not rejoin the job's c10d round);
+    ``deploy.restart_policy.condition: none`` (each node runs once: the rendezvous records one exit
+    per node; whole-job restarts are Compose's ``--max-restarts``);
   - pull_policy never: ``docker stack deploy --resolve-image never``, and the image must be on
     every host already (a registry, or ``docker save | docker load``);
   - depends_on: not needed: the node wrappers and torchrun retry the rendezvous until it answers;
