@@ -230,9 +230,9 @@ def main(argv: list[str] | None = None) -> int:
                          wait_s=args.wait_s)
         target = Target.find(args.run_dir, args.file, args.project)
         if target.stack:
-            raise ConfigError(f"{target.run_dir}: its latest run was the swarm stack {target.project}, removed when "
-                              f"`up` ended; while one runs: docker stack ps {target.project}, docker service logs "
-                              f"{target.project}_node-0, docker stack rm {target.project}")
+            raise ConfigError(f"{target.run_dir}: a swarm run (stack {target.project}, removed when its `up` ends); "
+                              f"`{args.command}` is for Compose runs; use docker stack ps {target.project}, docker "
+                              f"service logs {target.project}_node-0, docker stack rm {target.project}")
         if args.command == "status":
             return runner.status(target)
         if args.command == "logs":
