@@ -138,6 +138,14 @@ def test_up_refusals_exit_2_before_anything(tmp_path, extra, problem):
         assert "--keep: the stack is always removed" in proc.stderr
 
 
+def test_compose_commands_on_a_swarm_run_exit_2(tmp_path):
+    run_dir = tmp_path / "sw"
+    run_dir.mkdir()
+    (run_dir / "stack.yml").write_text("version: '3.8'\n")
+    proc = launcher("status", "--run-dir", str(run_dir), env=NO_ENGINE)
+    assert proc.returncode == 2 and "docker stack ps sc-swarm-sw" in proc.stderr, proc.stderr
+
+
 def _swarm_problem() -> str | None:
     import docker
 
