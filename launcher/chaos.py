@@ -139,7 +139,7 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
           f"to {kind} {node}", flush=True)
     ever_running = False
     while True:
-        found = engine.containers(target.project)
+        found = engine.containers(target.project, target.stack)
         target = target.with_labels(found)
         if rank is not None:
             node = node_of_rank(found, rank) or f"the node of rank {rank}"

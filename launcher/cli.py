@@ -1,7 +1,8 @@
 """Command line of the launcher: generate | up | down | status | logs | chaos | report.
 
-    python -m launcher generate --mesh 2x2x2 [--target compose|slurm|jobset|trainjob] [--out FILE] [--stdout] ...
+    python -m launcher generate --mesh 2x2x2 [--target compose|swarm|slurm|jobset|trainjob] [--out FILE] [--stdout] ...
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
+    python -m launcher up --target swarm|slurm --mesh 2x2x2 --model tiny --steps 3
     python -m launcher status [--run-dir DIR | --file FILE]
     python -m launcher logs [--follow] [--tail N] [SERVICE ...]
     python -m launcher down [--run-dir DIR | --file FILE]
@@ -31,7 +32,7 @@ EXIT_USAGE = 2
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from launcher.targets import default_path
-    from launcher.targets.check import check_target
+    from launcher.targets.check import check_target, target_warnings
 
     launch, command = resolve(args, user=NodeOptions.user, parser=build_parser())
     if launch.node.inter_node_bandwidth:
@@ -39,9 +40,15 @@ def cmd_generate(args: argparse.Namespace) -> int:
                           "each node once it runs, then the node starts its ranks); a compose file alone cannot "
                           "apply it: use launcher up, or drop the option")
     check_target(args.target, launch, local=False)
+    for warning in target_warnings(args.target, launch):
+        print(f"warning: {warning}", file=sys.stderr)
     out = args.out or os.path.join(ROOT, default_path(args.target, launch.job_name))
     if args.target == "compose":
         text = render(launch, repo_path(out), project_dir_for(out), command)
+    elif args.target == "swarm":  # relative bind sources: from the file's folder, or under --workdir
+        from launcher.targets import swarm
+
+        text = swarm.render(launch, repo_path(out), launch.engine.workdir or project_dir_for(out), command)
     else:
         import importlib
 
@@ -67,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="write the compose file of a mesh (default compose/mesh-PPxDPxTP.yml)")
     gen.add_argument("--out", default=None, help="output file (default, in the repo: compose/mesh-PPxDPxTP.yml; "
-                     "slurm/mesh-PPxDPxTP.sbatch; k8s/mesh-PPxDPxTP-jobset.yaml, k8s/mesh-PPxDPxTP-trainjob.yaml)")
+                     "swarm/mesh-PPxDPxTP.yml; slurm/mesh-PPxDPxTP.sbatch; k8s/mesh-PPxDPxTP-jobset.yaml, k8s/mesh-PPxDPxTP-trainjob.yaml)")
     gen.add_argument("--stdout", action="store_true", help="print the YAML that would go to --out; write nothing")
     add_config_args(gen)
     add_job_args(gen)
@@ -144,6 +151,23 @@ def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -
     return out
 
 
+def refuse_compose_only(args: argparse.Namespace, launch) -> None:
+    """`up --target swarm` takes no option that only the Compose runner implements.
+
+    Raises:
+        ConfigError: --max-restarts, --start-late, --keep or --inter-node-bandwidth given, each with why.
+    """
+    why = {"max_restarts": "the stack runs with restart_policy none (each node runs once); run again with "
+                           "--ckpt-every N --resume auto, or use --target compose (whole-cluster restarts)",
+           "start_late": "a stack starts every service at once; use --target compose for late-join drills",
+           "keep": "the stack is always removed (docker service logs while it runs; cluster.log keeps every line)",
+           "inter_node_bandwidth": "not wired for swarm (the Compose runner applies the shaping helper and the "
+                                   "nodes' start marker); use --target compose"}
+    given = [k for k in why if getattr(args, k, None) not in (None, False, 0, [])]
+    if given:
+        raise ConfigError("\n  ".join(["--target swarm:", *(f"--{k.replace('_', '-')}: {why[k]}" for k in given)]))
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     from launcher import runner  # Docker side
 
@@ -151,10 +175,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.target != "compose":
         from launcher.targets.check import check_target
 
+        from launcher.targets import UP_TARGETS
+
         check_target(args.target, launch, local=True)
-        if args.target != "slurm":
-            raise ConfigError(f"--target {args.target}: `up` runs compose and slurm here; for {args.target} use "
+        if args.target not in UP_TARGETS:
+            raise ConfigError(f"--target {args.target}: `up` runs {', '.join(UP_TARGETS)} here; for {args.target} use "
                               f"`python -m launcher generate --target {args.target}` and the engine's own tools")
+        if args.target == "swarm":
+            from launcher import swarm_run
+
+            refuse_compose_only(args, launch)
+            return swarm_run.up(launch, command, quiet=args.quiet, progress_every=args.progress_every)
         from launcher import slurm_sim
 
         return slurm_sim.up(launch, command)
@@ -198,6 +229,10 @@ def main(argv: list[str] | None = None) -> int:
             return chaos(kind, str(getattr(args, kind)), args.at_step, args.run_dir, args.file, args.project,
                          wait_s=args.wait_s)
         target = Target.find(args.run_dir, args.file, args.project)
+        if target.stack:
+            raise ConfigError(f"{target.run_dir}: a swarm run (stack {target.project}, removed when its `up` ends); "
+                              f"`{args.command}` is for Compose runs; use docker stack ps {target.project}, docker "
+                              f"service logs {target.project}_node-0, docker stack rm {target.project}")
         if args.command == "status":
             return runner.status(target)
         if args.command == "logs":

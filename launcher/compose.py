@@ -63,6 +63,13 @@ def _hardening(user: str) -> dict:
     }
 
 
+def rendezvous_command(launch: Launch) -> list[str]:
+    """The command of the rendezvous service: the store, the heartbeat watch and the exit reports."""
+    return ["python", "-m", "launcher.container.rendezvous", "--port", str(RDZV_PORT), "--nnodes",
+            str(launch.nnodes), "--lost-after-s", repr(launch.lost_after_s), "--join-timeout-s",
+            repr(float(launch.node.join_timeout_s))]
+
+
 def node_command(launch: Launch, k: int) -> list[str]:
     """The command of node k: the node wrapper with everything it needs as its own flags, then
     ``--`` and the entry's arguments. The user's code starts with stock torchrun (``--torchrun``);
@@ -126,9 +133,7 @@ def build_compose(launch: Launch, project_dir: str) -> dict:
             "image": node.image,
             "pull_policy": "never",
             "hostname": RDZV_HOST,
-            "command": ["python", "-m", "launcher.container.rendezvous", "--port", str(RDZV_PORT),
-                        "--nnodes", str(launch.nnodes), "--lost-after-s", repr(launch.lost_after_s),
-                        "--join-timeout-s", repr(float(node.join_timeout_s))],
+            "command": rendezvous_command(launch),
             "environment": {"PYTHONUNBUFFERED": "1", "HOME": "/tmp"},
             **({"volumes": code_mounts} if code_mounts else {}),
             "networks": [NETWORK],
@@ -197,9 +202,14 @@ def render_yaml(doc: dict, command: str, compose_file: str, run_dir: str, user: 
         f"#      docker compose -f {q(compose_file)} up --exit-code-from rendezvous    # or docker-compose; ends\n"
         "#      by itself, exit 0 only if every node exited 0.  Or: python -m launcher up (logs, progress, summary)\n"
     )
+    return header + dump(doc)
+
+
+def dump(doc: dict) -> str:
+    """A compose or stack document as YAML text: ``$`` escaped, each ``command`` on one line."""
     doc = {**doc, "services": {name: {k: _Flow(v) if k == "command" else v for k, v in svc.items()}
                                for name, svc in doc["services"].items()}}
-    return header + yaml.dump(escape(doc), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
+    return yaml.dump(escape(doc), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
 
 
 def render(launch: Launch, compose_file: str, project_dir: str, command: str) -> str:

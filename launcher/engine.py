@@ -4,7 +4,8 @@
     SIMCLUSTER_COMPOSE=docker-compose python -m launcher status    # choose compose v1
 
 Containers are found by the labels both Compose versions set (com.docker.compose.project /
-.service), so the rest of the launcher is version-agnostic. The SDK negotiates the API version
+.service), so the rest of the launcher is version-agnostic; a swarm stack's task containers by
+the labels the swarm sets (com.docker.stack.namespace / com.docker.swarm.service.name). The SDK negotiates the API version
 with the engine (1.41 on Docker 20.10). Container state is followed with the engine's event
 stream (``Events``), not by polling.
 """
@@ -23,6 +24,8 @@ from docker.errors import DockerException, NotFound
 
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
+STACK_LABEL = "com.docker.stack.namespace"  # on a stack's services, networks and task containers
+TASK_SERVICE_LABEL = "com.docker.swarm.service.name"  # <stack>_<service> on a task container
 
 
 class LauncherError(RuntimeError):
@@ -44,10 +47,19 @@ def client() -> docker.DockerClient:
         raise LauncherError(f"no Docker engine answers ({e}); start one: sudo bash .ci/docker-up.sh") from None
 
 
-def containers(project: str) -> dict:
-    """service -> Container of a compose project (all, running or not)."""
-    found = client().containers.list(all=True, filters={"label": f"{PROJECT_LABEL}={project}"})
-    return {c.labels.get(SERVICE_LABEL, c.name): c for c in found}
+def service_of(labels: dict, project: str, stack: bool = False) -> str | None:
+    """The service a container with these labels belongs to (a stack's without the ``<stack>_`` prefix)."""
+    if not stack:
+        return labels.get(SERVICE_LABEL)
+    name = labels.get(TASK_SERVICE_LABEL) or ""
+    return name[len(project) + 1:] if name.startswith(project + "_") else None
+
+
+def containers(project: str, stack: bool = False) -> dict:
+    """service -> Container of a compose project, or of a swarm stack when stack (all, running or
+    not; a stack's newest task container of each service)."""
+    found = client().containers.list(all=True, filters={"label": f"{STACK_LABEL if stack else PROJECT_LABEL}={project}"})
+    return {service_of(c.labels, project, stack) or c.name: c for c in reversed(found)}  # listed newest first
 
 
 def exit_code(container) -> int | None:
@@ -166,25 +178,25 @@ def log_lines(container):
 
 
 class Events(threading.Thread):
-    """Follows the engine's container events of a project: ``state`` maps service -> the
-    container state after its latest event (running, paused, exited), ``on_change`` is set
-    on every change. Seeded from one listing; stop with ``close()``."""
+    """Follows the engine's container events of a project (or a swarm stack when stack):
+    ``state`` maps service -> the container state after its latest event (running, paused,
+    exited), ``on_change`` is set on every change. Seeded from one listing; stop with ``close()``."""
 
     STATES = {"start": "running", "unpause": "running", "pause": "paused", "die": "exited", "destroy": "removed"}
 
-    def __init__(self, project: str):
+    def __init__(self, project: str, stack: bool = False):
         super().__init__(daemon=True, name=f"events-{project}")
-        self.project = project
+        self.project, self.stack = project, stack
         self.on_change = threading.Event()
-        self._stream = client().events(decode=True, filters={"type": "container",
-                                                             "label": f"{PROJECT_LABEL}={project}"})
-        self.state = {s: c.status for s, c in containers(project).items()}
+        label = f"{STACK_LABEL if stack else PROJECT_LABEL}={project}"
+        self._stream = client().events(decode=True, filters={"type": "container", "label": label})
+        self.state = {s: c.status for s, c in containers(project, stack).items()}
 
     def run(self) -> None:
         try:
             for ev in self._stream:
                 new = self.STATES.get(ev.get("Action") or ev.get("status"))
-                service = (ev.get("Actor") or {}).get("Attributes", {}).get(SERVICE_LABEL)
+                service = service_of((ev.get("Actor") or {}).get("Attributes", {}), self.project, self.stack)
                 if new and service:
                     self.state[service] = new
                     self.on_change.set()
@@ -223,4 +235,17 @@ def compose(project: str, file: str, *args: str, check: bool = False, **kwargs) 
     proc = subprocess.run(cmd, **kwargs)
     if check and proc.returncode != 0:
         raise LauncherError(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}")
+    return proc
+
+
+def stack_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``docker stack ARGS...`` (deploy, rm: the SDK has no stack API), output captured.
+
+    Raises:
+        LauncherError: check is set and it exited non-zero (its output in the message).
+    """
+    cmd = ["docker", "stack", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise LauncherError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
     return proc

@@ -5,10 +5,11 @@
 ``Stream`` follows each container's log (the SDK's log stream, one thread per container) until
 all have ended, prefixes each line ``node-K rR |``, prints a progress line from rank 0's step
 lines, checks each rank ran on the node its rank says, and records the rendezvous' LOST lines.
-``Watch`` runs beside it about once a second: it starts late nodes when due (``--start-late``),
-kills the container of a node the rendezvous declared lost (unpausing a frozen one first), and
-once the rendezvous has exited kills whatever container of the run is still up; it learns
-container states from the engine's event stream.
+``Watch`` runs beside it about once a second, on a compose project's or a swarm stack's
+containers: it starts late nodes when due (``--start-late``, compose only), kills the container
+of a node the rendezvous declared lost (unpausing a frozen one first), and once the rendezvous
+has exited kills whatever container of the run is still up; it learns container states from the
+engine's event stream.
 """
 from __future__ import annotations
 
@@ -204,7 +205,7 @@ class Watch:
         self.late = dict(late)  # service -> seconds after start
         self.rdzv_gone: float | None = None
         self.nodes_gone: float | None = None
-        self.events = engine.Events(target.project)
+        self.events = engine.Events(target.project, target.stack)
         self.events.start()
 
     def close(self) -> None:
@@ -243,7 +244,7 @@ class Watch:
         victims = sorted(svc for svc, st in state.items()
                          if st in ("running", "paused") and svc not in stream.forced and (late_kill or svc in lost))
         if victims:
-            found = engine.containers(self.target.project)
+            found = engine.containers(self.target.project, self.target.stack)
             for service in victims:
                 why = ("the rendezvous declared it lost" if service in lost else "the rendezvous ended"
                        if self.rdzv_gone is not None else "every node has exited")

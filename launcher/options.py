@@ -86,10 +86,12 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 
     g = parser.add_argument_group("engine targets (launcher/targets/)")
     g.add_argument("--target", choices=TARGETS, default="compose",
-                   help="engine of the generated file: compose (default), slurm, jobset, trainjob; up runs compose and slurm")
+                   help="engine of the generated file: compose (default), swarm (a Docker Swarm stack), slurm, "
+                        "jobset, trainjob; up runs compose, swarm (a one-node swarm when there is none) and slurm")
     g.add_argument("--workdir", default=None, metavar="DIR",
                    help="slurm: work folder of the job, this project's checkout on shared storage (default: the "
-                        "folder sbatch runs in)")
+                        "folder sbatch runs in); swarm: absolute folder relative bind-mount sources are taken "
+                        "from (default: relative to the stack file)")
     g.add_argument("--setup", default=None, metavar="SHELL",
                    help="slurm: shell line that gives a node torchrun and torch (default: source .venv/bin/activate; "
                         "e.g. 'module load pytorch')")

@@ -1,10 +1,11 @@
 """What ``status``, ``logs``, ``down`` and ``chaos`` act on: a compose file, its project name and
-its host run folder.
+its host run folder (or a swarm stack's file and name: ``chaos`` only).
 
     python -c "from launcher.target import Target; print(Target.for_run('runs/mesh-2x2x2'))"
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import re
@@ -23,17 +24,27 @@ def sanitize_project(name: str) -> str:
 
 @dataclass(frozen=True)
 class Target:
-    """A compose file, its project name, its host run folder (None until known)."""
+    """A compose file, its project name, its host run folder (None until known); with stack, a
+    swarm stack file and the stack's name (``launcher up --target swarm``)."""
 
     file: str
     project: str
     run_dir: str | None
+    stack: bool = False
 
     @classmethod
     def for_run(cls, run_dir: str) -> "Target":
         """The target of a ``launcher up`` run folder: RUN_DIR/compose.yml, project sc-<folder name>."""
         run_dir = os.path.abspath(host_abspath(run_dir))
         return cls(os.path.join(run_dir, "compose.yml"), sanitize_project("sc-" + os.path.basename(run_dir)), run_dir)
+
+    @classmethod
+    def for_stack(cls, run_dir: str) -> "Target":
+        """The target of a ``launcher up --target swarm`` run folder: RUN_DIR/stack.yml, stack
+        sc-swarm-<folder name>."""
+        run_dir = os.path.abspath(host_abspath(run_dir))
+        name = sanitize_project("sc-swarm-" + os.path.basename(run_dir))
+        return cls(os.path.join(run_dir, "stack.yml"), name, run_dir, stack=True)
 
     @classmethod
     def find(cls, run_dir: str | None, file: str | None, project: str | None) -> "Target":
@@ -54,7 +65,10 @@ class Target:
             if not runs:
                 raise ConfigError("no run found under runs/; pass --run-dir DIR or --file COMPOSE_FILE")
             run_dir = os.path.dirname(runs[-1])
-        target = cls.for_run(run_dir)
+        target, stack = cls.for_run(run_dir), cls.for_stack(run_dir)
+        if os.path.isfile(stack.file) and (not os.path.isfile(target.file)
+                                           or os.path.getmtime(stack.file) > os.path.getmtime(target.file)):
+            return stack  # the run folder's latest `up` was a swarm stack
         if not os.path.isfile(target.file):
             raise ConfigError(f"--run-dir {run_dir}: no compose.yml there (not started by `python -m launcher up`?)")
         return target if project is None else cls(target.file, project, target.run_dir)
@@ -64,5 +78,5 @@ class Target:
         for c in found.values():
             label = c.labels.get(LABEL + "run-dir")
             if self.run_dir is None and label:
-                return Target(self.file, self.project, host_abspath(label))
+                return dataclasses.replace(self, run_dir=host_abspath(label))
         return self

@@ -28,7 +28,7 @@ from train.device import backend, mesh_device_type, rank_device
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
 IMAGE = "registry.example.com/simcluster/trainer:latest"
-SUFFIX = {"slurm": ".sbatch", "jobset": "-jobset.yaml", "trainjob": "-trainjob.yaml"}
+SUFFIX = {"slurm": ".sbatch", "jobset": "-jobset.yaml", "trainjob": "-trainjob.yaml", "swarm": "-swarm.yml"}
 
 
 def generate(*args: str) -> subprocess.CompletedProcess:
@@ -42,7 +42,7 @@ def gen_doc(target: str, *args: str) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("target", ["slurm", "jobset", "trainjob"])
+@pytest.mark.parametrize("target", ["slurm", "jobset", "trainjob", "swarm"])
 @pytest.mark.parametrize("mesh", ["2x2x2", "4x1x2"])
 def test_golden_files(target, mesh):
     proc = generate("--target", target, "--mesh", mesh, "--model", "tiny", "--image", IMAGE, "--stdout")
@@ -56,8 +56,8 @@ def test_golden_files(target, mesh):
 def test_default_paths(tmp_path):
     from launcher.targets import default_path
 
-    assert [default_path(t, "mesh-2x2x2") for t in ("compose", "slurm", "jobset", "trainjob")] == [
-        "compose/mesh-2x2x2.yml", "slurm/mesh-2x2x2.sbatch", "k8s/mesh-2x2x2-jobset.yaml",
+    assert [default_path(t, "mesh-2x2x2") for t in ("compose", "swarm", "slurm", "jobset", "trainjob")] == [
+        "compose/mesh-2x2x2.yml", "swarm/mesh-2x2x2.yml", "slurm/mesh-2x2x2.sbatch", "k8s/mesh-2x2x2-jobset.yaml",
         "k8s/mesh-2x2x2-trainjob.yaml"]
 
 
@@ -156,7 +156,7 @@ def test_image_without_registry_exits_2(tmp_path, target):
     assert has_registry("ghcr.io/a/b:1") and has_registry("localhost:5000/x") and not has_registry("simcluster/trainer")
 
 
-@pytest.mark.parametrize("target", ["nomad", "swarm"])
+@pytest.mark.parametrize("target", ["nomad", "k3s"])
 def test_unknown_target_exits_2(tmp_path, target):
     proc = generate("--target", target, "--mesh", "2x2x2", "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and f"invalid choice: '{target}'" in proc.stderr and not list(tmp_path.iterdir())

@@ -1,0 +1,200 @@
+"""``launcher up --target swarm``: the generated stack on a Docker Swarm, followed, summarised, removed.
+
+    python -m launcher up --target swarm --mesh 2x2x2 --model tiny --steps 3 [--mount-code]
+
+Checks first (exit 2, nothing started): the docker CLI is there (``docker stack deploy``; the
+SDK has no stack API), the engine answers and has swarm mode, this engine is a manager when it
+is in a swarm, a swarm of several nodes gets an image a registry serves, no stack of this run
+folder is up. Then: the run folder (made for the containers' user), RUN_DIR/stack.yml
+(launcher/targets/swarm.py with absolute bind sources), a one-node swarm when the engine is in
+none (``docker swarm init --advertise-addr 127.0.0.1``), ``docker stack deploy --resolve-image
+never``, every task's container followed as Compose's are (launcher/follow.py: the same lines,
+progress, lost-node watch) and the same summary (launcher/summary.py); exit 0 only if every node
+exited 0. Always at the end (success, failure, Ctrl-C = 130, SIGTERM): ``docker stack rm``,
+waiting until its containers and network are gone, and, when this run made the swarm,
+``docker swarm leave --force`` and the docker_gwbridge network the swarm made: the engine is
+left as found. Engine restarts are off (restart_policy none): ``--max-restarts`` is refused.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import time
+
+import docker
+
+from launcher import engine, runner
+from launcher.engine import STACK_LABEL, LauncherError, client, stack_cli
+from launcher.files import ROOT, make_run_dir, write_atomic
+from launcher.follow import Stream, Watch
+from launcher.launch import Launch
+from launcher.layout import IMAGE
+from launcher.summary import summarise
+from launcher.target import Target
+from launcher.targets import swarm
+from launcher.targets.check import check_swarm_image
+from train.config import ConfigError
+
+ADVERTISE_ADDR = "127.0.0.1"  # a one-node swarm: nothing outside this machine joins it
+GWBRIDGE = "docker_gwbridge"  # the bridge a swarm node makes for its tasks (ours attach none of it)
+START_TIMEOUT_S = 120.0  # every task has a container by then, or the run fails naming the task
+GONE_TIMEOUT_S = 60.0  # `docker stack rm` is asynchronous: wait this long for containers and network
+
+
+def swarm_info() -> dict:
+    """The engine's ``Swarm`` facts (LocalNodeState, ControlAvailable, Nodes, Error).
+
+    Raises:
+        ConfigError: no docker CLI, no engine answers, or the engine has no swarm mode.
+    """
+    if shutil.which("docker") is None:
+        raise ConfigError("--target swarm: `docker stack deploy` needs the docker CLI, which is not on PATH; install "
+                          "it (Debian: apt-get install docker.io) or use --target compose")
+    try:
+        info = client().info()
+    except LauncherError as e:
+        raise ConfigError(f"--target swarm: {e}") from None
+    sw = info.get("Swarm")
+    if not isinstance(sw, dict) or "LocalNodeState" not in sw:
+        raise ConfigError("--target swarm: this engine has no swarm mode (`docker info` shows no Swarm section); "
+                          "use Docker Engine (docker.io, docker-ce) or --target compose")
+    return sw
+
+
+def check(launch: Launch, stack: str) -> dict:
+    """Everything `up --target swarm` needs before it starts anything; returns swarm_info().
+
+    Raises:
+        ConfigError: a missing or unusable engine, a worker node, a swarm node in a bad state, a
+            local image on a multi-node swarm, or this run folder's stack still up.
+    """
+    sw = swarm_info()
+    state = sw["LocalNodeState"]
+    if state not in ("inactive", "active"):
+        raise ConfigError(f"--target swarm: this engine's swarm state is {state!r} ({sw.get('Error') or 'no error'}); "
+                          f"wait until it is active, or `docker swarm leave --force` and rerun (a one-node swarm "
+                          f"is made then)")
+    if state == "active" and not sw.get("ControlAvailable"):
+        raise ConfigError("--target swarm: this engine is a swarm worker, and stacks are deployed from a manager; "
+                          "run there (`docker node ls` lists them), or `docker swarm leave` here for a one-node swarm")
+    check_swarm_image(launch, int(sw.get("Nodes") or 1) if state == "active" else 1)
+    if state == "active" and client().services.list(filters={"label": f"{STACK_LABEL}={stack}"}):
+        raise ConfigError(f"run_dir: the stack of {launch.run_dir} ({stack}) is still up; remove it with "
+                          f"`docker stack rm {stack}` or pass another --run-dir")
+    return sw
+
+
+def up(launch: Launch, command: str, quiet: bool = False, progress_every: float = 10.0) -> int:
+    """Deploy, follow, summarise, remove (see the module docstring); returns the exit code.
+
+    Raises:
+        ConfigError: see check(); the image probe (runner.check_image).
+        LauncherError: the engine failed, or a task did not start (the stack is removed first).
+    """
+    t0 = time.monotonic()
+    target = Target.for_stack(launch.run_dir)
+    sw = check(launch, target.project)
+    if launch.node.image == IMAGE:
+        runner.ensure_image(IMAGE, False, launch.node.mount_code)
+    runner.check_image(launch)
+    run_dir = target.run_dir
+    make_run_dir(run_dir, launch.node.user)
+    write_atomic(target.file, swarm.render(launch, target.file, ROOT, command))
+    made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", _network(GWBRIDGE) is not None
+    print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); run folder "
+          f"{launch.run_dir}; swarm stack {target.project} ({os.path.relpath(target.file)})", flush=True)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also removes the stack
+    stream = Stream(launch, os.path.join(run_dir, "cluster.log"), quiet, progress_every)
+    inited, code = False, 1
+    try:
+        if made_swarm:
+            try:
+                client().swarm.init(advertise_addr=ADVERTISE_ADDR)
+            except docker.errors.APIError as e:
+                raise ConfigError(f"--target swarm: `docker swarm init --advertise-addr {ADVERTISE_ADDR}` failed: "
+                                  f"{e.explanation or e}; fix the engine or use --target compose") from None
+            inited = True
+            stream.show(f"launcher: made a one-node swarm (advertise {ADVERTISE_ADDR}); it is left at the end")
+        stack_cli("deploy", "--resolve-image", "never", "-c", target.file, target.project)
+        found = _task_containers(target.project, ["rendezvous", *launch.names])
+        stream.show(f"launcher: stack deployed, {len(found)} tasks started after {time.monotonic() - t0:.1f}s")
+        watch = Watch(target, {}, os.path.join(run_dir, "metrics.jsonl"))
+        try:
+            stream.follow(found, watch)
+        finally:
+            watch.close()
+        codes = {s: engine.exit_code(c) for s, c in engine.containers(target.project, stack=True).items()}
+        code = 0 if summarise(stream, launch, run_dir, codes, time.monotonic() - t0) else 1
+    except KeyboardInterrupt:
+        print("\nlauncher: interrupted; removing the stack", file=sys.stderr, flush=True)
+        for c in engine.containers(target.project, stack=True).values():  # at once, then the stack
+            engine.kill(c)
+        code = 130
+    finally:
+        if inited or sw["LocalNodeState"] == "active":
+            _remove_stack(target.project)
+        if inited:
+            client().swarm.leave(force=True)
+            if not had_gwbridge and _network(GWBRIDGE) is not None:
+                _network(GWBRIDGE).remove()
+        print(f"launcher: stack {target.project} removed" + ("; swarm left, as found" if inited else "")
+              + f" ({time.monotonic() - t0:.1f}s)", flush=True)
+    return code
+
+
+def _network(name: str):
+    """The network called name, or None."""
+    try:
+        return client().networks.get(name)
+    except docker.errors.NotFound:
+        return None
+
+
+def _task_containers(stack: str, services: list[str], timeout_s: float = START_TIMEOUT_S) -> dict:
+    """service -> the container of its task, once every service's task has one.
+
+    Raises:
+        LauncherError: a task was rejected or failed before it had a container (the engine's
+            reason: a missing image, a bind source that does not exist), or timeout_s passed.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found, states, problems = {}, {}, []
+        for svc in client().services.list(filters={"label": f"{STACK_LABEL}={stack}"}):
+            name = svc.name[len(stack) + 1:]
+            tasks = sorted(svc.tasks(), key=lambda t: t["CreatedAt"])
+            if not tasks:
+                continue
+            status = tasks[-1]["Status"]
+            states[name] = status["State"]
+            cid = (status.get("ContainerStatus") or {}).get("ContainerID")
+            if status["State"] in ("rejected", "failed") and not cid:
+                problems.append(f"{name}: task {status['State']}: {status.get('Err') or status.get('Message')}")
+            elif cid and status["State"] not in ("new", "pending", "assigned", "accepted", "preparing"):
+                found[name] = client().containers.get(cid)
+        if problems:
+            raise LauncherError("swarm task(s) did not start: " + "; ".join(problems))
+        if set(found) >= set(services):
+            return {s: found[s] for s in services}
+        if time.monotonic() > deadline:
+            raise LauncherError(f"swarm tasks without a container after {timeout_s:.0f}s: "
+                                + ", ".join(f"{s} {states.get(s, 'no task')}" for s in services if s not in found))
+        time.sleep(0.3)
+
+
+def _remove_stack(stack: str, timeout_s: float = GONE_TIMEOUT_S) -> None:
+    """``docker stack rm``, then wait until its task containers and network are gone (removing
+    what is left after timeout_s through the SDK)."""
+    stack_cli("rm", stack, check=False)
+    label = {"label": f"{STACK_LABEL}={stack}"}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not client().containers.list(all=True, filters=label) and not client().networks.list(filters=label):
+            return
+        time.sleep(0.5)
+    for c in client().containers.list(all=True, filters=label):
+        c.remove(force=True)
+    for n in client().networks.list(filters=label):
+        n.remove()

@@ -1,0 +1,136 @@
+"""Docker Swarm target: a Launch -> the stack file that ``docker stack deploy`` runs on a swarm.
+
+    python -m launcher generate --target swarm --mesh 2x2x2 --model tiny     # swarm/mesh-2x2x2.yml
+    docker stack deploy --resolve-image never -c swarm/mesh-2x2x2.yml sc-swarm-mesh-2x2x2   # on a manager
+
+The services are the Compose simulation's (launcher/compose.py): ``rendezvous`` and one service
+per node, ``node-0`` .. (zero-padded), each node running the node wrapper with torchrun's c10d
+rendezvous. Stage placement: node-K's host name is its service name and c10d orders nodes by
+sorted host name, which the zero padding makes node-rank order, so node K holds pipeline stage K
+and ranks K*dp*tp .. (K+1)*dp*tp-1 (every node prints its host and coordinates; ``launcher up``
+checks them). c10d and not the static rendezvous: a swarm has no per-node index of its own for
+one service per node (``{{.Task.Slot}}`` numbers the replicas of one service, from 1), and the
+rendezvous service also collects heartbeats and exit codes, which give ``launcher up`` its
+summary, its exit code and the lost-node verdict on every engine the same way.
+
+What the stack format changes against Compose (Docker 20.10's ``docker stack deploy`` rejects
+``pull_policy``, ``cpus`` and ``mem_limit`` in a 3.8 file, ignores ``security_opt``, ``restart``
+and ``depends_on``):
+  - limits: ``deploy.resources.limits`` (``cpus``, ``memory``); ``--device cuda``: one
+    ``NVIDIA-GPU`` generic resource per rank reserved (untested here: no GPU); no restarts by the engine:
+    ``deploy.restart_policy.condition: none`` (each node runs once: the rendezvous records one exit
+    per node; whole-job restarts are Compose's ``--max-restarts``);
+  - pull_policy never: ``docker stack deploy --resolve-image never``, and the image must be on
+    every host already (a registry, or ``docker save | docker load``);
+  - depends_on: not needed: the node wrappers and torchrun retry the rendezvous until it answers;
+  - security_opt no-new-privileges: the stack format cannot set it; ``cap_drop: [ALL]`` (an empty
+    bounding set: a setuid binary gains no capability), a non-root user and a read-only root stay;
+  - network: overlay, internal (no docker_gwbridge interface: eth0 is the only one, hence
+    GLOO_SOCKET_IFNAME=eth0), attachable; ``endpoint_mode: dnsrr`` (a service name resolves to
+    its task's address; virtual-IP endpoints need IPVS, which this machine's kernel lacks); no
+    published ports; ``/tmp`` is a tmpfs mount.
+Bind-mount sources: relative paths are resolved against project_dir (``..`` from swarm/*.yml,
+which ``docker stack deploy`` resolves against the file's folder; or ``--workdir DIR``, the
+checkout on shared storage, written absolute). On several hosts every host needs them at the
+same absolute path (shared storage). Deterministic: the same Launch gives the same bytes.
+"""
+from __future__ import annotations
+
+import posixpath
+import shlex
+
+from launcher.compose import LABEL, dump, host_path, node_command, node_env, rendezvous_command
+from launcher.launch import Launch
+from launcher.layout import APP_DIR, NETWORK, RDZV_HOST, format_ranks, node_ranks
+from launcher.targets.common import HEADER, gpus_per_node
+
+VERSION = "3.8"  # the stack file format (endpoint_mode needs 3.3, tmpfs mounts 3.6)
+GPU_KIND = "NVIDIA-GPU"  # --device cuda: the generic resource a GPU host advertises (README, Docker Swarm)
+
+
+def stack_name(launch: Launch) -> str:
+    """The stack's name: ``sc-swarm-<run name>`` (services ``sc-swarm-mesh-2x2x2_node-0``, ...)."""
+    from launcher.target import Target
+
+    return Target.for_stack(launch.run_name).project
+
+
+def _deploy(launch: Launch, node: bool) -> dict:
+    """The ``deploy`` key: DNS round-robin endpoint, no engine restarts, a node's limits."""
+    out: dict = {"endpoint_mode": "dnsrr", "restart_policy": {"condition": "none"}}
+    limits = {}
+    if node and launch.node.cpus_per_node is not None:
+        limits["cpus"] = f"{launch.node.cpus_per_node:g}"
+    if node and launch.node.memory_per_node is not None:
+        limits["memory"] = str(launch.node.memory_per_node).lower()
+    gpus = gpus_per_node(launch) if node else 0
+    if limits or gpus:
+        out["resources"] = {"limits": limits} if limits else {}
+    if gpus:  # swarm's only GPU request: a generic resource each host advertises (daemon.json node-generic-resources)
+        out["resources"]["reservations"] = {"generic_resources": [{"discrete_resource_spec": {"kind": GPU_KIND,
+                                                                                              "value": gpus}}]}
+    return out
+
+
+def _hardening(user: str) -> dict:
+    return {"user": user, "read_only": True, "cap_drop": ["ALL"]}
+
+
+TMP = {"type": "tmpfs", "target": "/tmp"}
+
+
+def build(launch: Launch, project_dir: str) -> dict:
+    """The stack document (a dict in fixed key order).
+
+    project_dir: what relative host paths are joined to: ".." for swarm/*.yml (the stack CLI
+        resolves relative bind sources against the file's folder), or an absolute folder.
+    """
+    node = launch.node
+    code = [f"{host_path(project_dir, d)}:{APP_DIR}/{d}:ro" for d in ("train", "launcher")] if node.mount_code else []
+    services: dict[str, dict] = {
+        RDZV_HOST: {
+            "image": node.image,
+            "hostname": RDZV_HOST,
+            "command": rendezvous_command(launch),
+            "environment": {"PYTHONUNBUFFERED": "1", "HOME": "/tmp"},
+            "volumes": [*code, TMP],
+            "networks": [NETWORK],
+            "labels": {LABEL + "run-dir": launch.run_dir},
+            **_hardening(node.user),
+            "deploy": _deploy(launch, node=False),
+        }
+    }
+    volumes = [f"{host_path(project_dir, launch.run_dir)}:{launch.output_dir}:rw"]
+    volumes += [f"{host_path(project_dir, m.source)}:{m.target}:{m.mode}" for m in launch.mounts]
+    volumes += [*code, TMP]
+    for k, name in enumerate(launch.names):
+        services[name] = {
+            "image": node.image,
+            "hostname": name,
+            "command": node_command(launch, k),
+            "environment": node_env(launch, k),
+            "volumes": list(volumes),
+            "networks": [NETWORK],
+            "labels": {LABEL + "node-rank": str(k),
+                       LABEL + "ranks": format_ranks(node_ranks(k, launch.nproc_per_node)),
+                       LABEL + "run-dir": launch.run_dir},
+            **_hardening(node.user),
+            "deploy": _deploy(launch, node=True),
+        }
+    network = {"driver": "overlay", "internal": True, "attachable": True}
+    return {"version": VERSION, "services": services, "networks": {NETWORK: network}}
+
+
+def render(launch: Launch, stack_file: str, project_dir: str, command: str) -> str:
+    """The stack file's text (``$`` escaped as ``$$``: the stack CLI interpolates variables too)
+    under a header with the commands that run it; stack_file as typed from the repo root."""
+    q = shlex.quote
+    stack = stack_name(launch)
+    run = host_path(project_dir, launch.run_dir) if posixpath.isabs(project_dir) else launch.run_dir
+    header = HEADER.format(module="swarm", command=command) + (
+        f"# Run on a swarm manager, from the repo root: mkdir -p {q(run)} && sudo chown {launch.node.user} {q(run)}\n"
+        f"#   docker stack deploy --resolve-image never -c {q(stack_file)} {stack}\n"
+        f"#   docker service logs -f {stack}_{launch.names[0]}    # rank 0's step lines\n"
+        f"#   docker stack rm {stack}    # when every task is Complete (docker stack ps {stack})\n"
+        "# On several hosts: the image and the run folder on every host, at the same path (README, Docker Swarm).\n")
+    return header + dump(build(launch, project_dir))

@@ -1,0 +1,203 @@
+"""Docker Swarm: the stack generator (pure), the refusals of `up --target swarm`, and one real run.
+
+    python -m pytest -q tests/test_swarm.py
+    CI=true OMP_NUM_THREADS=1 python -m pytest -q tests/test_swarm.py    # the run must not skip
+
+The run: ``launcher up --target swarm`` of a 2x2x2 tiny job (3 steps, this checkout's code
+mounted) on a one-node swarm the launcher makes when the engine is in none, and leaves again;
+its losses equal the one-process reference within 1e-4, its summary and exit code are checked,
+and afterwards no stack, service, container or network of it is left and the swarm state
+(and docker_gwbridge) is as found. Golden files of the stack: tests/test_targets.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import need, need_torch
+from launcher.jobs import resolve_training
+from launcher.launch import NodeOptions
+from launcher.targets import swarm
+from train.config import Config, ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parents[0] / "shared" / "data" / "tinyshakespeare.txt"
+REGISTRY_IMAGE = "registry.example.com/simcluster/trainer:latest"
+NO_ENGINE = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+
+
+def launcher(*args: str, env=None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launcher", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def test_stack_fields_map_to_swarm():
+    launch = resolve_training(Config(mesh="4x1x2", model="tiny"),
+                              NodeOptions(image=REGISTRY_IMAGE, cpus_per_node=1.5, memory_per_node="3G"))
+    doc = swarm.build(launch, "/shared/sc")
+    assert doc["version"] == "3.8"
+    assert doc["networks"] == {"cluster": {"driver": "overlay", "internal": True, "attachable": True}}
+    assert list(doc["services"]) == ["rendezvous", "node-0", "node-1", "node-2", "node-3"]
+    for name, svc in doc["services"].items():
+        assert svc["hostname"] == name and svc["networks"] == ["cluster"] and svc["image"] == REGISTRY_IMAGE
+        assert not {"security_opt", "depends_on", "pull_policy", "restart", "cpus", "mem_limit", "tmpfs", "ports"} & set(svc)
+        assert (svc["cap_drop"], svc["read_only"], svc["user"]) == (["ALL"], True, "1000:1000")
+        assert {"type": "tmpfs", "target": "/tmp"} in svc["volumes"]
+        deploy = svc["deploy"]
+        assert deploy["endpoint_mode"] == "dnsrr" and deploy["restart_policy"] == {"condition": "none"}
+        assert deploy.get("resources") == (None if name == "rendezvous" else {"limits": {"cpus": "1.5", "memory": "3g"}})
+    node2 = doc["services"]["node-2"]
+    assert node2["command"][node2["command"].index("--node-rank") + 1] == "2"
+    assert node2["labels"]["io.simcluster.ranks"] == "4-5" and node2["environment"]["GLOO_SOCKET_IFNAME"] == "eth0"
+    assert node2["volumes"][0] == "/shared/sc/runs/mesh-4x1x2:/runs/mesh-4x1x2:rw"
+    many = swarm.build(resolve_training(Config(mesh="12x1x1", model="tiny", n_layers=12, global_batch=12), NodeOptions()), "..")
+    hosts = [s["hostname"] for n, s in many["services"].items() if n != "rendezvous"]
+    assert hosts[:3] == ["node-00", "node-01", "node-02"] and sorted(hosts) == hosts  # c10d's order = node rank
+    assert swarm.stack_name(launch) == "sc-swarm-mesh-4x1x2"
+    cuda = swarm.build(resolve_training(Config(mesh="2x2x2", model="tiny", device="cuda"), NodeOptions()), "..")
+    assert cuda["services"]["node-1"]["deploy"]["resources"] == {"reservations": {"generic_resources": [
+        {"discrete_resource_spec": {"kind": "NVIDIA-GPU", "value": 4}}]}}
+    assert "resources" not in cuda["services"]["rendezvous"]["deploy"]
+
+
+def test_generate_workdir_local_image_and_bad_workdir(tmp_path):
+    proc = launcher("generate", "--target", "swarm", "--mesh", "2x2x2", "--model", "tiny", "--workdir", "/shared/me/sc",
+                    "--stdout")
+    assert proc.returncode == 0, proc.stderr
+    doc = yaml.safe_load(proc.stdout)
+    assert doc["services"]["node-1"]["volumes"][0] == "/shared/me/sc/runs/mesh-2x2x2:/runs/mesh-2x2x2:rw"
+    assert "warning: --image simcluster/trainer:latest names no registry: fine on a one-node swarm" in proc.stderr
+    assert "docker save simcluster/trainer:latest | ssh HOST docker load" in proc.stderr
+    out = tmp_path / "s.yml"
+    bad = launcher("generate", "--target", "swarm", "--mesh", "2x2x2", "--workdir", "shared/sc", "--out", str(out))
+    assert bad.returncode == 2 and "swarm bind mounts need an absolute host path" in bad.stderr and not out.exists()
+
+
+@pytest.mark.docker
+def test_stack_file_passes_the_v3_schema(docker_available, tmp_path):
+    """Compose v1 validates a version 3.8 file against the schema docker stack deploy uses (unknown keys fail)."""
+    out = tmp_path / "stack.yml"
+    proc = launcher("generate", "--target", "swarm", "--mesh", "2x2x2", "--model", "tiny", "--device", "cuda",
+                    "--cpus-per-node", "2", "--memory-per-node", "3g", "--image", REGISTRY_IMAGE, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    check = subprocess.run(["docker-compose", "-f", str(out), "config", "-q"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+class _Fake:
+    """A Docker client answering info() with a given Swarm section, and no services."""
+
+    def __init__(self, swarm_info):
+        self._info = {} if swarm_info is None else {"Swarm": swarm_info}
+        self.services = type("S", (), {"list": staticmethod(lambda **kw: [])})()
+
+    def info(self):
+        return self._info
+
+
+@pytest.mark.parametrize("info,image,problem", [
+    (None, REGISTRY_IMAGE, "this engine has no swarm mode"),
+    ({"LocalNodeState": "pending", "Error": ""}, REGISTRY_IMAGE, "swarm state is 'pending'"),
+    ({"LocalNodeState": "active", "ControlAvailable": False}, REGISTRY_IMAGE, "this engine is a swarm worker"),
+    ({"LocalNodeState": "active", "ControlAvailable": True, "Nodes": 3}, "simcluster/trainer:latest",
+     "this swarm has 3 nodes, so tasks may run on other hosts, which cannot see a locally built image"),
+    ({"LocalNodeState": "active", "ControlAvailable": True, "Nodes": 3}, REGISTRY_IMAGE, None),
+    ({"LocalNodeState": "active", "ControlAvailable": True, "Nodes": 1}, "simcluster/trainer:latest", None),
+    ({"LocalNodeState": "inactive"}, "simcluster/trainer:latest", None),
+])
+def test_swarm_checks(monkeypatch, info, image, problem):
+    from launcher import swarm_run
+
+    monkeypatch.setattr(swarm_run, "client", lambda: _Fake(info))
+    launch = resolve_training(Config(mesh="2x2x2", model="tiny"), NodeOptions(image=image))
+    if problem is None:
+        swarm_run.check(launch, "sc-swarm-x")
+    else:
+        with pytest.raises(ConfigError, match=problem):
+            swarm_run.check(launch, "sc-swarm-x")
+
+
+@pytest.mark.parametrize("extra,problem", [
+    ([], "--target swarm: no Docker engine answers"),
+    (["--max-restarts", "1", "--keep"], "--max-restarts: the stack runs with restart_policy none"),
+])
+def test_up_refusals_exit_2_before_anything(tmp_path, extra, problem):
+    run_dir = tmp_path / "run"
+    proc = launcher("up", "--target", "swarm", "--mesh", "2x2x2", "--model", "tiny", "--run-dir", str(run_dir),
+                    *extra, env=NO_ENGINE)
+    assert proc.returncode == 2 and problem in proc.stderr, proc.stderr
+    assert not run_dir.exists()
+    if extra:
+        assert "--keep: the stack is always removed" in proc.stderr
+
+
+def test_compose_commands_on_a_swarm_run_exit_2(tmp_path):
+    run_dir = tmp_path / "sw"
+    run_dir.mkdir()
+    (run_dir / "stack.yml").write_text("version: '3.8'\n")
+    proc = launcher("status", "--run-dir", str(run_dir), env=NO_ENGINE)
+    assert proc.returncode == 2 and "docker stack ps sc-swarm-sw" in proc.stderr, proc.stderr
+
+
+def _swarm_problem() -> str | None:
+    import docker
+
+    sw = docker.from_env().info().get("Swarm") or {}
+    state = sw.get("LocalNodeState")
+    if state == "inactive" or (state == "active" and sw.get("ControlAvailable")):
+        return None
+    return f"this Docker engine cannot deploy a stack (swarm state {state!r}, manager {sw.get('ControlAvailable')})"
+
+
+def _engine_state() -> tuple:
+    """The swarm state and the networks a swarm brings (other tests may add bridge networks meanwhile)."""
+    import docker
+
+    dc = docker.from_env()
+    names = {n.name for n in dc.networks.list()}
+    return dc.info()["Swarm"]["LocalNodeState"], "docker_gwbridge" in names, "ingress" in names
+
+
+@pytest.mark.docker
+def test_swarm_up_2x2x2_parity(trainer_image, tmp_path):
+    import docker
+
+    need(_swarm_problem())
+    before = _engine_state()
+    run_dir = tmp_path / "swarm-2x2x2"
+    t0 = time.monotonic()
+    proc = launcher("up", "--target", "swarm", "--mesh", "2x2x2", "--model", "tiny", "--steps", "3", "--data",
+                    str(DATA), "--run-dir", str(run_dir), "--mount-code",
+                    env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    wall = time.monotonic() - t0
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:] + proc.stderr[-3000:]
+    assert "== summary: OK ==" in out and "ranks seen   8/8" in out and "final loss   " in out
+    for line in ("node-0       ranks 0-3      exit 0", "node-1       ranks 4-7      exit 0", "rendezvous                  exit 0"):
+        assert line in out
+    assert "host=node-1 coords=pp1/dp0/tp0" in out  # node-1's task holds stage 1
+    stack = "sc-swarm-swarm-2x2x2"
+    assert f"launcher: stack {stack} removed" in out
+    got = [json.loads(x)["loss"] for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    need_torch()
+    from train.preflight import preflight
+    from train.reference import run_reference
+
+    ref = [r["loss"] for r in run_reference(preflight(Config(mesh="2x2x2", model="tiny", steps=3, data=str(DATA))))]
+    assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, ref)) < 1e-4, (got, ref)
+    doc = yaml.safe_load((run_dir / "stack.yml").read_text())
+    assert doc["services"]["node-0"]["volumes"][0] == f"{run_dir}:/runs/swarm-2x2x2:rw"  # absolute on `up`
+    dc = docker.from_env()
+    label = {"label": f"com.docker.stack.namespace={stack}"}
+    assert not dc.containers.list(all=True, filters=label) and not dc.networks.list(filters=label)
+    if before[0] == "active":
+        assert not dc.services.list(filters=label)
+    assert _engine_state() == before, "the swarm state, docker_gwbridge or ingress changed"
+    print(f"swarm up: {wall:.1f}s", file=sys.stderr)
