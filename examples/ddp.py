@@ -13,6 +13,7 @@ $SIMCLUSTER_OUTPUT_DIR, else ./out). Every rank prints where it runs.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import socket
@@ -66,6 +67,11 @@ def main() -> None:
             writer.flush()
             print(f"step {step}/{args.steps} loss {mean.item():.6f} step_time {dt:.3f}s", flush=True)
     dist.destroy_process_group()
+    # Free what still holds process groups (DDP's reducer) while the interpreter is whole: a gloo worker
+    # thread releasing its last collective's tensors needs the GIL, and at interpreter exit that
+    # can abort a rank ("terminate called without an active exception"; seen 1 run in 5 on 2x2).
+    del model, opt
+    gc.collect()
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception
 # what a rank raises when a peer died first: named, but not as the cause
 PEER_FAILED = re.compile(r"Connection closed by peer|remote worker crashing|Connection reset by peer|Broken pipe")
 PEER_TIMEOUT = re.compile(r"[Tt]imed out waiting|DistNetworkError.*[Tt]imeout")
+CXX_ABORT = re.compile(r"^terminate called (?:without an active exception|after throwing .*)")  # std::terminate
 KILL_AFTER_RDZV_S = 10.0  # containers still up this long after the rendezvous exited are killed (nodes
 # leave by themselves about 3 s after it)
 KILL_AFTER_NODES_S = 10.0  # a rendezvous still up this long after every node exited is killed
@@ -120,12 +121,16 @@ class Stream:
 
     def tracebacks(self) -> dict[int, list[str]]:
         """rank -> the last lines of its latest Python traceback, ending with the exception line
-        (``ValueError: boom``), for the ranks that printed one."""
+        (``ValueError: boom``), for the ranks that printed one; else a C++ abort's line
+        (``terminate called ...``) on its own."""
         out = {}
         for rank, lines in sorted(self.recent.items()):
             lines = list(lines)
             starts = [i for i, x in enumerate(lines) if x.startswith("Traceback (most recent call last)")]
+            aborts = [x for x in lines if CXX_ABORT.match(x)]
             if not starts:
+                if aborts:
+                    out[rank] = [aborts[-1]]
                 continue
             block = lines[starts[-1] + 1:]
             ends = [i for i, x in enumerate(block) if EXCEPTION_LINE.match(x)]

@@ -92,6 +92,9 @@ def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> No
         show(f"  FAILED rank {rank} on {launch.names[rank // launch.nproc_per_node]}{waited}: {lines[-1]}")
         for line in lines[:-1]:
             show(f"      {line}")
+        if lines[-1].startswith("terminate called without an active exception"):
+            show("      (a C++ thread outlived the interpreter: after the last step this is gloo's teardown race; free "
+                 "what holds process groups after destroy_process_group: `del model; gc.collect()`, see README)")
     after = sorted(set(tracebacks) - set(cause)) if cause else []
     if after:
         show(f"  then failed  rank(s) {', '.join(map(str, after))}: a peer's connection closed")

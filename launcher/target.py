@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -34,9 +35,13 @@ class Target:
 
     @classmethod
     def for_run(cls, run_dir: str) -> "Target":
-        """The target of a ``launcher up`` run folder: RUN_DIR/compose.yml, project sc-<folder name>."""
+        """The target of a ``launcher up`` run folder: RUN_DIR/compose.yml, project
+        sc-<folder name>-<6 hex digits of the folder's absolute path>: two run folders of one name
+        (a/run, b/run) are two projects, so neither `up` touches the other's containers."""
         run_dir = os.path.abspath(host_abspath(run_dir))
-        return cls(os.path.join(run_dir, "compose.yml"), sanitize_project("sc-" + os.path.basename(run_dir)), run_dir)
+        tag = hashlib.sha1(run_dir.encode()).hexdigest()[:6]
+        return cls(os.path.join(run_dir, "compose.yml"),
+                   sanitize_project(f"sc-{os.path.basename(run_dir)}-{tag}"), run_dir)
 
     @classmethod
     def for_stack(cls, run_dir: str) -> "Target":

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import COMPOSE_V1, compose_env, need_torch
+from launcher.target import Target
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,8 +54,8 @@ class Cluster:
 
     def __init__(self, tmp: Path, mesh: str, *flags: str, compose: str | None = None):
         self.mesh, self.env = mesh, compose_env(compose) if compose else None
-        self.run_dir = tmp / f"ct-{mesh}-{uuid.uuid4().hex[:8]}"  # basename -> project sc-<basename>
-        self.project = "sc-" + self.run_dir.name
+        self.run_dir = tmp / f"ct-{mesh}-{uuid.uuid4().hex[:8]}"  # its own compose project (launcher/target.py)
+        self.project = Target.for_run(str(self.run_dir)).project
         self.out = tmp / f"up-{mesh}.out"
         self.cmd = [sys.executable, "-m", "launcher", "up", "--mesh", mesh, "--model", "tiny", *flags,
                     "--run-dir", str(self.run_dir), "--keep"]

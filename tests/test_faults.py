@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need_torch
+from launcher.target import Target
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
@@ -99,7 +100,7 @@ class Up:
 
     def __init__(self, tmp: Path, *flags: str, mesh: str = "2x1x1"):
         self.run_dir = tmp / f"ft-{uuid.uuid4().hex[:8]}"
-        self.project = "sc-" + self.run_dir.name
+        self.project = Target.for_run(str(self.run_dir)).project
         self.out = tmp / f"{self.run_dir.name}.out"
         self.cmd = [sys.executable, "-m", "launcher", "up", "--mesh", mesh, "--model", "tiny", "--mount-code",
                     "--timeout-s", str(TIMEOUT_S), "--run-dir", str(self.run_dir), *flags]
@@ -239,11 +240,11 @@ def test_lost_node_is_named_within_the_timeout(tmp_path, fault):
 
 @docker_test
 def test_max_restarts_resumes_and_matches_an_uninterrupted_run(tmp_path):
-    """node-1 killed at step 10 of 40 (checkpoints every 5): ``up --max-restarts 1`` restarts the
+    """node-1 killed at step 10 of 20 (checkpoints every 5): ``up --max-restarts 1`` restarts the
     cluster, resumes from the newest checkpoint and finishes; every step once in metrics.jsonl and
     the final loss equals an uninterrupted run's (same mesh) within 1e-4."""
     assert DATA.is_file(), f"corpus missing: {DATA}"
-    job = ("--steps", "40", "--data", str(DATA))
+    job = ("--steps", "20", "--data", str(DATA))
     plain = Up(tmp_path, *job)
     try:
         assert plain.wait() == 0, plain.why()
@@ -264,7 +265,7 @@ def test_max_restarts_resumes_and_matches_an_uninterrupted_run(tmp_path):
         print(f"\nrecovery: killed at t={t_fault:.1f}, restart began {restart.group(1)}s after up started, resumed "
               f"from step {resumed.group(2)}, up finished {up.t_exit - t_fault:.1f}s after the fault")
         rows = up.metrics()
-        assert [r["step"] for r in rows] == list(range(1, 41)), [r["step"] for r in rows]
+        assert [r["step"] for r in rows] == list(range(1, 21)), [r["step"] for r in rows]
         assert abs(rows[-1]["loss"] - expected[-1]["loss"]) <= 1e-4, (rows[-1]["loss"], expected[-1]["loss"])
         assert project_states(up.project) == {}
     finally:

@@ -187,3 +187,43 @@ def test_code_digest_follows_content_not_mtimes(tmp_path):
     (tmp_path / "train" / "a.py").rename(tmp_path / "train" / "c.py")
     assert code_digest(str(tmp_path)) not in (first, second)
     assert len(code_digest()) == 64  # this checkout
+
+
+def test_run_folders_of_one_name_are_two_projects(tmp_path):
+    """a/run and b/run get their own compose projects (one `up` never touches the other's)."""
+    from launcher.target import Target
+
+    a, b = Target.for_run(str(tmp_path / "a" / "run")), Target.for_run(str(tmp_path / "b" / "run"))
+    assert a.project != b.project and a.project.startswith("sc-run-") and b.project.startswith("sc-run-")
+    assert Target.for_run(str(tmp_path / "a" / "run")).project == a.project
+    assert a.file == str(tmp_path / "a" / "run" / "compose.yml")
+
+
+def test_failing_ranks_are_named_with_traceback_or_cxx_abort(tmp_path, capsys):
+    """The summary's failure lines: a Python traceback's last frames and exception, a C++ abort's
+    ``terminate called`` line (with the teardown-race hint), and peers that only saw one die."""
+    from launcher.jobs import resolve_code
+    from launcher.launch import NodeOptions
+    from launcher.follow import Stream
+    from launcher.summary import _show_failures
+
+    script = tmp_path / "job.py"
+    script.write_text("print('hi')\n")
+    launch = resolve_code(NodeOptions(user="0:0"), script=str(script), nodes=2, nproc_per_node=2,
+                          run_dir=str(tmp_path / "run"))
+    stream = Stream(launch, str(tmp_path / "log"), quiet=True, progress_every=10)
+    lines = [("node-0", "[rank1]:Traceback (most recent call last):"), ("node-0", '[rank1]:  File "job.py", line 3'),
+             ("node-0", "[rank1]:ValueError: boom on rank 1"),
+             ("node-1", "[rank3]:step 4/4 loss 0.5"), ("node-1", "[rank3]:terminate called without an active exception"),
+             ("node-1", "[rank2]:Traceback (most recent call last):"),
+             ("node-1", "[rank2]:RuntimeError: Connection closed by peer [10.0.0.2]:1234")]
+    for service, line in lines:
+        stream.handle(service, line)
+    shown: list[str] = []
+    _show_failures(shown.append, launch, stream.tracebacks())
+    text = "\n".join(shown)
+    assert shown[0] == "  FAILED rank 1 on node-0: ValueError: boom on rank 1", text
+    assert "FAILED rank 3 on node-1: terminate called without an active exception" in text
+    assert "gloo's teardown race" in text and "gc.collect()" in text
+    assert text.endswith("then failed  rank(s) 2: a peer's connection closed")
+    stream.log.close()
