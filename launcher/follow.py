@@ -170,15 +170,20 @@ class Stream:
 
 
 class MetricsTail:
-    """New complete rows of a metrics.jsonl as it grows (a rewritten, shorter file is read anew)."""
+    """New complete rows of a metrics.jsonl as it grows (a rewritten, shorter file is read anew).
+    A file last written before ``since`` (UNIX time; a previous run's, in a reused run folder)
+    gives no rows until this run's job writes it."""
 
-    def __init__(self, path: str):
-        self.path, self.offset = path, 0
+    def __init__(self, path: str, since: float = 0.0):
+        self.path, self.offset, self.since = path, 0, since
 
     def rows(self) -> list[dict]:
         try:
-            size = os.path.getsize(self.path)
+            st = os.stat(self.path)
         except OSError:
+            return []
+        size = st.st_size
+        if st.st_mtime < self.since:  # not written by this run yet
             return []
         if size < self.offset:  # rewritten (a resume keeps the steps up to its checkpoint)
             self.offset = 0
@@ -204,9 +209,10 @@ class Watch:
     rendezvous has exited kills every container of the run still up after KILL_AFTER_RDZV_S.
     Container states come from the engine's event stream (engine.Events), not from polling."""
 
-    def __init__(self, target: Target, late: dict[str, float], metrics_path: str):
+    def __init__(self, target: Target, late: dict[str, float], metrics_path: str, since: float):
+        """since: UNIX time the containers were started (an older metrics.jsonl is a previous run's)."""
         self.target, self.t0 = target, time.monotonic()
-        self.metrics = MetricsTail(metrics_path)
+        self.metrics = MetricsTail(metrics_path, since=since)
         self.late = dict(late)  # service -> seconds after start
         self.rdzv_gone: float | None = None
         self.nodes_gone: float | None = None

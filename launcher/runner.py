@@ -138,11 +138,12 @@ def _attempt(launch: Launch, target: Target, run_dir: str, quiet: bool, progress
     stream = Stream(launch, os.path.join(run_dir, "cluster.log"), quiet, progress_every)
     try:
         first = [s for s in [RDZV_HOST, *launch.names] if s not in start_late]
+        since = time.time()
         shaping.clear(run_dir)
         compose(target.project, target.file, "up", "-d", *(first if start_late else []), check=True)
         if launch.node.inter_node_bandwidth:  # the nodes wait for their marker before starting ranks
             shaping.apply(launch, engine.containers(target.project), run_dir, stream.show)
-        watch = Watch(target, start_late, os.path.join(run_dir, "metrics.jsonl"))
+        watch = Watch(target, start_late, os.path.join(run_dir, "metrics.jsonl"), since)
         try:
             stream.follow(engine.containers(target.project), watch)
         finally:

@@ -117,10 +117,11 @@ def up(launch: Launch, command: str, quiet: bool = False, progress_every: float 
                                   f"{e.explanation or e}; fix the engine or use --target compose") from None
             inited = True
             stream.show(f"launcher: made a one-node swarm (advertise {ADVERTISE_ADDR}); it is left at the end")
+        since = time.time()
         stack_cli("deploy", "--resolve-image", "never", "-c", target.file, target.project)
         found = _task_containers(target.project, ["rendezvous", *launch.names])
         stream.show(f"launcher: stack deployed, {len(found)} tasks started after {time.monotonic() - t0:.1f}s")
-        watch = Watch(target, {}, os.path.join(run_dir, "metrics.jsonl"))
+        watch = Watch(target, {}, os.path.join(run_dir, "metrics.jsonl"), since)
         try:
             stream.follow(found, watch)
         finally:
