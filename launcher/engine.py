@@ -47,12 +47,14 @@ def client() -> docker.DockerClient:
         raise LauncherError(f"no Docker engine answers ({e}); start one: sudo bash .ci/docker-up.sh") from None
 
 
+def stack_service(stack: str, name: str) -> str | None:
+    """A swarm service's name within its stack (``<stack>_node-0`` -> ``node-0``); None if not of it."""
+    return name[len(stack) + 1:] if name.startswith(stack + "_") else None
+
+
 def service_of(labels: dict, project: str, stack: bool = False) -> str | None:
     """The service a container with these labels belongs to (a stack's without the ``<stack>_`` prefix)."""
-    if not stack:
-        return labels.get(SERVICE_LABEL)
-    name = labels.get(TASK_SERVICE_LABEL) or ""
-    return name[len(project) + 1:] if name.startswith(project + "_") else None
+    return stack_service(project, labels.get(TASK_SERVICE_LABEL) or "") if stack else labels.get(SERVICE_LABEL)
 
 
 def containers(project: str, stack: bool = False) -> dict:

@@ -127,8 +127,8 @@ class Stream:
         for rank, lines in sorted(self.recent.items()):
             lines = list(lines)
             starts = [i for i, x in enumerate(lines) if x.startswith("Traceback (most recent call last)")]
-            aborts = [x for x in lines if CXX_ABORT.match(x)]
             if not starts:
+                aborts = [x for x in lines if CXX_ABORT.match(x)]
                 if aborts:
                     out[rank] = [aborts[-1]]
                 continue

@@ -164,7 +164,7 @@ def _task_containers(stack: str, services: list[str], timeout_s: float = START_T
     while True:
         found, states, problems = {}, {}, []
         for svc in client().services.list(filters={"label": f"{STACK_LABEL}={stack}"}):
-            name = svc.name[len(stack) + 1:]
+            name = engine.stack_service(stack, svc.name)
             tasks = sorted(svc.tasks(), key=lambda t: t["CreatedAt"])
             if not tasks:
                 continue
