@@ -25,8 +25,9 @@ import sys
 import tempfile
 import time
 
-from launcher import engine
-from launcher.layout import IMAGE, NETTOOLS_IMAGE, rate_bits_per_s, tbf_command
+from simcluster.launcher import engine
+from simcluster.launcher.drills.shaping import NETTOOLS_IMAGE, rate_bits_per_s, tbf_command
+from simcluster.launcher.layout import IMAGE
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

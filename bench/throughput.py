@@ -17,8 +17,8 @@ import subprocess
 import sys
 import tempfile
 
-from train.config import parse_mesh
-from train.metrics import read_metrics
+from simcluster.train.config import parse_mesh
+from simcluster.launcher.observe.rundir import read_metrics
 
 WARMUP = 2  # steps excluded from the medians (first-call caches, allocator warm-up)
 
@@ -31,7 +31,7 @@ def steady_tokens_per_s(recs: list[dict], skip: set[int] = frozenset()) -> float
 
 def run_single(model: str, steps: int, threads: int, run_dir: str, extra: list[str]) -> list[dict]:
     """One plain process (``train.reference``) with ``threads`` intra-op threads."""
-    cmd = [sys.executable, "-m", "train.reference", f"--model={model}", f"--steps={steps}", f"--threads={threads}",
+    cmd = [sys.executable, "-m", "simcluster.train.reference", f"--model={model}", f"--steps={steps}", f"--threads={threads}",
            f"--run-dir={run_dir}", *extra]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return read_metrics(run_dir)

@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 from bench.throughput import run_mesh, steady_tokens_per_s
-from train.config import parse_mesh
+from simcluster.train.config import parse_mesh
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,13 +5,20 @@
 # offline: a debootstrapped Debian base (simcluster/base:bookworm) + a wheelhouse made on
 # the host with pip download. Idempotent: reruns reuse the base, the wheelhouse and the
 # docker layer cache. --force rebuilds all three; --offline skips the registry probe.
+# Runs from a checkout or from the installed package (python -m simcluster build): the context is
+# staged in a temporary folder (requirements.txt, wheelhouse/, simcluster/ = this installation's
+# code, from simcluster.launcher.files.stage_code), so the image is the same either way.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."          # repo root = build context
+cd "$(dirname "${BASH_SOURCE[0]}")/.."          # SOURCE: the checkout's root, or site-packages/simcluster
 
 IMAGE=simcluster/trainer:latest
 LOCAL_BASE=simcluster/base:bookworm
-WHEELHOUSE=images/wheelhouse
 PY=${PYTHON:-$(command -v python3 || command -v python)}
+# The wheelhouse: images/wheelhouse in a checkout; a user cache for an installed package (its folder
+# in site-packages is not the place for 200 MB of wheels).
+if [[ -f pyproject.toml ]]; then WHEELHOUSE=images/wheelhouse
+else WHEELHOUSE=${SIMCLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/simcluster}/wheelhouse; fi
+mkdir -p "$WHEELHOUSE"
 TORCH_INDEX=${TORCH_INDEX:-}   # optional extra index for torch (e.g. the PyTorch CPU index)
 FORCE=0 OFFLINE=0 NETTOOLS_ONLY=0
 NETTOOLS_IMAGE=simcluster/nettools:latest
@@ -98,15 +105,20 @@ if (( OFFLINE )) || [[ $base == "$LOCAL_BASE" ]]; then
 fi
 
 # --- (c) the trainer image ----------------------------------------------------------------
-for d in train launcher; do
-  [[ -d $d ]] || { echo "build.sh: $d/ is missing (Dockerfile copies it into /app)" >&2; exit 1; }
-done
 nocache=(); (( FORCE )) && nocache=(--no-cache)
-# The label lets `launcher up` tell whether the image holds this checkout's code (launcher/files.py).
-digest=$("$PY" -c 'from launcher.files import code_digest; print(code_digest())')
+ctx=$(mktemp -d "$(dirname "$WHEELHOUSE")/.context.XXXXXX")   # beside the wheelhouse: hard links work
+trap 'rm -rf "$ctx"' EXIT
+cp images/Dockerfile images/requirements.txt "$ctx/"
+cp -al "$WHEELHOUSE" "$ctx/wheelhouse" 2>/dev/null || cp -a "$WHEELHOUSE" "$ctx/wheelhouse"
+rm -f "$ctx/wheelhouse/.complete"
+# The code and its digest come from the package the interpreter imports: `launcher up` compares the
+# label with simcluster.launcher.files.code_digest() (content, not mtimes).
+digest=$("$PY" -c 'import sys; from simcluster.launcher.files import code_digest, stage_code
+stage_code(sys.argv[1]); print(code_digest())' "$ctx")
 say "docker build $IMAGE (code digest ${digest:0:12})"
 docker build "${nocache[@]}" --build-arg BASE_IMAGE="$base" ${TORCH_INDEX:+--build-arg TORCH_INDEX="$TORCH_INDEX"} \
-  --label io.simcluster.code-digest="$digest" -f images/Dockerfile -t "$IMAGE" .
+  --label io.simcluster.code-digest="$digest" -t "$IMAGE" "$ctx"
+rm -rf "$ctx"; trap - EXIT
 
 # --- final check and summary ---------------------------------------------------------------
 docker run --rm "$IMAGE" python -c "import torch, yaml, numpy; print('image ok: torch', torch.__version__, 'yaml', yaml.__version__, 'numpy', numpy.__version__)"

@@ -1,6 +1,6 @@
 """Entry point: python -m launcher {generate,up,down,status,logs} --help"""
 import sys
 
-from launcher.cli import main
+from simcluster.launcher.cli import main
 
 sys.exit(main())

@@ -19,40 +19,30 @@ import os
 import re
 import sys
 
-from launcher.compose import render
-from launcher.engine import LauncherError
-from launcher.files import ROOT, container_user, project_dir_for, repo_path, write_atomic
-from launcher.launch import NodeOptions
-from launcher.options import add_engine_args, add_job_args, add_node_args, resolve, split_job_argv
-from train.cli import add_config_args
-from train.config import ConfigError
+from simcluster.launcher.engine import LauncherError
+from simcluster.launcher.files import ROOT, container_user, project_dir_for, repo_path, write_atomic
+from simcluster.launcher.launch import NodeOptions
+from simcluster.launcher.options import add_engine_args, add_job_args, add_node_args, resolve, split_job_argv
+from simcluster.train.cli import add_config_args
+from simcluster.train.config import ConfigError
 
 EXIT_USAGE = 2
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from launcher.targets import default_path
-    from launcher.targets.check import check_target, target_warnings
+    from simcluster.launcher.drills import shaping
+    from simcluster.launcher.targets import TARGETS, default_path
+    from simcluster.launcher.targets.check import check_target, target_warnings
 
     launch, command = resolve(args, user=NodeOptions.user, parser=build_parser())
-    if launch.node.inter_node_bandwidth:
-        raise ConfigError("--inter-node-bandwidth: applied by `python -m launcher up` (a helper container shapes "
-                          "each node once it runs, then the node starts its ranks); a compose file alone cannot "
-                          "apply it: use launcher up, or drop the option")
+    shaping.check(launch, "generate", args.target, {})
     check_target(args.target, launch, local=False)
     for warning in target_warnings(args.target, launch):
         print(f"warning: {warning}", file=sys.stderr)
     out = args.out or os.path.join(ROOT, default_path(args.target, launch.job_name))
-    if args.target == "compose":
-        text = render(launch, repo_path(out), project_dir_for(out), command)
-    elif args.target == "swarm":  # relative bind sources: from the file's folder, or under --workdir
-        from launcher.targets import swarm
-
-        text = swarm.render(launch, repo_path(out), launch.engine.workdir or project_dir_for(out), command)
-    else:
-        import importlib
-
-        text = importlib.import_module(f"launcher.targets.{args.target}").render(launch, command)
+    # relative bind sources: from the file's folder to the repo root, or under --workdir (swarm)
+    project_dir = (launch.engine.workdir if args.target == "swarm" else None) or project_dir_for(out)
+    text = TARGETS[args.target].render(launch, command, repo_path(out), project_dir)
     if args.stdout:
         sys.stdout.write(text)
     else:
@@ -151,59 +141,23 @@ def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -
     return out
 
 
-def refuse_compose_only(args: argparse.Namespace, launch) -> None:
-    """`up --target swarm` takes no option that only the Compose runner implements.
-
-    Raises:
-        ConfigError: --max-restarts, --start-late, --keep or --inter-node-bandwidth given, each with why.
-    """
-    why = {"max_restarts": "the stack runs with restart_policy none (each node runs once); run again with "
-                           "--ckpt-every N --resume auto, or use --target compose (whole-cluster restarts)",
-           "start_late": "a stack starts every service at once; use --target compose for late-join drills",
-           "keep": "the stack is always removed (docker service logs while it runs; cluster.log keeps every line)",
-           "inter_node_bandwidth": "not wired for swarm (the Compose runner applies the shaping helper and the "
-                                   "nodes' start marker); use --target compose"}
-    given = [k for k in why if getattr(args, k, None) not in (None, False, 0, [])]
-    if given:
-        raise ConfigError("\n  ".join(["--target swarm:", *(f"--{k.replace('_', '-')}: {why[k]}" for k in given)]))
-
-
 def cmd_up(args: argparse.Namespace) -> int:
-    from launcher import runner  # Docker side
+    from simcluster.launcher.drills import shaping
+    from simcluster.launcher.run import RUNNERS, runner
+    from simcluster.launcher.run.base import UpOptions
+    from simcluster.launcher.targets.check import check_target
 
     launch, command = resolve(args, user=container_user(), parser=build_parser())
-    if args.target != "compose":
-        from launcher.targets.check import check_target
-
-        from launcher.targets import UP_TARGETS
-
-        check_target(args.target, launch, local=True)
-        if args.target not in UP_TARGETS:
-            raise ConfigError(f"--target {args.target}: `up` runs {', '.join(UP_TARGETS)} here; for {args.target} use "
-                              f"`python -m launcher generate --target {args.target}` and the engine's own tools")
-        if args.target == "swarm":
-            from launcher import swarm_run
-
-            refuse_compose_only(args, launch)
-            return swarm_run.up(launch, command, quiet=args.quiet, progress_every=args.progress_every)
-        from launcher import slurm_sim
-
-        return slurm_sim.up(launch, command)
-    if args.max_restarts < 0:
-        raise ConfigError(f"--max-restarts: must be >= 0, got {args.max_restarts}")
-    start_late = parse_start_late(args.start_late)
-    unknown = sorted(set(start_late) - set(launch.names))
-    if unknown:
-        raise ConfigError(f"--start-late: no node {', '.join(unknown)} in {launch.shape}; nodes are "
-                          f"{', '.join(launch.names)}")
-    from launcher import shaping
-
-    try:
-        shaping.check(launch, start_late)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return runner.up(launch, command, build=args.build, keep=args.keep, quiet=args.quiet,
-                     progress_every=args.progress_every, max_restarts=args.max_restarts, start_late=start_late)
+    if args.target not in RUNNERS:
+        raise ConfigError(f"--target {args.target}: `up` runs {', '.join(RUNNERS)} here; for {args.target} use "
+                          f"`python -m launcher generate --target {args.target}` and the engine's own tools")
+    opts = UpOptions(build=args.build, keep=args.keep, quiet=args.quiet, progress_every=args.progress_every,
+                     max_restarts=args.max_restarts, start_late=parse_start_late(args.start_late))
+    shaping.check(launch, "up", args.target, opts.start_late)
+    check_target(args.target, launch, local=True)
+    engine_runner = runner(args.target)
+    engine_runner.check(launch, opts)
+    return engine_runner.up(launch, command, opts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,19 +170,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "up":
             return cmd_up(args)
         if args.command == "report":
-            from launcher.report import cmd_report
+            from simcluster.launcher.observe.report import cmd_report
 
             return cmd_report(args.run_dir, ROOT)
-        from launcher import runner
-        from launcher.target import Target
+        from simcluster.launcher.handle import Handle
+        from simcluster.launcher.run import compose as runner
 
         if args.command == "chaos":
-            from launcher.chaos import chaos
+            from simcluster.launcher.drills.chaos import chaos
 
             kind = next(k for k in ("kill", "stop", "pause", "disconnect", "freeze") if getattr(args, k) is not None)
             return chaos(kind, str(getattr(args, kind)), args.at_step, args.run_dir, args.file, args.project,
                          wait_s=args.wait_s)
-        target = Target.find(args.run_dir, args.file, args.project)
+        target = Handle.find(args.run_dir, args.file, args.project)
         if target.stack:
             raise ConfigError(f"{target.run_dir}: a swarm run (stack {target.project}, removed when its `up` ends); "
                               f"`{args.command}` is for Compose runs; use docker stack ps {target.project}, docker "

@@ -1,41 +1,80 @@
-"""Host paths and files of the launcher: the repo root, paths as the compose files name them,
-atomic writes and run folders.
+"""Host paths and files of the launcher: where its own code and image build are (SOURCE), where runs go
+(ROOT), paths as the compose files name them, atomic writes and run folders.
 
-    python -c "from launcher.files import ROOT, repo_path; print(ROOT, repo_path('runs/x'))"
+    python -c "from simcluster.launcher.files import ROOT, SOURCE, repo_path; print(SOURCE, ROOT, repo_path('runs/x'))"
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 
-from launcher.layout import IMAGE_USER, RUN_DIR_MODE
+from simcluster.launcher.layout import APP_DIR, IMAGE_USER, RUN_DIR_MODE
 
-_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The repo root when running from a checkout (it has images/build.sh); installed with pip, the
-# folder the launcher is started in: runs/ and compose/ are made there.
-ROOT = _CHECKOUT if os.path.isfile(os.path.join(_CHECKOUT, "images", "build.sh")) else os.getcwd()
+PACKAGE = os.path.dirname(os.path.abspath(sys.modules["simcluster"].__file__))  # simcluster/ (its __init__)
+# SOURCE: the folder holding launcher/, train/ and images/. Installed with pip they are inside the
+# package; in a checkout they are the package folder's siblings, at the checkout's root.
+SOURCE = PACKAGE if os.path.isdir(os.path.join(PACKAGE, "launcher")) else os.path.dirname(PACKAGE)
+CHECKOUT = SOURCE != PACKAGE
+# ROOT: where runs/ and compose/ are made: the checkout's root, or (installed) the folder the
+# launcher is started in. Never taken for the source tree: an installed launcher reads its own code
+# and image build from SOURCE, whatever train/ or launcher/ folders the user's project holds.
+ROOT = SOURCE if CHECKOUT else os.getcwd()
+IMAGES = os.path.join(SOURCE, "images")  # Dockerfile, build.sh, requirements.txt (package data when installed)
+CODE_FOLDERS = ("launcher", "train")  # the code the trainer image holds, under APP_DIR/simcluster/
 
 
-CODE_FOLDERS = ("train", "launcher")  # what images/Dockerfile copies into /app
+def code_sources() -> dict[str, str]:
+    """This installation's code as the trainer image holds it: path under APP_DIR (``simcluster/...``)
+    -> host path. images/build.sh stages these into the image; ``--mount-code`` mounts them over it."""
+    out = {f"simcluster/{f}": os.path.join(PACKAGE, f) for f in ("__init__.py", "__main__.py")}
+    out.update({f"simcluster/{d}": os.path.join(SOURCE, d) for d in CODE_FOLDERS})
+    return out
 
 
-def code_digest(root: str = ROOT) -> str:
-    """sha256 (hex) of the .py files under CODE_FOLDERS: their repo-relative paths and bytes, in
-    sorted order. images/build.sh labels the trainer image with it (io.simcluster.code-digest),
-    so `launcher up` can tell whether the image holds this checkout's code (content, not mtimes:
-    a build from the layer cache keeps the old creation time)."""
+def code_mounts() -> list[tuple[str, str]]:
+    """(host path, container path) pairs for ``--mount-code``: this installation's code over the image's."""
+    return [(host, f"{APP_DIR}/{name}") for name, host in code_sources().items()]
+
+
+def code_digest(sources: dict[str, str] | None = None) -> str:
+    """sha256 (hex) of the .py files of ``code_sources()``: their image paths and bytes, in sorted
+    order (so a checkout and an installed package of the same code agree). images/build.sh labels
+    the trainer image with it (io.simcluster.code-digest), so `launcher up` can tell whether the
+    image holds this installation's code (content, not mtimes: a build from the layer cache keeps
+    the old creation time)."""
     h = hashlib.sha256()
-    paths = []
-    for folder in CODE_FOLDERS:
-        for base, dirs, files in os.walk(os.path.join(root, folder)):
+    files = {}
+    for name, host in (code_sources() if sources is None else sources).items():
+        if os.path.isfile(host):
+            files[name] = host
+            continue
+        for base, dirs, names in os.walk(host):
             dirs[:] = [d for d in dirs if d != "__pycache__"]
-            paths += [os.path.join(base, f) for f in files if f.endswith(".py")]
-    for path in sorted(paths, key=lambda p: os.path.relpath(p, root)):
-        h.update(os.path.relpath(path, root).replace(os.sep, "/").encode() + b"\0")
-        with open(path, "rb") as fh:
+            for f in names:
+                if f.endswith(".py"):
+                    path = os.path.join(base, f)
+                    files[name + "/" + os.path.relpath(path, host).replace(os.sep, "/")] = path
+    for name in sorted(files):
+        h.update(name.encode() + b"\0")
+        with open(files[name], "rb") as fh:
             h.update(fh.read() + b"\0")
     return h.hexdigest()
+
+
+def stage_code(dest: str) -> None:
+    """Copy ``code_sources()`` (the .py files) into dest as dest/simcluster/...: the image build's context."""
+    import shutil
+
+    for name, host in code_sources().items():
+        target = os.path.join(dest, name)
+        if os.path.isfile(host):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copy2(host, target)
+        else:
+            shutil.copytree(host, target, ignore=lambda d, names: [n for n in names if n == "__pycache__"
+                                                                    or n.endswith((".pyc", ".pyo"))])
 
 
 def repo_path(path: str, root: str = ROOT) -> str:

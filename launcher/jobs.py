@@ -1,6 +1,6 @@
 """The two kinds of job, one path to a Launch: the built-in trainer, or the user's own torchrun code.
 
-    python -c "from launcher.jobs import *; from launcher.launch import NodeOptions; \
+    python -c "from launcher.jobs import *; from simcluster.launcher.launch import NodeOptions; \
 print(resolve_code(NodeOptions(), script='examples/ddp.py', nodes=2, nproc_per_node=2))"
 
 ``resolve_training``: a trainer Config (preflighted: the one mesh parse) -> a Launch running
@@ -20,10 +20,10 @@ import os
 import re
 from dataclasses import fields
 
-from launcher.launch import Launch, Mount, NodeOptions, check_node_options
-from launcher.layout import APP_DIR, DATA_MOUNT, RUNS_MOUNT, run_name
-from train.config import Config, ConfigError, MeshSpec, parse_mesh
-from train.preflight import preflight
+from simcluster.launcher.launch import Launch, Mount, NodeOptions, check_node_options
+from simcluster.launcher.layout import APP_DIR, DATA_MOUNT, RUNS_MOUNT, TRAINER_MODULE, run_name
+from simcluster.train.config import Config, ConfigError, MeshSpec, parse_mesh
+from simcluster.train.preflight import preflight
 
 CODE_DIR = "/code"  # the user's code folder inside the containers
 RESERVED = (RUNS_MOUNT, APP_DIR, CODE_DIR, "/tmp")  # mount targets the launcher owns
@@ -125,7 +125,7 @@ def resolve_training(cfg: Config, node: NodeOptions, mounts: tuple[str, ...] = (
     _finish(errors, node, run_dir)
     data = host_path(cfg.data) if cfg.data is not None else None
     data_mounts = [Mount(data, f"{DATA_MOUNT}/{run_name(data)}")] if data is not None else []
-    return Launch(nnodes=run.mesh.pp, nproc_per_node=run.mesh.ranks_per_node, mesh=run.mesh, module="train",
+    return Launch(nnodes=run.mesh.pp, nproc_per_node=run.mesh.ranks_per_node, mesh=run.mesh, module=TRAINER_MODULE,
                   script=None, argv=train_flags(cfg, run.mesh, run_name(run_dir), data), run_dir=run_dir,
                   mounts=(*data_mounts, *extra), workdir=None, timeout_s=float(run.config.timeout_s), node=node,
                   train=run)

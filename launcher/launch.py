@@ -1,6 +1,6 @@
 """The launch description: one cluster job, resolved once at the edge, frozen, passed everywhere.
 
-    python -c "from launcher.jobs import *; from launcher.launch import *; from train.config import Config; \
+    python -c "from launcher.jobs import *; from simcluster.launcher.launch import *; from simcluster.train.config import Config; \
 print(resolve_training(Config(mesh='2x2x2', model='tiny'), NodeOptions()))"
 
 ``launcher/cli.py`` turns the flags into a Launch (``launcher/jobs.py``: the built-in trainer or
@@ -16,9 +16,10 @@ import math
 import re
 from dataclasses import dataclass
 
-from launcher.layout import (IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, lost_after_s, node_names, rate_bits_per_s,
+from simcluster.launcher.drills.shaping import rate_bits_per_s
+from simcluster.launcher.layout import (IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, lost_after_s, node_names,
                              run_name)
-from train.config import MeshSpec, TrainRun
+from simcluster.train.config import MeshSpec, TrainRun
 
 RDZV_BACKENDS = ("c10d", "static")
 

@@ -1,6 +1,6 @@
 """Facts of a simulated cluster that the host side and the containers share (stdlib only).
 
-    python -c "from launcher.layout import node_names, node_ranks; print(node_names(12)[:3], node_ranks(1, 4))"
+    python -c "from simcluster.launcher.layout import node_names, node_ranks; print(node_names(12)[:3], node_ranks(1, 4))"
 
 One home for: the names of services and nodes, which global ranks a node holds, the keys of
 the rendezvous store, the lost-after rule, the default ports, mounts and join timeout. The
@@ -16,8 +16,10 @@ RDZV_PORT = 29400  # TCP port of its store inside the cluster network
 NETWORK = "cluster"  # the compose network (internal: nothing published on the host)
 RUNS_MOUNT = "/runs"  # run folders are mounted at /runs/<run name> in every container
 DATA_MOUNT = "/data"  # data paths are mounted read-only at /data/<name>
-APP_DIR = "/app"  # the project code inside the trainer image
+APP_DIR = "/app"  # the project code inside the trainer image: APP_DIR/simcluster/{launcher,train}
+TRAINER_MODULE = "simcluster.train"  # the built-in trainer, as torchrun -m runs it on every rank
 IMAGE = "simcluster/trainer:latest"
+LABEL = "io.simcluster."  # prefix of the containers' and the image's labels: what `launcher status` reads back
 IMAGE_USER = "1000:1000"  # the image's own user, for compose files and a launcher run as root
 JOIN_TIMEOUT_S = 300.0  # every node must have joined the rendezvous this long after its start
 LOST_FRACTION = 0.4  # a node silent for this fraction of the job's timeout is lost
@@ -56,6 +58,13 @@ def node_ranks(k: int, nproc: int) -> range:
     return range(k * nproc, (k + 1) * nproc)
 
 
+def node_of(rank: int, nproc: int) -> int:
+    """The node rank holding global rank ``rank`` with nproc ranks a node: rank // nproc (the
+    inverse of node_ranks). The one rank-to-node rule, for the host side, the containers and the
+    trainer alike; with a (pp, dp, tp) mesh it is the rank's pipeline stage (nproc = dp*tp)."""
+    return rank // nproc
+
+
 def format_ranks(ranks: range) -> str:
     """``0-3``, or ``5`` for a single rank."""
     return str(ranks.start) if len(ranks) == 1 else f"{ranks.start}-{ranks.stop - 1}"
@@ -82,29 +91,7 @@ def run_name(run_dir: str) -> str:
 # sharing a node's network namespace with NET_ADMIN, runs the tc command below on the node's
 # eth0; the launcher then writes the node's marker file, which the node wrapper waits for
 # before it starts its ranks (so the limit holds from the first collective).
-NETTOOLS_IMAGE = "simcluster/nettools:latest"
 SHAPED_DIR = ".network"  # in the run folder: <node>.ready markers (the tc readback inside)
-_RATE = re.compile(r"(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)")
-_RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-              "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
-
-
-def rate_bits_per_s(text: str) -> float | None:
-    """tc's rate units (``100mbit``, ``1gbit``, ``12.5mbps`` = bytes/s) -> bits per second; None
-    when ``text`` does not parse or is not > 0."""
-    m = _RATE.fullmatch(str(text).strip().lower())
-    if not m or float(m.group(1)) <= 0:
-        return None
-    return float(m.group(1)) * _RATE_BITS[m.group(2)]
-
-
-def tbf_command(rate: str) -> list[str]:
-    """The shell command that limits eth0's egress to ``rate`` with tc's token bucket filter, then
-    prints the qdisc back. burst: 20 ms at the rate, at least 64 KiB (tbf needs burst >= rate /
-    kernel HZ); latency 50 ms bounds the queue."""
-    burst = max(64 * 1024, int(rate_bits_per_s(rate) / 8 * 0.02))
-    return ["sh", "-c", f"tc qdisc replace dev eth0 root tbf rate {rate} burst {burst} latency 50ms "
-            f"&& tc -s qdisc show dev eth0"]
 
 
 def shaped_marker(run_dir: str, node: str) -> str:

@@ -15,12 +15,12 @@ import os
 import shlex
 from dataclasses import fields
 
-from launcher.files import repo_path
-from launcher.jobs import parse_mount, resolve_code, resolve_training
-from launcher.launch import RDZV_BACKENDS, EngineOptions, Launch, NodeOptions
-from launcher.layout import JOIN_TIMEOUT_S
-from train.cli import config_from_args
-from train.config import Config, ConfigError
+from simcluster.launcher.files import repo_path
+from simcluster.launcher.jobs import parse_mount, resolve_code, resolve_training
+from simcluster.launcher.launch import RDZV_BACKENDS, EngineOptions, Launch, NodeOptions
+from simcluster.launcher.layout import JOIN_TIMEOUT_S, TRAINER_MODULE
+from simcluster.train.cli import config_from_args
+from simcluster.train.config import Config, ConfigError
 
 SHARED = ("mesh", "run_dir", "timeout_s")  # Config fields that are launcher options for any job
 UP_ONLY = ("build", "keep", "quiet", "progress_every", "max_restarts", "start_late")  # not in `generate`
@@ -39,9 +39,9 @@ def add_job_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("your own code (arguments after -- go to it)")
     g.add_argument("--script", default=None, metavar="FILE",
                    help="run this torchrun script on every rank (its folder is mounted read-only at /code)")
-    g.add_argument("--module", default="train",
-                   help="run python -m MODULE on every rank (default: train, the built-in trainer); from "
-                        "--code DIR, else from the image")
+    g.add_argument("--module", default=None,
+                   help=f"run python -m MODULE on every rank (default: {TRAINER_MODULE}, the built-in trainer); "
+                        "from --code DIR, else from the image")
     g.add_argument("--code", default=None, metavar="DIR",
                    help="folder of your code, mounted read-only at /code: the working directory, first on sys.path")
     g.add_argument("--nodes", type=int, default=None, metavar="N", help="nodes, for jobs that are not 3D (with "
@@ -82,7 +82,7 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """--target and the options of the real engines' documents (see launcher.launch.EngineOptions)."""
-    from launcher.targets import TARGETS
+    from simcluster.launcher.targets import TARGETS
 
     g = parser.add_argument_group("engine targets (launcher/targets/)")
     g.add_argument("--target", choices=TARGETS, default="compose",
@@ -116,8 +116,8 @@ def node_options(args: argparse.Namespace, user: str) -> NodeOptions:
 
 
 def is_builtin(args: argparse.Namespace) -> bool:
-    """The built-in trainer: no --script, no --code, and --module train."""
-    return args.script is None and args.code is None and args.module == "train"
+    """The built-in trainer: no --script, no --code, and no --module (or the trainer's own)."""
+    return args.script is None and args.code is None and args.module in (None, TRAINER_MODULE)
 
 
 def resolve(args: argparse.Namespace, user: str, parser: argparse.ArgumentParser) -> tuple[Launch, str]:

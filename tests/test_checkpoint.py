@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from train.checkpoint_paths import list_checkpoints, resolve_resume
-from train.config import Config, parse_mesh
-from train.data import dp_shard, lm_batch
-from train.metrics import MetricsWriter, read_metrics
-from train.preflight import check
+from simcluster.train.checkpoint_paths import list_checkpoints, resolve_resume
+from simcluster.train.config import Config, parse_mesh
+from simcluster.train.data import dp_shard, lm_batch
+from simcluster.train.metrics import MetricsWriter, read_metrics
+from simcluster.train.preflight import check
 
 STEPS, SAVE_AT = 6, 3
 COMMON = ["--model", "tiny", f"--steps={STEPS}", "--val-every=0"]

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from conftest import need, need_torch
-from train.checkpoint_paths import list_checkpoints
-from train.config import Config
-from train.preflight import preflight
+from simcluster.train.checkpoint_paths import list_checkpoints
+from simcluster.train.config import Config
+from simcluster.train.preflight import preflight
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -105,7 +105,7 @@ def test_torchrun_restart_resumes_with_resume_auto(tmp_path):
         if len(rows) >= 12:
             break
         time.sleep(0.2)
-    from launcher.container.ranks import rank_processes
+    from simcluster.launcher.container.ranks import rank_processes
 
     victim, _state = rank_processes(proc.pid, 0)[1]  # rank 1's process, by its RANK
     os.kill(victim, signal.SIGKILL)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import COMPOSE_V1, compose_env, need_torch
-from launcher.target import Target
+from simcluster.launcher.handle import Handle
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ class Cluster:
     def __init__(self, tmp: Path, mesh: str, *flags: str, compose: str | None = None):
         self.mesh, self.env = mesh, compose_env(compose) if compose else None
         self.run_dir = tmp / f"ct-{mesh}-{uuid.uuid4().hex[:8]}"  # its own compose project (launcher/target.py)
-        self.project = Target.for_run(str(self.run_dir)).project
+        self.project = Handle.for_run(str(self.run_dir)).project
         self.out = tmp / f"up-{mesh}.out"
         self.cmd = [sys.executable, "-m", "launcher", "up", "--mesh", mesh, "--model", "tiny", *flags,
                     "--run-dir", str(self.run_dir), "--keep"]
@@ -141,9 +141,9 @@ def test_2x2x2_node_k_holds_pipeline_stage_k(cluster_2x2x2):
 def test_2x2x2_losses_match_the_single_process_reference(cluster_2x2x2):
     """Every step once, loss falls, and each step's loss is the reference's within 1e-4 relative."""
     torch = need_torch()
-    from train.config import Config
-    from train.preflight import preflight
-    from train.reference import run_reference
+    from simcluster.train.config import Config
+    from simcluster.train.preflight import preflight
+    from simcluster.train.reference import run_reference
 
     c = cluster_2x2x2
     assert c.returncode == 0, c.why()
@@ -207,9 +207,9 @@ def test_2x2x2_under_compose_v1(tmp_path):
     """The same 2x2x2 job end to end under Compose v1 (docker-compose 1.29): every node exits 0,
     each step once, and the first step's loss equals the one-process reference within 1e-4."""
     torch = need_torch()
-    from train.config import Config
-    from train.preflight import preflight
-    from train.reference import run_reference
+    from simcluster.train.config import Config
+    from simcluster.train.preflight import preflight
+    from simcluster.train.reference import run_reference
 
     c = Cluster(tmp_path, "2x2x2", "--steps", "3", "--data", str(DATA), compose=COMPOSE_V1)
     try:

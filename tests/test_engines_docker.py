@@ -22,6 +22,8 @@ import yaml
 
 from conftest import need_torch
 
+from simcluster.launcher.files import code_mounts
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parents[0] / "shared" / "data" / "tinyshakespeare.txt"
 pytestmark = pytest.mark.docker
@@ -33,9 +35,9 @@ def _losses(run_dir: Path) -> list[float]:
 
 def _reference(mesh: str, steps: int) -> list[float]:
     need_torch()
-    from train.config import Config
-    from train.preflight import preflight
-    from train.reference import run_reference
+    from simcluster.train.config import Config
+    from simcluster.train.preflight import preflight
+    from simcluster.train.reference import run_reference
 
     return [r["loss"] for r in run_reference(preflight(Config(mesh=mesh, model="tiny", steps=steps, data=str(DATA))))]
 
@@ -108,8 +110,7 @@ def test_k8s_command_runs(trainer_image, tmp_path, target):
                                      environment=env, user="1000:1000", read_only=True, cap_drop=["ALL"],
                                      tmpfs={"/tmp": ""}, network=tag,
                                      volumes={str(runs): {"bind": "/runs", "mode": "rw"},
-                                              str(ROOT / "train"): {"bind": "/app/train", "mode": "ro"},
-                                              str(ROOT / "launcher"): {"bind": "/app/launcher", "mode": "ro"}})
+                                              **{src: {"bind": dst, "mode": "ro"} for src, dst in code_mounts()}})
             net.disconnect(c)  # only the cluster network (eth0), reached by the pod's DNS names
             net.connect(c, aliases=[host, f"{host}.{subdomain}"])
             made.append(c)

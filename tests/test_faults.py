@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need_torch
-from launcher.target import Target
+from simcluster.launcher.handle import Handle
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
@@ -58,10 +58,10 @@ def _free_port() -> int:
 def test_rendezvous_names_silent_and_missing_nodes():
     """No Docker: node 0 heartbeats, then goes silent (lost after 2 s); node 1 never joins (5 s)."""
     need_torch()
-    from launcher.container.heartbeat import Heartbeat
+    from simcluster.launcher.container.heartbeat import Heartbeat
 
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "launcher.container.rendezvous", "--port", str(port), "--nnodes", "2",
+    server = subprocess.Popen([sys.executable, "-m", "simcluster.launcher.container.rendezvous", "--port", str(port), "--nnodes", "2",
                                "--lost-after-s", "2", "--join-timeout-s", "5", "--grace-s", "1"], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     hb = Heartbeat(f"127.0.0.1:{port}", "node-0", 0, 2, interval=0.2)
@@ -80,11 +80,11 @@ def test_rendezvous_names_silent_and_missing_nodes():
 
 
 def test_start_late_option_and_restart_launch(tmp_path):
-    from launcher.cli import parse_start_late
-    from launcher.jobs import resolve_training
-    from launcher.launch import NodeOptions
-    from launcher.runner import restart_launch
-    from train.config import Config, ConfigError
+    from simcluster.launcher.cli import parse_start_late
+    from simcluster.launcher.jobs import resolve_training
+    from simcluster.launcher.launch import NodeOptions
+    from simcluster.launcher.run.compose import restart_launch
+    from simcluster.train.config import Config, ConfigError
 
     assert parse_start_late(["node-1=20", "node-2=0.5"]) == {"node-1": 20.0, "node-2": 0.5}
     for bad in (["node-1"], ["=3"], ["node-1=-1"], ["node-1=x"]):
@@ -100,7 +100,7 @@ class Up:
 
     def __init__(self, tmp: Path, *flags: str, mesh: str = "2x1x1"):
         self.run_dir = tmp / f"ft-{uuid.uuid4().hex[:8]}"
-        self.project = Target.for_run(str(self.run_dir)).project
+        self.project = Handle.for_run(str(self.run_dir)).project
         self.out = tmp / f"{self.run_dir.name}.out"
         self.cmd = [sys.executable, "-m", "launcher", "up", "--mesh", mesh, "--model", "tiny", "--mount-code",
                     "--timeout-s", str(TIMEOUT_S), "--run-dir", str(self.run_dir), *flags]

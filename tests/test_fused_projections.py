@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from train.config import PRESETS
-from train.model import Attention, FeedForward
+from simcluster.train.config import PRESETS
+from simcluster.train.model import Attention, FeedForward
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4])

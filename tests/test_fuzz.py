@@ -16,8 +16,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import launcher.cli
-from train.config import Config
+import simcluster.launcher.cli
+from simcluster.train.config import Config
 
 BUDGET = settings(max_examples=120, deadline=None, derandomize=True,
                   suppress_health_check=[HealthCheck.too_slow])
@@ -30,7 +30,7 @@ def generate(*args: str) -> tuple[int, str, Path]:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
-            code = launcher.cli.main(["generate", *args, "--out", str(out)])
+            code = simcluster.launcher.cli.main(["generate", *args, "--out", str(out)])
         except SystemExit as e:  # argparse's own usage errors
             code = e.code
     return code, err.getvalue(), out
@@ -45,7 +45,7 @@ def check(code: int, err: str, out: Path) -> dict | None:
         return None
     doc = yaml.safe_load(out.read_text())
     nodes = [s for s in doc["services"] if s != "rendezvous"]
-    assert nodes and all(doc["services"][n]["command"][:3] == ["python", "-m", "launcher.container.node"]
+    assert nodes and all(doc["services"][n]["command"][:3] == ["python", "-m", "simcluster.launcher.container.node"]
                          for n in nodes)
     return doc
 

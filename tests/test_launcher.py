@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.compose import build_compose, escape, host_path, omp_threads
-from launcher.jobs import resolve_training, train_flags
-from launcher.launch import Launch, NodeOptions, check_node_options
-from launcher.layout import node_names, node_ranks
-from train.config import Config, ConfigError, MeshSpec, parse_mesh
+from simcluster.launcher.targets.compose import build_compose, host_path, omp_threads
+from simcluster.launcher.targets.document import escape
+from simcluster.launcher.jobs import resolve_training, train_flags
+from simcluster.launcher.launch import Launch, NodeOptions, check_node_options
+from simcluster.launcher.layout import node_names, node_ranks
+from simcluster.train.config import Config, ConfigError, MeshSpec, parse_mesh
 
 
 def launch(cfg: Config, node: NodeOptions = NodeOptions()) -> Launch:
@@ -97,10 +98,14 @@ def test_bad_node_options_exit_2(tmp_path):
 
 
 def test_launcher_is_torch_free(tmp_path):
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "import launcher.cli, launcher.runner, launcher.engine, launcher.follow, launcher.chaos, launcher.progress\n"
-            "import launcher.container.node, launcher.container.rendezvous\n"
-            f"sys.exit(launcher.cli.main(['generate', '--mesh', '2x2x2', '--out', {str(tmp_path / 'a.yml')!r}]))")
+    """Every module of the host side and the container wrappers imports without torch (the probe
+    and forkrun, which run torch on the ranks, are the exceptions; __main__ runs the CLI)."""
+    code = ("import importlib, pkgutil, sys; sys.modules['torch'] = None\n"
+            "import simcluster.launcher as L, simcluster.launcher.cli\n"
+            "names = [m.name for m in pkgutil.walk_packages(L.__path__, 'simcluster.launcher.')]\n"
+            "assert len(names) > 30, names\n"
+            "[importlib.import_module(n) for n in names if n.rsplit('.', 1)[1] not in ('probe', 'forkrun', '__main__')]\n"
+            f"sys.exit(simcluster.launcher.cli.main(['generate', '--mesh', '2x2x2', '--out', {str(tmp_path / 'a.yml')!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "a.yml").exists()
@@ -112,7 +117,7 @@ def test_node_ranks_and_commands():
     doc = build_compose(launch(Config(mesh="4x1x2", run_dir="runs/r")), "..")
     for k, name in enumerate(node_names(4)):
         cmd = doc["services"][name]["command"]
-        assert cmd[:3] == ["python", "-m", "launcher.container.node"]
+        assert cmd[:3] == ["python", "-m", "simcluster.launcher.container.node"]
         assert cmd[cmd.index("--node-rank") + 1] == str(k)
         assert cmd[cmd.index("--nproc-per-node") + 1] == "2"
         assert cmd[cmd.index("--nnodes") + 1] == "4"
@@ -122,7 +127,7 @@ def test_node_ranks_and_commands():
         assert cmd[cmd.index("--lost-after-s") + 1] == "24.0"  # 0.4 x the trainer's default 60 s timeout
         assert cmd[cmd.index("--run-dir") + 1] == "/runs/r"
     rdzv = doc["services"]["rendezvous"]["command"]
-    assert rdzv == ["python", "-m", "launcher.container.rendezvous", "--port", "29400", "--nnodes", "4",
+    assert rdzv == ["python", "-m", "simcluster.launcher.container.rendezvous", "--port", "29400", "--nnodes", "4",
                     "--lost-after-s", "24.0", "--join-timeout-s", "300.0"]
     assert "--torchrun" not in cmd  # default: ranks forked by launcher.container.forkrun
     stock = build_compose(launch(Config(mesh="4x1x2", run_dir="runs/r"), NodeOptions(torchrun=True)), "..")

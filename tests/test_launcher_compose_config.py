@@ -56,7 +56,7 @@ def test_compose_config_accepts_generated_files(tmp_path):
 def test_launcher_up_probe_cluster(tmp_path, trainer_image):
     """2 nodes x 2 ranks: node k gets ranks 2k, 2k+1; all exit 0; summary OK; cluster removed."""
     run = tmp_path / "probe-run"
-    proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--mesh", "2x2x1", "--module", "launcher.container.probe",
+    proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--mesh", "2x2x1", "--module", "simcluster.launcher.container.probe",
                            "--mount-code", "--run-dir", str(run)], cwd=ROOT, capture_output=True, text=True,
                           timeout=580)
     out = proc.stdout
@@ -82,7 +82,7 @@ def test_plain_compose_up_exit_code_from_rendezvous(tmp_path, trainer_image, cli
     os.chown(run, 1000, 1000) if os.getuid() == 0 else None
     file = tmp_path / "plain.yml"
     subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "2x1x1", "--module",
-                    "launcher.container.probe", "--mount-code", "--run-dir", str(run), "--out", str(file)],
+                    "simcluster.launcher.container.probe", "--mount-code", "--run-dir", str(run), "--out", str(file)],
                    cwd=ROOT, check=True)
     files = ["-f", str(file)]
     if fail:

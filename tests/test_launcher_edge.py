@@ -15,10 +15,10 @@ from pathlib import Path
 
 import yaml
 
-import launcher.cli
-import launcher.compose
-import train.config
-from launcher import files
+import simcluster.launcher.cli
+import simcluster.launcher.targets.compose
+import simcluster.train.config
+from simcluster.launcher import files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,22 +42,28 @@ def calls_during(funcs, fn) -> dict[str, int]:
 
 def test_generate_parses_the_mesh_once_and_builds_once(tmp_path, capsys):
     out = tmp_path / "c.yml"
-    counts = calls_during([train.config.parse_mesh, launcher.compose.build_compose],
-                          lambda: launcher.cli.main(["generate", "--mesh", "pp=2,dp=2,tp=2", "--model", "tiny",
+    counts = calls_during([simcluster.train.config.parse_mesh, simcluster.launcher.targets.compose.build_compose],
+                          lambda: simcluster.launcher.cli.main(["generate", "--mesh", "pp=2,dp=2,tp=2", "--model", "tiny",
                                                      "--out", str(out)]))
     assert counts == {"parse_mesh": 1, "build_compose": 1}
     assert out.is_file()
 
 
 def _imports(path: Path) -> set[str]:
-    """launcher.* modules a file imports (module level and inside functions)."""
+    """simcluster.launcher.* modules a file imports (module level and inside functions), named
+    launcher.*; a bare ``launcher`` or ``train`` import fails the test (a user's folder would shadow it)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("launcher"):
-            found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names)
+        names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else \
+            [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        for name in names:
+            assert name.split(".")[0] not in ("launcher", "train"), f"{path}: import {name} (use simcluster.{name})"
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("simcluster.launcher"):
+            mod = node.module.removeprefix("simcluster.")
+            found.add(mod)
+            found.update(f"{mod}.{a.name}" for a in node.names)
         elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("launcher"))
+            found.update(a.name.removeprefix("simcluster.") for a in node.names if a.name.startswith("simcluster.launcher"))
     return found
 
 
@@ -79,7 +85,7 @@ def test_launcher_import_graph_has_no_cycle():
         if m not in state:
             visit(m, [])
     importers = {m for m, deps in graph.items() if "launcher.cli" in deps}
-    assert importers == {"launcher.__main__"}  # nobody else imports the door
+    assert importers == {"launcher.__main__"}  # nobody else imports the door (simcluster/__main__.py too)
 
 
 def test_docker_through_the_sdk_only():

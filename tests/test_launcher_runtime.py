@@ -20,10 +20,10 @@ import pytest
 
 from conftest import need_torch
 
-from launcher.container.node import check_writable, torchrun_command
-from launcher.container.rendezvous import summary
-from launcher.progress import Progress, format_duration, parse_done, parse_step, split_rank
-from launcher.target import sanitize_project
+from simcluster.launcher.container.node import check_writable, torchrun_command
+from simcluster.launcher.container.rendezvous import summary
+from simcluster.launcher.observe.progress import Progress, format_duration, parse_done, parse_step, split_rank
+from simcluster.launcher.handle import sanitize_project
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP = "step 12/300 loss 3.2145 grad_norm 1.2300 lr 3.00e-03 step_time 0.512s tokens_per_s 4000 rss_mb 312"
@@ -65,7 +65,7 @@ def test_node_wrapper_helpers(tmp_path):
                  "--local-addr=node-1", "--tee=3"):
         assert part in cmd
     assert cmd[-4:] == ["-m", "train", "--mesh", "2x2x2"]
-    assert cmd[:3] == [sys.executable, "-m", "launcher.container.forkrun"]  # ranks forked after one import per node
+    assert cmd[:3] == [sys.executable, "-m", "simcluster.launcher.container.forkrun"]  # ranks forked after one import per node
     args.rdzv_backend = "static"
     assert "--master-addr=rendezvous" in torchrun_command(args, "node-1", [])
     args.torchrun = True
@@ -81,17 +81,17 @@ def _launch(launcher: list[str], run_dir: Path, *flags: str) -> subprocess.Compl
 
 
 def test_forkrun_trains_like_torchrun(tmp_path):
-    """launcher.container.forkrun (torchrun's agent, ranks forked after one import) gives the same run
+    """simcluster.launcher.container.forkrun (torchrun's agent, ranks forked after one import) gives the same run
     as stock torchrun, with torchrun's log prefixes and exit status."""
     need_torch()
-    fork = _launch([sys.executable, "-m", "launcher.container.forkrun"], tmp_path / "fork")
+    fork = _launch([sys.executable, "-m", "simcluster.launcher.container.forkrun"], tmp_path / "fork")
     stock = _launch([sys.executable, "-m", "torch.distributed.run"], tmp_path / "stock")
     assert fork.returncode == 0 and stock.returncode == 0, fork.stderr[-2000:] + stock.stderr[-2000:]
     losses = [[json.loads(line)["loss"] for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
               for d in ("fork", "stock")]
     assert len(losses[0]) == 3 and losses[0] == losses[1]
     assert "[default1]:[simcluster] rank=1 local_rank=1 world_size=2" in fork.stdout
-    bad = _launch([sys.executable, "-m", "launcher.container.forkrun"], tmp_path / "bad", "--n-heads", "3")
+    bad = _launch([sys.executable, "-m", "simcluster.launcher.container.forkrun"], tmp_path / "bad", "--n-heads", "3")
     assert bad.returncode == 1 and "n_heads" in bad.stdout + bad.stderr  # rank exits 2, the agent 1, as torchrun
 
 
@@ -112,7 +112,7 @@ def _free_port() -> int:
 
 
 def _rendezvous(port: int, nnodes: int, grace: float = 30) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "launcher.container.rendezvous", "--port", str(port), "--nnodes", str(nnodes),
+    return subprocess.Popen([sys.executable, "-m", "simcluster.launcher.container.rendezvous", "--port", str(port), "--nnodes", str(nnodes),
                              "--lost-after-s", "24",
                              "--grace-s", str(grace), "--timeout-s", "120"], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -120,7 +120,7 @@ def _rendezvous(port: int, nnodes: int, grace: float = 30) -> subprocess.Popen:
 
 def test_rendezvous_collects_exit_codes():
     need_torch()
-    from launcher.container.heartbeat import report
+    from simcluster.launcher.container.heartbeat import report
 
     port = _free_port()
     server = _rendezvous(port, 2)
@@ -140,9 +140,9 @@ def test_rendezvous_collects_exit_codes():
 
 
 def _node(port: int, k: int, run_dir: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "launcher.container.node", "--nnodes", "2", "--node-rank", str(k),
+    return subprocess.Popen([sys.executable, "-m", "simcluster.launcher.container.node", "--nnodes", "2", "--node-rank", str(k),
                              "--nproc-per-node", "2", "--rdzv-endpoint", f"127.0.0.1:{port}", "--run-id", "t",
-                             "--module", "launcher.container.probe", "--node-name", f"127.0.0.{k + 1}",
+                             "--module", "simcluster.launcher.container.probe", "--node-name", f"127.0.0.{k + 1}",
                              "--run-dir", str(run_dir), "--lost-after-s", "24"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
@@ -170,42 +170,43 @@ def test_node_wrapper_ranks_follow_node_names_not_arrival(tmp_path):
 def test_code_digest_follows_content_not_mtimes(tmp_path):
     """The trainer image's staleness check: the digest changes with a file's bytes or name,
     not with its modification time (a cached image build keeps its old creation time)."""
-    from launcher.files import code_digest
+    from simcluster.launcher.files import code_digest
 
     (tmp_path / "train").mkdir()
     (tmp_path / "launcher").mkdir()
     (tmp_path / "train" / "a.py").write_text("x = 1\n")
     (tmp_path / "launcher" / "b.py").write_text("y = 2\n")
     (tmp_path / "train" / "notes.txt").write_text("not code\n")
-    first = code_digest(str(tmp_path))
+    sources = {"simcluster/train": str(tmp_path / "train"), "simcluster/launcher": str(tmp_path / "launcher")}
+    first = code_digest(sources)
     os.utime(tmp_path / "train" / "a.py", (1, 1))
     (tmp_path / "train" / "notes.txt").write_text("changed, still not code\n")
-    assert code_digest(str(tmp_path)) == first
+    assert code_digest(sources) == first
     (tmp_path / "train" / "a.py").write_text("x = 2\n")
-    second = code_digest(str(tmp_path))
+    second = code_digest(sources)
     assert second != first
     (tmp_path / "train" / "a.py").rename(tmp_path / "train" / "c.py")
-    assert code_digest(str(tmp_path)) not in (first, second)
+    assert code_digest(sources) not in (first, second)
     assert len(code_digest()) == 64  # this checkout
 
 
 def test_run_folders_of_one_name_are_two_projects(tmp_path):
     """a/run and b/run get their own compose projects (one `up` never touches the other's)."""
-    from launcher.target import Target
+    from simcluster.launcher.handle import Handle
 
-    a, b = Target.for_run(str(tmp_path / "a" / "run")), Target.for_run(str(tmp_path / "b" / "run"))
+    a, b = Handle.for_run(str(tmp_path / "a" / "run")), Handle.for_run(str(tmp_path / "b" / "run"))
     assert a.project != b.project and a.project.startswith("sc-run-") and b.project.startswith("sc-run-")
-    assert Target.for_run(str(tmp_path / "a" / "run")).project == a.project
+    assert Handle.for_run(str(tmp_path / "a" / "run")).project == a.project
     assert a.file == str(tmp_path / "a" / "run" / "compose.yml")
 
 
 def test_failing_ranks_are_named_with_traceback_or_cxx_abort(tmp_path, capsys):
     """The summary's failure lines: a Python traceback's last frames and exception, a C++ abort's
     ``terminate called`` line (with the teardown-race hint), and peers that only saw one die."""
-    from launcher.jobs import resolve_code
-    from launcher.launch import NodeOptions
-    from launcher.follow import Stream
-    from launcher.summary import _show_failures
+    from simcluster.launcher.jobs import resolve_code
+    from simcluster.launcher.launch import NodeOptions
+    from simcluster.launcher.observe.follow import Stream
+    from simcluster.launcher.observe.summary import _show_failures
 
     script = tmp_path / "job.py"
     script.write_text("print('hi')\n")
@@ -231,7 +232,7 @@ def test_failing_ranks_are_named_with_traceback_or_cxx_abort(tmp_path, capsys):
 
 def test_metrics_tail_skips_a_previous_runs_file(tmp_path):
     """A reused run folder: the old metrics.jsonl gives no progress rows until this run writes it."""
-    from launcher.follow import MetricsTail
+    from simcluster.launcher.observe.follow import MetricsTail
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n')

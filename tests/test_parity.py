@@ -21,7 +21,7 @@ STEPS = 3
 
 def run_parity(*args: str, run_dir: Path | None = None) -> tuple[subprocess.CompletedProcess, list[dict]]:
     """Run the parity tool; returns the process and its table rows parsed from stdout."""
-    cmd = [sys.executable, "-m", "train.parity", "--model", "tiny", *args]
+    cmd = [sys.executable, "-m", "simcluster.train.parity", "--model", "tiny", *args]
     if run_dir is not None:
         cmd += ["--run-dir", str(run_dir)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from train.cli import add_config_args, config_from_args
-from train.config import Config, ConfigError
-from train.corpus import split_sizes
-from train.preflight import check
+from simcluster.train.cli import add_config_args, config_from_args
+from simcluster.train.config import Config, ConfigError
+from simcluster.train.corpus import split_sizes
+from simcluster.train.preflight import check
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -116,7 +116,7 @@ def test_yaml_bool_exits_2(tmp_path):
 
 def test_seed_ffn_66_on_tp3_refused_by_parity():
     """The issue's example: every rank crashed in DTensor (the seed preset shards its dim=32 layers)."""
-    proc = train("--mesh", "1x1x3", "--model", "seed", "--ffn-dim", "66", "--steps", "3", module="train.parity")
+    proc = train("--mesh", "1x1x3", "--model", "seed", "--ffn-dim", "66", "--steps", "3", module="simcluster.train.parity")
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "model: dim=32 is not divisible by tp=3 (the seed model shards its dim-wide layers (pair1) over tp)" \
         in proc.stderr

@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.progress import Bar
+from simcluster.launcher.observe.progress import Bar
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = """
-from launcher.progress import Bar, Progress
+from simcluster.launcher.observe.progress import Bar, Progress
 import sys
 assert Bar.wanted(sys.stdout)
 bar, p = Bar(), Progress()

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from train.config import Config
-from train.metrics import read_metrics
-from train.optim import lr_at
+from simcluster.train.config import Config
+from simcluster.train.metrics import read_metrics
+from simcluster.train.optim import lr_at
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}

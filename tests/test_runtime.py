@@ -9,7 +9,7 @@ import platform
 import subprocess
 import sys
 
-from train.runtime import GarbageCollection
+from simcluster.train.runtime import GarbageCollection
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from launcher.compose import node_command
-from launcher.jobs import resolve_training
-from launcher.launch import NodeOptions
-from launcher.layout import rate_bits_per_s, shaped_marker, tbf_command
-from train.config import Config
+from simcluster.launcher.targets.compose import node_command
+from simcluster.launcher.jobs import resolve_training
+from simcluster.launcher.launch import NodeOptions
+from simcluster.launcher.drills.shaping import rate_bits_per_s, tbf_command
+from simcluster.launcher.layout import shaped_marker
+from simcluster.train.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 

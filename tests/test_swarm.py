@@ -22,10 +22,10 @@ import pytest
 import yaml
 
 from conftest import need, need_torch
-from launcher.jobs import resolve_training
-from launcher.launch import NodeOptions
-from launcher.targets import swarm
-from train.config import Config, ConfigError
+from simcluster.launcher.jobs import resolve_training
+from simcluster.launcher.launch import NodeOptions
+from simcluster.launcher.targets import swarm
+from simcluster.train.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parents[0] / "shared" / "data" / "tinyshakespeare.txt"
@@ -113,7 +113,7 @@ class _Fake:
     ({"LocalNodeState": "inactive"}, "simcluster/trainer:latest", None),
 ])
 def test_swarm_checks(monkeypatch, info, image, problem):
-    from launcher import swarm_run
+    from simcluster.launcher.run import swarm as swarm_run
 
     monkeypatch.setattr(swarm_run, "client", lambda: _Fake(info))
     launch = resolve_training(Config(mesh="2x2x2", model="tiny"), NodeOptions(image=image))
@@ -187,8 +187,8 @@ def test_swarm_up_2x2x2_parity(trainer_image, tmp_path):
     assert f"launcher: stack {stack} removed" in out
     got = [json.loads(x)["loss"] for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     need_torch()
-    from train.preflight import preflight
-    from train.reference import run_reference
+    from simcluster.train.preflight import preflight
+    from simcluster.train.reference import run_reference
 
     ref = [r["loss"] for r in run_reference(preflight(Config(mesh="2x2x2", model="tiny", steps=3, data=str(DATA))))]
     assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, ref)) < 1e-4, (got, ref)

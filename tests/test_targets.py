@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from launcher.jobs import resolve_training
-from launcher.launch import NodeOptions
-from launcher.targets import jobset, slurm, trainjob
-from launcher.targets.check import has_registry
-from train.config import Config, ConfigError, resolve
-from train.device import backend, mesh_device_type, rank_device
+from simcluster.launcher.jobs import resolve_training
+from simcluster.launcher.launch import NodeOptions
+from simcluster.launcher.targets import jobset, slurm, trainjob
+from simcluster.launcher.targets.check import has_registry
+from simcluster.train.config import Config, ConfigError, resolve
+from simcluster.train.device import backend, mesh_device_type, rank_device
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -54,7 +54,7 @@ def test_golden_files(target, mesh):
 
 
 def test_default_paths(tmp_path):
-    from launcher.targets import default_path
+    from simcluster.launcher.targets import default_path
 
     assert [default_path(t, "mesh-2x2x2") for t in ("compose", "swarm", "slurm", "jobset", "trainjob")] == [
         "compose/mesh-2x2x2.yml", "swarm/mesh-2x2x2.yml", "slurm/mesh-2x2x2.sbatch", "k8s/mesh-2x2x2-jobset.yaml",
@@ -71,7 +71,7 @@ def test_slurm_fields_and_node_rank():
     assert "#SBATCH --cpus-per-task=8" in text and "#SBATCH --mem=3072M" in text
     assert "#SBATCH --gpus-per-node=2" in text and "CUDA_VISIBLE_DEVICES" not in text
     assert '--node-rank "$SLURM_NODEID" --master-addr "$MASTER_ADDR"' in text
-    assert "--rdzv-backend static -m train" in text and "--device cuda" in text
+    assert "--rdzv-backend static -m simcluster.train" in text and "--device cuda" in text
     cpu = slurm.render(_launch(), "cmd")
     assert "--gpus-per-node" not in cpu and "export CUDA_VISIBLE_DEVICES=''" in cpu
 

@@ -107,10 +107,10 @@ def test_traffic_matches_closed_form_and_trace_has_every_rank(tmp_path, mesh):
 OFF_PROBE = r"""
 import json, sys, torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
-import train.pipeline as P
-from train.config import Config
-from train.preflight import preflight
-from train.trainer import run
+import simcluster.train.pipeline as P
+from simcluster.train.config import Config
+from simcluster.train.preflight import preflight
+from simcluster.train.trainer import run
 seen = []
 orig = P.Pipeline.step
 def step(self, *a, **k):

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from train.cli import add_config_args, config_from_args
-from train.config import PRESETS, Config, ConfigError, MeshSpec, parse_mesh, resolve
-from train.data import dp_shard, lm_batch, load_corpus, seed_batch, train_val_split
-from train.model import build_model, loss_fn, prune_to_stage
-from train.optim import kernel_flags
-from train.pipeline import stage_io
-from train.preflight import check
-from train.split import split_layers, stage_ids
+from simcluster.train.cli import add_config_args, config_from_args
+from simcluster.train.config import PRESETS, Config, ConfigError, MeshSpec, parse_mesh, resolve
+from simcluster.train.data import dp_shard, lm_batch, load_corpus, seed_batch, train_val_split
+from simcluster.train.model import build_model, loss_fn, prune_to_stage
+from simcluster.train.optim import kernel_flags
+from simcluster.train.pipeline import stage_io
+from simcluster.train.preflight import check
+from simcluster.train.split import split_layers, stage_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need_torch
-from launcher.target import Target
+from simcluster.launcher.handle import Handle
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("trainer_image")]
@@ -36,7 +36,7 @@ def up(run_dir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedP
 
 
 def left_over(run_dir: Path) -> str:
-    project = Target.for_run(str(run_dir)).project
+    project = Handle.for_run(str(run_dir)).project
     return subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
                           capture_output=True, text=True).stdout.strip()
 

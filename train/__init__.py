@@ -6,4 +6,4 @@
 
 # Modules a launcher may import once per node before forking the ranks (launcher/container/forkrun.py):
 # the rank's own imports after ``train.__main__`` parses its flags.
-PRELOAD = ("train.trainer",)
+PRELOAD = ("simcluster.train.trainer",)

@@ -12,9 +12,9 @@ import argparse
 import os
 import sys
 
-from train.cli import add_config_args, config_from_args
-from train.config import ConfigError
-from train.preflight import preflight
+from simcluster.train.cli import add_config_args, config_from_args
+from simcluster.train.config import ConfigError
+from simcluster.train.preflight import preflight
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from train.trainer import run  # torch is imported only once the config is known to be good
+    from simcluster.train.trainer import run  # torch is imported only once the config is known to be good
 
     return run(cfg)
 

@@ -30,8 +30,8 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
                                                      get_optimizer_state_dict, set_model_state_dict,
                                                      set_optimizer_state_dict)
 
-from train.checkpoint_meta import CheckpointError, write_record
-from train.checkpoint_paths import list_checkpoints
+from simcluster.train.checkpoint_meta import CheckpointError, write_record
+from simcluster.train.checkpoint_paths import list_checkpoints
 
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 

@@ -20,8 +20,8 @@ import os
 import platform
 import subprocess
 
-from train.checkpoint_paths import list_checkpoints, resolve_resume
-from train.config import TrainRun
+from simcluster.train.checkpoint_paths import list_checkpoints, resolve_resume
+from simcluster.train.config import TrainRun
 
 META = "simcluster.json"
 FORMAT = 1
@@ -58,7 +58,7 @@ def data_identity(run: TrainRun) -> dict:
     """The corpus of a run (``train.corpus.data_identity``); the seed model's data is synthetic."""
     if run.model.kind == "seed":
         return {"name": "synthetic (seed model)"}
-    from train.corpus import data_identity as corpus_identity
+    from simcluster.train.corpus import data_identity as corpus_identity
 
     return corpus_identity(run.config.data)
 

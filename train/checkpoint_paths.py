@@ -1,6 +1,6 @@
 """Finding checkpoints on disk. Torch-free, so preflight can check ``--resume`` before anything starts.
 
-    python -c "from train.checkpoint_paths import list_checkpoints; print(list_checkpoints('runs/a/checkpoints'))"
+    python -c "from simcluster.train.checkpoint_paths import list_checkpoints; print(list_checkpoints('runs/a/checkpoints'))"
 """
 from __future__ import annotations
 

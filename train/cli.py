@@ -11,8 +11,8 @@ from dataclasses import fields
 
 import yaml
 
-from train.config import Config, ConfigError
-from train.config_types import config_from_dict
+from simcluster.train.config import Config, ConfigError
+from simcluster.train.config_types import config_from_dict
 
 
 def field_docs() -> dict[str, str]:

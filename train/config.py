@@ -3,13 +3,15 @@
 Torch-free on purpose, so the launcher can parse and preflight a run on a host without torch.
 
     python -m train --config run.yaml --mesh 2x2x2 --steps 50   # how a Config is made
-    python -c "from train.config import parse_mesh; print(parse_mesh('2x2x2'))"
+    python -c "from simcluster.train.config import parse_mesh; print(parse_mesh('2x2x2'))"
 """
 from __future__ import annotations
 
 import dataclasses
 import re
 from dataclasses import dataclass
+
+from simcluster.launcher.layout import node_of
 
 DEVICES = ("cpu", "cuda")  # --device: gloo on CPU, or nccl with one GPU per rank
 MESH_EXAMPLES = "valid examples: 2x2x2, 4x1x2, 1x1x1, pp=2,dp=2,tp=2"
@@ -55,7 +57,7 @@ class MeshSpec:
 
     def coords(self, rank: int) -> tuple[int, int, int]:
         """(pp, dp, tp) coordinates of a global rank."""
-        return rank // self.ranks_per_node, (rank // self.tp) % self.dp, rank % self.tp
+        return node_of(rank, self.ranks_per_node), (rank // self.tp) % self.dp, rank % self.tp
 
     def __str__(self) -> str:
         return f"{self.pp}x{self.dp}x{self.tp}"

@@ -1,7 +1,7 @@
 """The corpus without torch: which files, how many byte tokens, the train/validation split, and
 checks that a corpus can feed one window. ``train.data`` (torch) and preflight share these.
 
-    python -c "from train.corpus import corpus_size, data_files; print(corpus_size(data_files('README.md')))"
+    python -c "from simcluster.train.corpus import corpus_size, data_files; print(corpus_size(data_files('README.md')))"
 
 The corpus is the files' bytes joined by one b"\\n" (a file, or a folder's files sorted), one
 token per byte (vocab 256). The tail ``split_sizes(...)[1]`` bytes are held out for validation.
@@ -14,7 +14,7 @@ import math
 import os
 import sysconfig
 
-from train.config import ConfigError
+from simcluster.train.config import ConfigError
 
 SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__", "lib2to3",
              "tkinter", "turtledemo", "ensurepip"}

@@ -1,7 +1,7 @@
 """Byte-level data: a corpus of UTF-8 text as uint8 tokens, and batches as pure functions of
 (seed, step, dp rank), so runs are reproducible and resumable on any mesh.
 
-    python -c "from train.data import load_corpus; print(load_corpus(None).numel())"   # stdlib bytes
+    python -c "from simcluster.train.data import load_corpus; print(load_corpus(None).numel())"   # stdlib bytes
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from train.corpus import corpus_files, split_sizes
+from simcluster.train.corpus import corpus_files, split_sizes
 
 
 def load_corpus(path: str | None) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Device choice of a rank: pure functions of --device and LOCAL_RANK, so the cuda branch is
 testable on a CPU machine.
 
-    python -c "from train.device import *; print(backend('cuda'), rank_device('cuda', 3))"
+    python -c "from simcluster.train.device import *; print(backend('cuda'), rank_device('cuda', 3))"
 
 cpu: the gloo backend, tensors and the device mesh on the CPU (what the simulation runs).
 cuda: the nccl backend, the device mesh on cuda, each rank on GPU LOCAL_RANK

@@ -24,6 +24,8 @@ import json
 import os
 import resource
 
+from simcluster.launcher.observe.rundir import read_metrics
+
 
 def peak_rss_mb() -> float:
     """This process's peak resident set size so far, in MB (Linux ru_maxrss is in KiB)."""
@@ -62,12 +64,6 @@ class MetricsWriter:
         if self.path:
             with open(self.path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(rec, sort_keys=True) + "\n")
-
-
-def read_metrics(run_dir: str, name: str = "metrics.jsonl") -> list[dict]:
-    """The step records of a run folder, in order."""
-    with open(os.path.join(run_dir, name), encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
 
 
 def traffic_text(totals: dict) -> str:

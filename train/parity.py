@@ -16,10 +16,10 @@ import subprocess
 import sys
 import tempfile
 
-from train.cli import add_config_args, config_from_args
-from train.config import ConfigError
-from train.metrics import read_metrics
-from train.preflight import preflight
+from simcluster.train.cli import add_config_args, config_from_args
+from simcluster.train.config import ConfigError
+from simcluster.launcher.observe.rundir import read_metrics
+from simcluster.train.preflight import preflight
 
 PARITY_DEFAULTS = {"model": "tiny", "steps": 10, "val_every": 0, "log_every": 1}
 
@@ -45,7 +45,7 @@ def compare(mesh_recs: list[dict], ref_recs: list[dict]) -> list[dict]:
 def torchrun_cmd(world_size: int, train_args: list[str]) -> list[str]:
     """The command that runs ``python -m train`` on ``world_size`` local processes."""
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
-            "-m", "train", *train_args]
+            "-m", "simcluster.train", *train_args]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     import torch
 
-    from train.reference import run_reference
+    from simcluster.train.reference import run_reference
 
     torch.set_num_threads(1)
     rows = compare(read_metrics(mesh_dir), run_reference(run, os.path.join(run_dir, "reference")))

@@ -18,9 +18,9 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage
 
-from train.config import SCHEDULES, TrainRun
-from train.model import build_model, prune_to_stage
-from train.split import split_layers, stage_ids
+from simcluster.train.config import SCHEDULES, TrainRun
+from simcluster.train.model import build_model, prune_to_stage
+from simcluster.train.split import split_layers, stage_ids
 
 
 class TracedStage(PipelineStage):
@@ -97,7 +97,7 @@ class Pipeline:
         return losses
 
     def _forward_only(self, inputs: torch.Tensor, targets: torch.Tensor) -> list[torch.Tensor]:
-        from train.pipeline_eval import forward_only
+        from simcluster.train.pipeline_eval import forward_only
 
         run, batch = self.run, inputs.shape[0]
         tail = (run.config.seq_len, run.model.dim) if run.model.kind == "llama" else (run.model.dim,)

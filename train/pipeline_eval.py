@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from train.split import stage_ids
+from simcluster.train.split import stage_ids
 
 
 @torch.no_grad()

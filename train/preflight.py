@@ -2,7 +2,7 @@
 
     python -m train --mesh 2x2x3 --model tiny        # exits 2: "n_heads=4 is not divisible by tp=3 ..."
     python -m train --model tiny --lr nan --data a.bin --resume runs/a   # exits 2, every problem listed
-    python -c "from train.preflight import preflight; from train.config import Config; preflight(Config())"
+    python -c "from train.preflight import preflight; from simcluster.train.config import Config; preflight(Config())"
 
 Refused here: numbers out of range or not finite (``train.preflight_values``), model shapes the
 TP plan or attention cannot split, meshes and schedules that cannot place the layers or
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from train.config import SCHEDULES, Config, ConfigError, TrainRun, resolve
-from train.corpus import check_corpus
-from train.preflight_values import value_errors
+from simcluster.train.config import SCHEDULES, Config, ConfigError, TrainRun, resolve
+from simcluster.train.corpus import check_corpus
+from simcluster.train.preflight_values import value_errors
 
 
 def check(cfg: Config, world_size: int | None = None) -> list[str]:
@@ -47,7 +47,7 @@ def _check(run: TrainRun, world_size: int | None) -> tuple[list[str], str | None
             errors += check_corpus(cfg.data, cfg.seq_len, cfg.val_fraction, validates=cfg.val_every > 0)
     path, notes = None, []
     if cfg.resume is not None and all(v >= 1 for v in sizes):
-        from train.checkpoint_meta import check_resume
+        from simcluster.train.checkpoint_meta import check_resume
 
         path, resume_errors, notes = check_resume(run)
         errors += resume_errors

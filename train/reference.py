@@ -11,16 +11,16 @@ import time
 
 import torch
 
-from train.cli import add_config_args, config_from_args, save_config
-from train.clip import clip_grad_norm_
-from train.config import ConfigError, TrainRun
-from train.data import Batches
-from train.metrics import MetricsWriter, peak_rss_mb, step_line
-from train.model import build_model, loss_fn
-from train.optim import build_optimizer
-from train.parallel import init_weights
-from train.preflight import preflight
-from train.runtime import GarbageCollection, tune_malloc
+from simcluster.train.cli import add_config_args, config_from_args, save_config
+from simcluster.train.clip import clip_grad_norm_
+from simcluster.train.config import ConfigError, TrainRun
+from simcluster.train.data import Batches
+from simcluster.train.metrics import MetricsWriter, peak_rss_mb, step_line
+from simcluster.train.model import build_model, loss_fn
+from simcluster.train.optim import build_optimizer
+from simcluster.train.parallel import init_weights
+from simcluster.train.preflight import preflight
+from simcluster.train.runtime import GarbageCollection, tune_malloc
 
 
 def run_reference(run: TrainRun, run_dir: str | None = None) -> list[dict]:

@@ -1,6 +1,6 @@
 """Process-level settings of a training process: the C allocator and Python's garbage collector.
 
-    python -c "from train.runtime import tune_malloc; print(tune_malloc())"
+    python -c "from simcluster.train.runtime import tune_malloc; print(tune_malloc())"
 
 Both are applied the same way to the mesh's ranks (``train.trainer``) and to the one-process
 reference (``train.reference``), so the throughput benchmark compares like with like.

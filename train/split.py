@@ -1,6 +1,6 @@
 """The pipeline stage split: a pure function from (layers, stages) to each stage's layer ids.
 
-    python -c "from train.split import split_layers; print(split_layers(8, 3))"   # [[0, 1], [2, 3, 4], [5, 6, 7]]
+    python -c "from simcluster.train.split import split_layers; print(split_layers(8, 3))"   # [[0, 1], [2, 3, 4], [5, 6, 7]]
 """
 from __future__ import annotations
 

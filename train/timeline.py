@@ -1,6 +1,6 @@
 """The merged pipeline timeline of traced steps and its measured bubble. Torch-free.
 
-    python -c "from train.timeline import merge; print(merge('runs/mesh-2x1x2', 4, 2))"
+    python -c "from simcluster.train.timeline import merge; print(merge('runs/mesh-2x1x2', 4, 2))"
 
 ``merge`` joins the per-rank files ``train.profiling`` wrote (RUN_DIR/trace/rank-R-step-S.json,
 wall-clock microseconds) into RUN_DIR/trace.json, a Chrome trace-event file that Perfetto and
@@ -13,6 +13,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+
+from simcluster.launcher.layout import node_name, node_of
 
 COMPUTE_CAT = "compute"
 
@@ -64,11 +66,12 @@ def merge(run_dir: str, world_size: int, ranks_per_node: int) -> tuple[str, list
         with open(f, encoding="utf-8") as fh:
             events.extend(json.load(fh))
     meta = []
-    for node in range(world_size // ranks_per_node):
-        meta.append({"ph": "M", "name": "process_name", "pid": node, "tid": 0, "args": {"name": f"node-{node}"}})
+    nnodes = world_size // ranks_per_node
+    for node in range(nnodes):
+        meta.append({"ph": "M", "name": "process_name", "pid": node, "tid": 0, "args": {"name": node_name(node, nnodes)}})
         meta.append({"ph": "M", "name": "process_sort_index", "pid": node, "tid": 0, "args": {"sort_index": node}})
     for rank in range(world_size):
-        node = rank // ranks_per_node
+        node = node_of(rank, ranks_per_node)
         for tid, label, order in ((rank, f"rank {rank}", 2 * rank), (1000 + rank, f"rank {rank} gloo", 2 * rank + 1)):
             meta.append({"ph": "M", "name": "thread_name", "pid": node, "tid": tid, "args": {"name": label}})
             meta.append({"ph": "M", "name": "thread_sort_index", "pid": node, "tid": tid, "args": {"sort_index": order}})

@@ -19,7 +19,7 @@ Per rank and step, each message is one op call. ``bytes`` is what this rank puts
 the op's contract, not gloo's internal algorithm: a send its tensor; a recv the tensor it
 receives (counted apart, so a link's bytes are the senders'); an all-reduce or reduce-scatter
 its whole input (the bytes it contributes); an all-gather its shard. Links: p2p ``"i->j"``
-between nodes i, j (node = rank // (dp*tp); ``i->i`` inside a node); a collective whose ranks
+between nodes i, j (node = layout.node_of(rank, dp*tp); ``i->i`` inside a node); a collective whose ranks
 all sit on one node ``"i->i"``; one spanning nodes (its per-link pattern is gloo's choice)
 ``"span"``.
 """
@@ -31,6 +31,8 @@ import os
 import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from simcluster.launcher.layout import node_of
 
 KINDS = ("pp_send", "pp_recv", "tp_all_reduce", "fsdp_all_gather", "fsdp_reduce_scatter", "world_all_reduce", "other")
 
@@ -71,7 +73,7 @@ class TrafficMode(TorchDispatchMode):
 
     Args:
         rank: this process's global rank.
-        ranks_per_node: dp*tp (node = rank // ranks_per_node).
+        ranks_per_node: dp*tp (launcher/layout.py node_of).
         kinds_by_group: ``group_kinds(mesh)``: "pp" | "dp" | "tp" | "world" -> sorted global ranks.
             Where two coincide (1x1x2: tp is the world) the op tells them apart: DTensor's TP
             all-reduce is a functional collective, clipping's a c10d all_reduce.
@@ -103,13 +105,13 @@ class TrafficMode(TorchDispatchMode):
         op, t_pos, g_pos, peer_pos = spec
         ranks = self._ranks(args[g_pos])
         dims = {d for d, members in self.groups.items() if members == tuple(sorted(ranks))}
-        node = self.rank // self.per_node
+        node = node_of(self.rank, self.per_node)
         if peer_pos is not None:
             peer = ranks[args[peer_pos]]
-            src, dst = (node, peer // self.per_node) if op == "send" else (peer // self.per_node, node)
+            src, dst = (node, node_of(peer, self.per_node)) if op == "send" else (node_of(peer, self.per_node), node)
             link, kind = f"{src}->{dst}", ("pp_" + op if "pp" in dims else "other")
         else:
-            nodes = {r // self.per_node for r in ranks}
+            nodes = {node_of(r, self.per_node) for r in ranks}
             link = f"{node}->{node}" if len(nodes) == 1 else "span"
             functional = spec[0] == "all_reduce" and g_pos == 2  # DTensor's all-reduce, not c10d's
             if op == "all_reduce" and functional and "tp" in dims:

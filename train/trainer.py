@@ -20,21 +20,21 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from train import checkpoint, device
-from train.checkpoint_meta import CheckpointError, data_identity, make_record
-from train.cli import save_config
-from train.clip import clip_grad_norm_
-from train.config import Config, TrainRun, parse_steps
-from train.data import Batches, dp_shard
-from train.metrics import MetricsWriter, peak_rss_mb, step_line
-from train.model import loss_fn
-from train.optim import build_optimizer, restore_kernel_flags
-from train.parallel import apply_fsdp, apply_tp, init_weights
-from train.pipeline import apply_pp, build_stage_modules
-from train.profiling import maybe_profile
-from train.runtime import GarbageCollection, tune_malloc
-from train import traffic as traffic_acct
-from train import timeline
+from simcluster.train import checkpoint, device
+from simcluster.train.checkpoint_meta import CheckpointError, data_identity, make_record
+from simcluster.train.cli import save_config
+from simcluster.train.clip import clip_grad_norm_
+from simcluster.train.config import Config, TrainRun, parse_steps
+from simcluster.train.data import Batches, dp_shard
+from simcluster.train.metrics import MetricsWriter, peak_rss_mb, step_line
+from simcluster.train.model import loss_fn
+from simcluster.train.optim import build_optimizer, restore_kernel_flags
+from simcluster.train.parallel import apply_fsdp, apply_tp, init_weights
+from simcluster.train.pipeline import apply_pp, build_stage_modules
+from simcluster.train.profiling import maybe_profile
+from simcluster.train.runtime import GarbageCollection, tune_malloc
+from simcluster.train import traffic as traffic_acct
+from simcluster.train import timeline
 
 
 EXIT_DIVERGED = 3  # exit code of a run stopped by a non-finite loss or grad norm (2: bad config or checkpoint)

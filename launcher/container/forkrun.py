@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if not args.module or args.no_python or args.run_path:
-        sys.exit("launcher.container.forkrun: give the training code as -m MODULE (use torchrun for scripts)")
+        sys.exit("simcluster.launcher.container.forkrun: give the training code as -m MODULE (use torchrun for scripts)")
     if args.master_port is None:  # as torchrun's run(): only the static backend reads it
         args.master_port = 29500
     preload(args.training_script)

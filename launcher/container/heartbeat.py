@@ -1,6 +1,6 @@
 """A node's line to the rendezvous store: its heartbeat, the verdict it reads, its exit report.
 
-    python -c "from launcher.container.heartbeat import Heartbeat; help(Heartbeat)"
+    python -c "from simcluster.launcher.container.heartbeat import Heartbeat; help(Heartbeat)"
 
 Runs inside a node container (launcher/container/node.py starts it); the store keys are those of
 launcher/layout.py, served by launcher/container/rendezvous.py.
@@ -13,7 +13,7 @@ import threading
 import time
 from datetime import timedelta
 
-from launcher.layout import EXIT_KEY, FINISHED, HB_KEY, NODE_KEY, REPORTED, VERDICT, rank_range, report_key
+from simcluster.launcher.layout import EXIT_KEY, FINISHED, HB_KEY, NODE_KEY, REPORTED, VERDICT, rank_range, report_key
 
 
 def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float = 15,

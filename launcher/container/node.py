@@ -49,9 +49,9 @@ import sys
 import tempfile
 import time
 
-from launcher.container.heartbeat import Heartbeat, report
-from launcher.container.ranks import frozen
-from launcher.layout import JOIN_TIMEOUT_S, rank_range
+from simcluster.launcher.container.heartbeat import Heartbeat, report
+from simcluster.launcher.container.ranks import frozen
+from simcluster.launcher.layout import JOIN_TIMEOUT_S, node_ranks, rank_range
 
 STOP_GRACE_S = 2.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
 
@@ -83,7 +83,7 @@ def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[
         exe = shutil.which("torchrun")
         cmd = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
     else:  # torchrun's agent, ranks forked after one import per node (launcher/forkrun.py)
-        cmd = [sys.executable, "-m", "launcher.container.forkrun"]
+        cmd = [sys.executable, "-m", "simcluster.launcher.container.forkrun"]
     cmd += [f"--nnodes={args.nnodes}", f"--node-rank={args.node_rank}", f"--nproc-per-node={args.nproc_per_node}",
             f"--rdzv-backend={args.rdzv_backend}", f"--rdzv-endpoint={args.rdzv_endpoint}", f"--rdzv-id={args.run_id}"]
     if args.rdzv_backend == "c10d":
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rdzv-backend", choices=("c10d", "static"), default="c10d", help="torchrun rendezvous")
     parser.add_argument("--run-id", default="simcluster", help="rendezvous id (the run name)")
     entry = parser.add_mutually_exclusive_group()
-    entry.add_argument("--module", default="train", help="module torchrun runs with -m (default train)")
+    entry.add_argument("--module", default="simcluster.train", help="module torchrun runs with -m (default simcluster.train)")
     entry.add_argument("--script", default=None, help="a script torchrun runs instead of a module")
     parser.add_argument("--workdir", default=None, help="the ranks' working directory (default: this one)")
     parser.add_argument("--node-name", default=None, help="this node's address (default: the hostname)")
@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
-    code, why = supervise(proc, hb, name, ranks, silent_s, args.join_timeout_s, args.node_rank * args.nproc_per_node)
+    first_rank = node_ranks(args.node_rank, args.nproc_per_node).start
+    code, why = supervise(proc, hb, name, ranks, silent_s, args.join_timeout_s, first_rank)
     code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
     if signalled:  # `docker stop` (SIGTERM) or Ctrl-C: stopped, not crashed
         code, why = 128 + signalled[0], f"stopped by {signal.Signals(signalled[0]).name}"

@@ -32,7 +32,7 @@ import sys
 import time
 from datetime import timedelta
 
-from launcher.layout import (EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, NODE_KEY, REPORTED, VERDICT, node_name,
+from simcluster.launcher.layout import (EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, NODE_KEY, REPORTED, VERDICT, node_name,
                              rank_range, report_key)
 
 GRACE_S = 30.0  # after one node failed, the others get this long to report

@@ -14,9 +14,9 @@ a failed node fails the set (a torchrun job cannot lose a rank); raise it togeth
 """
 from __future__ import annotations
 
-from launcher.launch import Launch
-from launcher.targets.common import HEADER, dump, k8s_name, node_env, torchrun_argv
-from launcher.targets.pod import pod_spec
+from simcluster.launcher.launch import Launch
+from simcluster.launcher.targets.document import HEADER, dump, k8s_name, node_env, torchrun_argv
+from simcluster.launcher.targets.pod import pod_spec
 
 JOB = "node"  # the replicated job's name: pods are NAME-node-K-0
 JOB_INDEX = "metadata.annotations['jobset.sigs.k8s.io/job-index']"
@@ -56,5 +56,5 @@ def build(launch: Launch) -> dict:
     }
 
 
-def render(launch: Launch, command_line: str) -> str:
+def render(launch: Launch, command_line: str, file: str | None = None, project_dir: str | None = None) -> str:
     return HEADER.format(module="jobset", command=command_line) + dump(build(launch))

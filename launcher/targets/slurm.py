@@ -20,8 +20,8 @@ import math
 import re
 import shlex
 
-from launcher.launch import Launch
-from launcher.targets.common import HEADER, MASTER_PORT, gpus_per_node, host_argv, node_env, torchrun_argv
+from simcluster.launcher.launch import Launch
+from simcluster.launcher.targets.document import HEADER, MASTER_PORT, gpus_per_node, host_argv, node_env, torchrun_argv
 
 DEFAULT_SETUP = "source .venv/bin/activate"
 
@@ -49,7 +49,7 @@ def sbatch_options(launch: Launch) -> list[str]:
     return [f"#SBATCH {o}" for o in opts]
 
 
-def render(launch: Launch, command: str) -> str:
+def render(launch: Launch, command: str, file: str | None = None, project_dir: str | None = None) -> str:
     """The batch script's text (deterministic)."""
     q = shlex.quote
     eng = launch.engine

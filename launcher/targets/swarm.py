@@ -39,10 +39,12 @@ from __future__ import annotations
 import posixpath
 import shlex
 
-from launcher.compose import LABEL, dump, host_path, node_command, node_env, rendezvous_command
-from launcher.launch import Launch
-from launcher.layout import APP_DIR, NETWORK, RDZV_HOST, format_ranks, node_ranks
-from launcher.targets.common import HEADER, gpus_per_node
+from simcluster.launcher import files
+from simcluster.launcher.files import repo_path
+from simcluster.launcher.launch import Launch
+from simcluster.launcher.layout import LABEL, NETWORK, RDZV_HOST, format_ranks, node_ranks
+from simcluster.launcher.targets.compose import host_path, node_command, node_env, rendezvous_command
+from simcluster.launcher.targets.document import HEADER, dump_services, gpus_per_node, hardening
 
 VERSION = "3.8"  # the stack file format (endpoint_mode needs 3.3, tmpfs mounts 3.6)
 GPU_KIND = "NVIDIA-GPU"  # --device cuda: the generic resource a GPU host advertises (README, Docker Swarm)
@@ -50,9 +52,9 @@ GPU_KIND = "NVIDIA-GPU"  # --device cuda: the generic resource a GPU host advert
 
 def stack_name(launch: Launch) -> str:
     """The stack's name: ``sc-swarm-<run name>`` (services ``sc-swarm-mesh-2x2x2_node-0``, ...)."""
-    from launcher.target import Target
+    from simcluster.launcher.handle import Handle
 
-    return Target.for_stack(launch.run_name).project
+    return Handle.for_stack(launch.run_name).project
 
 
 def _deploy(launch: Launch, node: bool) -> dict:
@@ -73,7 +75,9 @@ def _deploy(launch: Launch, node: bool) -> dict:
 
 
 def _hardening(user: str) -> dict:
-    return {"user": user, "read_only": True, "cap_drop": ["ALL"]}
+    """Compose's hardening less what the stack format cannot set (see above): /tmp becomes a tmpfs
+    mount (TMP), and no-new-privileges has no stack key."""
+    return {k: v for k, v in hardening(user).items() if k not in ("tmpfs", "security_opt")}
 
 
 TMP = {"type": "tmpfs", "target": "/tmp"}
@@ -86,7 +90,8 @@ def build(launch: Launch, project_dir: str) -> dict:
         resolves relative bind sources against the file's folder), or an absolute folder.
     """
     node = launch.node
-    code = [f"{host_path(project_dir, d)}:{APP_DIR}/{d}:ro" for d in ("train", "launcher")] if node.mount_code else []
+    code = ([f"{host_path(project_dir, repo_path(src))}:{dst}:ro" for src, dst in files.code_mounts()]
+            if node.mount_code else [])
     services: dict[str, dict] = {
         RDZV_HOST: {
             "image": node.image,
@@ -121,7 +126,7 @@ def build(launch: Launch, project_dir: str) -> dict:
     return {"version": VERSION, "services": services, "networks": {NETWORK: network}}
 
 
-def render(launch: Launch, stack_file: str, project_dir: str, command: str) -> str:
+def render(launch: Launch, command: str, file: str, project_dir: str) -> str:
     """The stack file's text (``$`` escaped as ``$$``: the stack CLI interpolates variables too)
     under a header with the commands that run it; stack_file as typed from the repo root."""
     q = shlex.quote
@@ -129,8 +134,8 @@ def render(launch: Launch, stack_file: str, project_dir: str, command: str) -> s
     run = host_path(project_dir, launch.run_dir) if posixpath.isabs(project_dir) else launch.run_dir
     header = HEADER.format(module="swarm", command=command) + (
         f"# Run on a swarm manager, from the repo root: mkdir -p {q(run)} && sudo chown {launch.node.user} {q(run)}\n"
-        f"#   docker stack deploy --resolve-image never -c {q(stack_file)} {stack}\n"
+        f"#   docker stack deploy --resolve-image never -c {q(file)} {stack}\n"
         f"#   docker service logs -f {stack}_{launch.names[0]}    # rank 0's step lines\n"
         f"#   docker stack rm {stack}    # when every task is Complete (docker stack ps {stack})\n"
         "# On several hosts: the image and the run folder on every host, at the same path (README, Docker Swarm).\n")
-    return header + dump(build(launch, project_dir))
+    return header + dump_services(build(launch, project_dir))

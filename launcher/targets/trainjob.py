@@ -13,9 +13,9 @@ go through ``runtimePatches`` (the TrainJob has no pod template of its own).
 """
 from __future__ import annotations
 
-from launcher.launch import Launch
-from launcher.targets.common import HEADER, dump, entry, k8s_name, node_env
-from launcher.targets.pod import CONTAINER, pod_security_context, resources, security_context, volume_mounts, volumes
+from simcluster.launcher.launch import Launch
+from simcluster.launcher.targets.document import HEADER, dump, entry, k8s_name, node_env
+from simcluster.launcher.targets.pod import CONTAINER, pod_security_context, resources, security_context, volume_mounts, volumes
 
 RUNTIME = "torch-distributed"
 PET = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
@@ -59,5 +59,5 @@ def build(launch: Launch) -> dict:
     }
 
 
-def render(launch: Launch, command_line: str) -> str:
+def render(launch: Launch, command_line: str, file: str | None = None, project_dir: str | None = None) -> str:
     return HEADER.format(module="trainjob", command=command_line) + dump(build(launch))

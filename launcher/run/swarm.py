@@ -25,17 +25,17 @@ import time
 
 import docker
 
-from launcher import engine, runner
-from launcher.engine import STACK_LABEL, LauncherError, client, stack_cli
-from launcher.files import ROOT, make_run_dir, write_atomic
-from launcher.follow import Stream, Watch
-from launcher.launch import Launch
-from launcher.layout import IMAGE
-from launcher.summary import summarise
-from launcher.target import Target
-from launcher.targets import swarm
-from launcher.targets.check import check_swarm_image
-from train.config import ConfigError
+from simcluster.launcher import engine
+from simcluster.launcher.engine import STACK_LABEL, LauncherError, client, stack_cli
+from simcluster.launcher.files import ROOT, make_run_dir, write_atomic
+from simcluster.launcher.handle import Handle
+from simcluster.launcher.launch import Launch
+from simcluster.launcher.layout import IMAGE
+from simcluster.launcher.run.base import Runner, UpOptions, follow_and_summarise, kill_all, open_stream
+from simcluster.launcher.run.image import check_image, ensure_image
+from simcluster.launcher.targets import swarm
+from simcluster.launcher.targets.check import check_swarm_image
+from simcluster.train.config import ConfigError
 
 ADVERTISE_ADDR = "127.0.0.1"  # a one-node swarm: nothing outside this machine joins it
 GWBRIDGE = "docker_gwbridge"  # the bridge a swarm node makes for its tasks (ours attach none of it)
@@ -63,7 +63,7 @@ def swarm_info() -> dict:
     return sw
 
 
-def check(launch: Launch, stack: str) -> dict:
+def check_engine(launch: Launch, stack: str) -> dict:
     """Everything `up --target swarm` needs before it starts anything; returns swarm_info().
 
     Raises:
@@ -86,63 +86,81 @@ def check(launch: Launch, stack: str) -> dict:
     return sw
 
 
-def up(launch: Launch, command: str, quiet: bool = False, progress_every: float = 10.0) -> int:
-    """Deploy, follow, summarise, remove (see the module docstring); returns the exit code.
+COMPOSE_ONLY = {  # `up` options only the Compose runner implements, with what to do instead
+    "max_restarts": "the stack runs with restart_policy none (each node runs once); run again with --ckpt-every N "
+                    "--resume auto, or use --target compose (whole-cluster restarts)",
+    "start_late": "a stack starts every service at once; use --target compose for late-join drills",
+    "keep": "the stack is always removed (docker service logs while it runs; cluster.log keeps every line)",
+}
 
-    Raises:
-        ConfigError: see check(); the image probe (runner.check_image).
-        LauncherError: the engine failed, or a task did not start (the stack is removed first).
-    """
-    t0 = time.monotonic()
-    target = Target.for_stack(launch.run_dir)
-    sw = check(launch, target.project)
-    if launch.node.image == IMAGE:
-        runner.ensure_image(IMAGE, False, launch.node.mount_code)
-    runner.check_image(launch)
-    run_dir = target.run_dir
-    make_run_dir(run_dir, launch.node.user)
-    write_atomic(target.file, swarm.render(launch, target.file, ROOT, command))
-    made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", _network(GWBRIDGE) is not None
-    print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); run folder "
-          f"{launch.run_dir}; swarm stack {target.project} ({os.path.relpath(target.file)})", flush=True)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also removes the stack
-    stream = Stream(launch, os.path.join(run_dir, "cluster.log"), quiet, progress_every)
-    inited, code = False, 1
-    try:
-        if made_swarm:
-            try:
-                client().swarm.init(advertise_addr=ADVERTISE_ADDR)
-            except docker.errors.APIError as e:
-                raise ConfigError(f"--target swarm: `docker swarm init --advertise-addr {ADVERTISE_ADDR}` failed: "
-                                  f"{e.explanation or e}; fix the engine or use --target compose") from None
-            inited = True
-            stream.show(f"launcher: made a one-node swarm (advertise {ADVERTISE_ADDR}); it is left at the end")
-        since = time.time()
-        stack_cli("deploy", "--resolve-image", "never", "-c", target.file, target.project)
-        found = _task_containers(target.project, ["rendezvous", *launch.names])
-        stream.show(f"launcher: stack deployed, {len(found)} tasks started after {time.monotonic() - t0:.1f}s")
-        watch = Watch(target, {}, os.path.join(run_dir, "metrics.jsonl"), since)
+
+class SwarmRunner(Runner):
+    """The Compose services as a stack on a (one-node) Docker Swarm."""
+
+    name = "swarm"
+
+    def check(self, launch: Launch, opts: UpOptions) -> None:
+        """No option only the Compose runner implements (``--inter-node-bandwidth`` is refused for
+        every target but compose by targets/check.py).
+
+        Raises:
+            ConfigError: --max-restarts, --start-late or --keep given, each with why.
+        """
+        given = [k for k in COMPOSE_ONLY if getattr(opts, k) not in (False, 0, {})]
+        if given:
+            raise ConfigError("\n  ".join(["--target swarm:", *(f"--{k.replace('_', '-')}: {COMPOSE_ONLY[k]}"
+                                                                 for k in given)]))
+
+    def up(self, launch: Launch, command: str, opts: UpOptions) -> int:
+        """Deploy, follow, summarise, remove (see the module docstring); returns the exit code.
+
+        Raises:
+            ConfigError: see check_engine(); the image probe (run/image.py check_image).
+            LauncherError: the engine failed, or a task did not start (the stack is removed first).
+        """
+        t0 = time.monotonic()
+        target = Handle.for_stack(launch.run_dir)
+        sw = check_engine(launch, target.project)
+        if launch.node.image == IMAGE:
+            ensure_image(IMAGE, False, launch.node.mount_code)
+        check_image(launch)
+        run_dir = target.run_dir
+        make_run_dir(run_dir, launch.node.user)
+        write_atomic(target.file, swarm.render(launch, command, target.file, ROOT))
+        made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", _network(GWBRIDGE) is not None
+        print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); run folder "
+              f"{launch.run_dir}; swarm stack {target.project} ({os.path.relpath(target.file)})", flush=True)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also removes the stack
+        stream = open_stream(launch, run_dir, opts)
+        inited, code = False, 1
         try:
-            stream.follow(found, watch)
+            if made_swarm:
+                try:
+                    client().swarm.init(advertise_addr=ADVERTISE_ADDR)
+                except docker.errors.APIError as e:
+                    raise ConfigError(f"--target swarm: `docker swarm init --advertise-addr {ADVERTISE_ADDR}` "
+                                      f"failed: {e.explanation or e}; fix the engine or use --target compose") from None
+                inited = True
+                stream.show(f"launcher: made a one-node swarm (advertise {ADVERTISE_ADDR}); it is left at the end")
+            since = time.time()
+            stack_cli("deploy", "--resolve-image", "never", "-c", target.file, target.project)
+            found = _task_containers(target.project, ["rendezvous", *launch.names])
+            stream.show(f"launcher: stack deployed, {len(found)} tasks started after {time.monotonic() - t0:.1f}s")
+            code, _ = follow_and_summarise(stream, launch, target, found, run_dir, since, t0)
+        except KeyboardInterrupt:
+            print("\nlauncher: interrupted; removing the stack", file=sys.stderr, flush=True)
+            kill_all(target)  # at once, then the stack
+            code = 130
         finally:
-            watch.close()
-        codes = {s: engine.exit_code(c) for s, c in engine.containers(target.project, stack=True).items()}
-        code = 0 if summarise(stream, launch, run_dir, codes, time.monotonic() - t0) else 1
-    except KeyboardInterrupt:
-        print("\nlauncher: interrupted; removing the stack", file=sys.stderr, flush=True)
-        for c in engine.containers(target.project, stack=True).values():  # at once, then the stack
-            engine.kill(c)
-        code = 130
-    finally:
-        if inited or sw["LocalNodeState"] == "active":
-            _remove_stack(target.project)
-        if inited:
-            client().swarm.leave(force=True)
-            if not had_gwbridge and _network(GWBRIDGE) is not None:
-                _network(GWBRIDGE).remove()
-        print(f"launcher: stack {target.project} removed" + ("; swarm left, as found" if inited else "")
-              + f" ({time.monotonic() - t0:.1f}s)", flush=True)
-    return code
+            if inited or sw["LocalNodeState"] == "active":
+                _remove_stack(target.project)
+            if inited:
+                client().swarm.leave(force=True)
+                if not had_gwbridge and _network(GWBRIDGE) is not None:
+                    _network(GWBRIDGE).remove()
+            print(f"launcher: stack {target.project} removed" + ("; swarm left, as found" if inited else "")
+                  + f" ({time.monotonic() - t0:.1f}s)", flush=True)
+        return code
 
 
 def _network(name: str):

@@ -24,12 +24,13 @@ import sys
 import time
 from datetime import datetime
 
-from launcher import engine
-from launcher.engine import LauncherError
-from launcher.progress import parse_step, split_rank
-from launcher.compose import LABEL
-from launcher.target import Target
-from train.config import ConfigError
+from simcluster.launcher import engine
+from simcluster.launcher.engine import LauncherError
+from simcluster.launcher.observe.progress import parse_step, split_rank
+from simcluster.launcher.layout import LABEL
+from simcluster.launcher.observe.rundir import last_step
+from simcluster.launcher.handle import Handle
+from simcluster.train.config import ConfigError
 
 FAULTS = ("kill", "stop", "pause", "disconnect", "freeze")
 
@@ -40,22 +41,6 @@ def _started_at(container) -> float:
         return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00").timestamp()
     except ValueError:
         return 0.0
-
-
-def metrics_step(run_dir: str | None, since: float) -> int | None:
-    """Step of the last metrics.jsonl row, if the file was written after ``since`` (UNIX s)."""
-    path = os.path.join(run_dir or "", "metrics.jsonl")
-    if not run_dir or not os.path.isfile(path) or os.path.getmtime(path) < since:
-        return None
-    with open(path, "rb") as fh:
-        fh.seek(max(0, os.path.getsize(path) - 4096))
-        lines = [x for x in fh.read().decode("utf-8", "replace").splitlines() if x.strip()]
-    for line in reversed(lines):
-        try:
-            return int(json.loads(line)["step"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return None
 
 
 def log_step(container) -> int | None:
@@ -69,10 +54,10 @@ def log_step(container) -> int | None:
     return step
 
 
-def _find_target(run_dir, file, project, deadline: float) -> Target:
+def _find_target(run_dir, file, project, deadline: float) -> Handle:
     while True:
         try:
-            return Target.find(run_dir, file, project)
+            return Handle.find(run_dir, file, project)
         except ConfigError:
             if time.monotonic() > deadline or file:
                 raise
@@ -98,7 +83,7 @@ def apply_fault(kind: str, container, rank: int | None = None) -> str:
     try:
         if kind == "freeze":
             first = container.labels[LABEL + "ranks"].split("-")[0]
-            res = container.exec_run(["python", "-m", "launcher.container.ranks", "--rank", str(rank),
+            res = container.exec_run(["python", "-m", "simcluster.launcher.container.ranks", "--rank", str(rank),
                                       "--first-rank", first, "--signal", "STOP"])
             text = res.output.decode("utf-8", "replace").strip()
             if res.exit_code != 0:
@@ -148,7 +133,7 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
         first = found[nodes[0]] if nodes else None
         if victim is not None and victim.status == "running":
             ever_running = True
-            step = metrics_step(target.run_dir, _started_at(victim) - 1)
+            step = last_step(target.run_dir, _started_at(victim) - 1)
             source = "metrics.jsonl"
             if step is None and first is not None:
                 step, source = log_step(first), "the log of " + nodes[0]

@@ -17,20 +17,8 @@ import html
 import json
 import os
 
-from train.config import ConfigError
-
-
-def newest_run(root: str) -> str:
-    """The folder under ROOT/runs whose metrics.jsonl changed last.
-
-    Raises:
-        ConfigError: none has one, naming the fix.
-    """
-    found = glob.glob(os.path.join(root, "runs", "**", "metrics.jsonl"), recursive=True)
-    if not found:
-        raise ConfigError(f"report: no run with a metrics.jsonl under {os.path.join(root, 'runs')}; "
-                          f"run one first (python -m launcher up ...) or pass --run-dir DIR")
-    return os.path.dirname(max(found, key=os.path.getmtime))
+from simcluster.launcher.observe.rundir import newest_run, read_metrics
+from simcluster.train.config import ConfigError
 
 
 def read_rows(run_dir: str) -> list[dict]:
@@ -43,17 +31,10 @@ def read_rows(run_dir: str) -> list[dict]:
     if not os.path.isfile(path):
         raise ConfigError(f"report: {path} does not exist; pass --run-dir with a run folder that holds "
                           f"metrics.jsonl (one JSON object per step with at least \"step\", see train/metrics.py)")
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                raise ConfigError(f"report: {path} line {n} is not JSON; fix or delete that line") from None
-            if isinstance(rec, dict) and isinstance(rec.get("step"), int):
-                rows.append(rec)
+    try:
+        rows = [r for r in read_metrics(run_dir, strict=True) if isinstance(r.get("step"), int)]
+    except ConfigError as e:
+        raise ConfigError(f"report: {e}") from None
     if not rows:
         raise ConfigError(f"report: {path} has no record with an integer \"step\"; write one JSON object per "
                           f"step such as {{\"step\": 1, \"loss\": 2.5}}")
@@ -74,7 +55,7 @@ def _summary(rows: list[dict]) -> dict:
     if rss:
         out["peak RSS of any rank"] = f"{max(rss):.0f} MB"
     if isinstance(last.get("traffic"), dict):
-        from train.metrics import traffic_text
+        from simcluster.train.metrics import traffic_text
         out["traffic per step (last)"] = traffic_text(last["traffic"])
     return out
 
@@ -92,7 +73,7 @@ def make_report(run_dir: str) -> tuple[str, list[str]]:
         ConfigError: see ``read_rows``.
     """
     rows = read_rows(run_dir)
-    from launcher import plots  # matplotlib: imported only for a report
+    from simcluster.launcher.observe import plots  # matplotlib: imported only for a report
 
     out = plots.ensure_dir(os.path.join(run_dir, "report"))
     pngs = [plots.plot_loss(rows, os.path.join(out, "loss.png")),
@@ -104,7 +85,7 @@ def make_report(run_dir: str) -> tuple[str, list[str]]:
     trace_path = os.path.join(run_dir, "trace.json")
     bubbles = {}
     if os.path.isfile(trace_path):
-        from train.timeline import bubble
+        from simcluster.train.timeline import bubble
         with open(trace_path, encoding="utf-8") as fh:
             events = json.load(fh).get("traceEvents", [])
         bubbles = bubble(events)

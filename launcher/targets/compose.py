@@ -2,7 +2,7 @@
 
 No I/O, no Docker, no torch: the same Launch always gives the same bytes.
 
-    python -c "from launcher.compose import *; from launcher.launch import *; from train.config import Config; \
+    python -c "from launcher.compose import *; from simcluster.launcher.launch import *; from simcluster.train.config import Config; \
 print(render(resolve_training(Config(mesh='2x2x2'), NodeOptions()), 'compose/x.yml', '..', 'python -m launcher generate'))"
 
 Layout: service ``rendezvous`` (a TCPStore that also collects every node's exit code, then
@@ -22,12 +22,13 @@ from __future__ import annotations
 import posixpath
 import shlex
 
-import yaml
-
-from launcher.launch import Launch
-from launcher.layout import APP_DIR, NETWORK, RDZV_HOST, RDZV_PORT, format_ranks, node_ranks, shaped_marker
-
-LABEL = "io.simcluster."  # container labels: what `launcher status` reads back from the engine
+from simcluster.launcher import files
+from simcluster.launcher.files import repo_path
+from simcluster.launcher.launch import Launch
+from simcluster.launcher.layout import (APP_DIR, LABEL, NETWORK, RDZV_HOST, RDZV_PORT, format_ranks, node_ranks,
+                                        shaped_marker)
+from simcluster.launcher.targets.document import HEADER, dump_services, hardening
+from simcluster.launcher.targets.document import node_env as common_env
 
 
 def omp_threads(cpus_per_node: float | None, ranks_per_node: int) -> int:
@@ -52,20 +53,9 @@ def host_path(project_dir: str, path: str) -> str:
     return joined if joined.startswith((".", "/")) else "./" + joined
 
 
-def _hardening(user: str) -> dict:
-    """Security settings shared by every service (no ports are published anywhere)."""
-    return {
-        "user": user,
-        "read_only": True,
-        "tmpfs": ["/tmp"],
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges:true"],
-    }
-
-
 def rendezvous_command(launch: Launch) -> list[str]:
     """The command of the rendezvous service: the store, the heartbeat watch and the exit reports."""
-    return ["python", "-m", "launcher.container.rendezvous", "--port", str(RDZV_PORT), "--nnodes",
+    return ["python", "-m", "simcluster.launcher.container.rendezvous", "--port", str(RDZV_PORT), "--nnodes",
             str(launch.nnodes), "--lost-after-s", repr(launch.lost_after_s), "--join-timeout-s",
             repr(float(launch.node.join_timeout_s))]
 
@@ -76,7 +66,7 @@ def node_command(launch: Launch, k: int) -> list[str]:
     only the built-in trainer may be forked by the node agent."""
     node = launch.node
     entry = ["--module", launch.module] if launch.module else ["--script", launch.script]
-    cmd = ["python", "-m", "launcher.container.node", "--nnodes", str(launch.nnodes), "--node-rank", str(k),
+    cmd = ["python", "-m", "simcluster.launcher.container.node", "--nnodes", str(launch.nnodes), "--node-rank", str(k),
            "--nproc-per-node", str(launch.nproc_per_node), "--rdzv-endpoint", f"{RDZV_HOST}:{RDZV_PORT}",
            "--rdzv-backend", node.rdzv_backend, "--run-id", launch.run_name, *entry,
            "--run-dir", launch.output_dir, "--lost-after-s", repr(launch.lost_after_s),
@@ -100,18 +90,13 @@ def node_env(launch: Launch, k: int) -> dict[str, str]:
         "MASTER_ADDR": RDZV_HOST,
         "MASTER_PORT": str(RDZV_PORT),
         "GLOO_SOCKET_IFNAME": "eth0",
-        "OMP_NUM_THREADS": str(omp_threads(launch.node.cpus_per_node, launch.nproc_per_node)),
-        "PYTHONUNBUFFERED": "1",
+        **common_env(launch, omp_threads(launch.node.cpus_per_node, launch.nproc_per_node)),
         "HOME": "/tmp",
         "SIMCLUSTER_HOST_RUN_DIR": launch.run_dir,  # named in the wrapper's "not writable" fix
         "SIMCLUSTER_NODE": str(k),
-        "SIMCLUSTER_NNODES": str(launch.nnodes),
         "SIMCLUSTER_OUTPUT_DIR": launch.output_dir,
         "SIMCLUSTER_RESTART_COUNT": str(launch.restart),
     }
-    if launch.mesh:
-        env.update(SIMCLUSTER_PP=str(launch.mesh.pp), SIMCLUSTER_DP=str(launch.mesh.dp),
-                   SIMCLUSTER_TP=str(launch.mesh.tp))
     if launch.workdir:
         env["PYTHONPATH"] = APP_DIR  # the user's folder first (the script's or the cwd), the image's code after
     return env
@@ -127,7 +112,7 @@ def build_compose(launch: Launch, project_dir: str) -> dict:
     node = launch.node
     code_mounts = []
     if node.mount_code:
-        code_mounts = [f"{host_path(project_dir, d)}:{APP_DIR}/{d}:ro" for d in ("train", "launcher")]
+        code_mounts = [f"{host_path(project_dir, repo_path(src))}:{dst}:ro" for src, dst in files.code_mounts()]
     services: dict[str, dict] = {
         RDZV_HOST: {
             "image": node.image,
@@ -138,7 +123,7 @@ def build_compose(launch: Launch, project_dir: str) -> dict:
             **({"volumes": code_mounts} if code_mounts else {}),
             "networks": [NETWORK],
             "labels": {LABEL + "run-dir": launch.run_dir},
-            **_hardening(node.user),
+            **hardening(node.user),
         }
     }
     volumes = [f"{host_path(project_dir, launch.run_dir)}:{launch.output_dir}:rw"]
@@ -163,56 +148,24 @@ def build_compose(launch: Launch, project_dir: str) -> dict:
                        LABEL + "ranks": format_ranks(node_ranks(k, launch.nproc_per_node)),
                        LABEL + "run-dir": launch.run_dir},
             **limits,
-            **_hardening(node.user),
+            **hardening(node.user),
         }
     return {"services": services, "networks": {NETWORK: {"internal": True}}}
-
-
-class _Flow(list):
-    """A list dumped on one line (``[a, b]``): used for ``command``."""
-
-
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
-_Dumper.add_representer(_Flow, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
-
-
-def escape(value):
-    """Every ``$`` in the strings of a document doubled: Compose interpolates ``$x`` and ``${x}``
-    in every value, and ``$$`` is its literal dollar (v1 and v2)."""
-    if isinstance(value, str):
-        return value.replace("$", "$$")
-    if isinstance(value, dict):
-        return {escape(k): escape(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return type(value)(escape(v) for v in value)
-    return value
 
 
 def render_yaml(doc: dict, command: str, compose_file: str, run_dir: str, user: str) -> str:
     """The compose document as YAML text (``$`` escaped), under a header naming the command that
     made it and how to run it (compose_file and run_dir as typed from the repo root)."""
     q = shlex.quote
-    header = (
-        "# Generated by the simcluster launcher (launcher/compose.py); do not edit by hand.\n"
-        f"# Regenerate (from the repo root): {command}\n"
+    header = HEADER.format(module="compose", command=command) + (
         f"# Run: mkdir -p {q(run_dir)} && sudo chown {user} {q(run_dir)}    # the containers' user\n"
         f"#      docker compose -f {q(compose_file)} up --exit-code-from rendezvous    # or docker-compose; ends\n"
         "#      by itself, exit 0 only if every node exited 0.  Or: python -m launcher up (logs, progress, summary)\n"
     )
-    return header + dump(doc)
+    return header + dump_services(doc)
 
 
-def dump(doc: dict) -> str:
-    """A compose or stack document as YAML text: ``$`` escaped, each ``command`` on one line."""
-    doc = {**doc, "services": {name: {k: _Flow(v) if k == "command" else v for k, v in svc.items()}
-                               for name, svc in doc["services"].items()}}
-    return yaml.dump(escape(doc), Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
-
-
-def render(launch: Launch, compose_file: str, project_dir: str, command: str) -> str:
-    """The text of launch's compose file at compose_file (as typed from the repo root), whose
-    folder reaches the repo root by project_dir; command is the header's regenerate line."""
-    return render_yaml(build_compose(launch, project_dir), command, compose_file, launch.run_dir, launch.node.user)
+def render(launch: Launch, command: str, file: str, project_dir: str) -> str:
+    """The text of launch's compose file at file (as typed from the repo root), whose folder
+    reaches the repo root by project_dir; command is the header's regenerate line."""
+    return render_yaml(build_compose(launch, project_dir), command, file, launch.run_dir, launch.node.user)

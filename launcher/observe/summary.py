@@ -9,26 +9,18 @@ import json
 import os
 import posixpath
 
-from launcher.follow import PEER_FAILED, PEER_TIMEOUT, Stream
-from launcher.launch import Launch
-from launcher.layout import RDZV_HOST, format_ranks, node_ranks
-from train.metrics import traffic_text
+from simcluster.launcher.observe.follow import PEER_FAILED, PEER_TIMEOUT, Stream
+from simcluster.launcher.launch import Launch
+from simcluster.launcher.observe.rundir import METRICS, read_metrics
+from simcluster.launcher.layout import RDZV_HOST, format_ranks, node_of, node_ranks
+from simcluster.train.metrics import traffic_text
 
 
 def _final_metrics(run_dir: str, done: dict) -> dict:
     """final_loss / tokens_per_s / wall_s from the done line, else metrics.jsonl's last row; and the
     ``traffic`` totals of the last row that has them (``--traffic 1``). The file is read once."""
     out = {k: done.get(k) for k in ("final_loss", "tokens_per_s", "wall_s", "steps")}
-    rows = []
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    rows.append(json.loads(line))
-                except ValueError:  # a line cut short by a killed run
-                    continue
-    rows = [r for r in rows if isinstance(r, dict)]
+    rows = read_metrics(run_dir)
     if out["final_loss"] is None and rows:
         out.update(final_loss=rows[-1].get("loss"), tokens_per_s=rows[-1].get("tokens_per_s"),
                    steps=rows[-1].get("step"))
@@ -52,7 +44,7 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
         show(f"  traffic/step {traffic_text(m['traffic'])} (all ranks; per rank: {launch.run_dir}/traffic/)")
     if os.path.isfile(os.path.join(run_dir, "trace.json")):
         show(f"  trace        {launch.run_dir}/trace.json (open in https://ui.perfetto.dev)")
-    if os.path.isfile(os.path.join(run_dir, "metrics.jsonl")):
+    if os.path.isfile(os.path.join(run_dir, METRICS)):
         show(f"  report       {_report(launch, run_dir)}")
     seen = len(stream.seen_ranks)
     show(f"  ranks seen   {seen}/{launch.world_size}" + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
@@ -74,7 +66,7 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
 def _report(launch: Launch, run_dir: str) -> str:
     """Write the run's report (launcher/report.py, about a second) and return its page as the user
     names the run folder; a report that cannot be drawn does not fail the run."""
-    from launcher.report import make_report
+    from simcluster.launcher.observe.report import make_report
 
     try:
         page, _ = make_report(run_dir)
@@ -89,7 +81,7 @@ def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> No
     cause = {r: lines for r, lines in tracebacks.items() if not PEER_FAILED.search(lines[-1])}
     for rank, lines in (cause or tracebacks).items():
         waited = " (timed out waiting for a peer)" if PEER_TIMEOUT.search(lines[-1]) else ""
-        show(f"  FAILED rank {rank} on {launch.names[rank // launch.nproc_per_node]}{waited}: {lines[-1]}")
+        show(f"  FAILED rank {rank} on {launch.names[node_of(rank, launch.nproc_per_node)]}{waited}: {lines[-1]}")
         for line in lines[:-1]:
             show(f"      {line}")
         if lines[-1].startswith("terminate called without an active exception"):

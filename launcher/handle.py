@@ -1,7 +1,7 @@
 """What ``status``, ``logs``, ``down`` and ``chaos`` act on: a compose file, its project name and
 its host run folder (or a swarm stack's file and name: ``chaos`` only).
 
-    python -c "from launcher.target import Target; print(Target.for_run('runs/mesh-2x2x2'))"
+    python -c "from simcluster.launcher.target import Handle; print(Handle.for_run('runs/mesh-2x2x2'))"
 """
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import os
 import re
 from dataclasses import dataclass
 
-from launcher.compose import LABEL
-from launcher.files import ROOT, host_abspath
-from train.config import ConfigError
+from simcluster.launcher.layout import LABEL
+from simcluster.launcher.files import ROOT, host_abspath
+from simcluster.train.config import ConfigError
 
 
 def sanitize_project(name: str) -> str:
@@ -24,7 +24,7 @@ def sanitize_project(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class Target:
+class Handle:
     """A compose file, its project name, its host run folder (None until known); with stack, a
     swarm stack file and the stack's name (``launcher up --target swarm``)."""
 
@@ -34,7 +34,7 @@ class Target:
     stack: bool = False
 
     @classmethod
-    def for_run(cls, run_dir: str) -> "Target":
+    def for_run(cls, run_dir: str) -> "Handle":
         """The target of a ``launcher up`` run folder: RUN_DIR/compose.yml, project
         sc-<folder name>-<6 hex digits of the folder's absolute path>: two run folders of one name
         (a/run, b/run) are two projects, so neither `up` touches the other's containers."""
@@ -44,7 +44,7 @@ class Target:
                    sanitize_project(f"sc-{os.path.basename(run_dir)}-{tag}"), run_dir)
 
     @classmethod
-    def for_stack(cls, run_dir: str) -> "Target":
+    def for_stack(cls, run_dir: str) -> "Handle":
         """The target of a ``launcher up --target swarm`` run folder: RUN_DIR/stack.yml, stack
         sc-swarm-<folder name>."""
         run_dir = os.path.abspath(host_abspath(run_dir))
@@ -52,7 +52,7 @@ class Target:
         return cls(os.path.join(run_dir, "stack.yml"), name, run_dir, stack=True)
 
     @classmethod
-    def find(cls, run_dir: str | None, file: str | None, project: str | None) -> "Target":
+    def find(cls, run_dir: str | None, file: str | None, project: str | None) -> "Handle":
         """From --run-dir, or --file (+ --project), or else the newest run under ROOT/runs.
         With --file the run folder is read from the containers' labels, once they exist.
 
@@ -78,7 +78,7 @@ class Target:
             raise ConfigError(f"--run-dir {run_dir}: no compose.yml there (not started by `python -m launcher up`?)")
         return target if project is None else cls(target.file, project, target.run_dir)
 
-    def with_labels(self, found: dict) -> "Target":
+    def with_labels(self, found: dict) -> "Handle":
         """This target with the run folder its containers' labels name, when not known yet."""
         for c in found.values():
             label = c.labels.get(LABEL + "run-dir")

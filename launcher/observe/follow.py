@@ -22,12 +22,13 @@ import sys
 import threading
 import time
 
-from launcher import engine
-from launcher.engine import compose
-from launcher.launch import Launch
-from launcher.layout import RDZV_HOST
-from launcher.progress import Bar, Progress, parse_done, parse_step, split_rank
-from launcher.target import Target
+from simcluster.launcher import engine
+from simcluster.launcher.engine import compose
+from simcluster.launcher.launch import Launch
+from simcluster.launcher.layout import RDZV_HOST, node_of
+from simcluster.launcher.observe.rundir import MetricsTail
+from simcluster.launcher.observe.progress import Bar, Progress, parse_done, parse_step, split_rank
+from simcluster.launcher.handle import Handle
 
 EXITED = re.compile(r"^rendezvous: (\S+) \(ranks [^)]*\) exited -?\d+(?: \((.*)\))?$")
 EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b")
@@ -91,7 +92,7 @@ class Stream:
             self.recent.setdefault(rank, collections.deque(maxlen=40)).append(text)
             if rank not in self.seen_ranks:  # torchrun prefixes every line of a rank with [rankR]:
                 self.seen_ranks[rank] = service
-                k = rank // self.launch.nproc_per_node
+                k = node_of(rank, self.launch.nproc_per_node)
                 if k >= len(self.names) or self.names[k] != service:
                     self.misplaced.append(f"rank {rank} ran on {service}, expected on {self.names[k] if k < len(self.names) else '?'}")
         step = parse_step(text) if rank == 0 else None
@@ -169,50 +170,16 @@ class Stream:
                 self.bar.close()
 
 
-class MetricsTail:
-    """New complete rows of a metrics.jsonl as it grows (a rewritten, shorter file is read anew).
-    A file last written before ``since`` (UNIX time; a previous run's, in a reused run folder)
-    gives no rows until this run's job writes it."""
-
-    def __init__(self, path: str, since: float = 0.0):
-        self.path, self.offset, self.since = path, 0, since
-
-    def rows(self) -> list[dict]:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return []
-        size = st.st_size
-        if st.st_mtime < self.since:  # not written by this run yet
-            return []
-        if size < self.offset:  # rewritten (a resume keeps the steps up to its checkpoint)
-            self.offset = 0
-        with open(self.path, "rb") as fh:
-            fh.seek(self.offset)
-            data = fh.read()
-        end = data.rfind(b"\n") + 1
-        self.offset += end
-        out = []
-        for line in data[:end].splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                out.append(row)
-        return out
-
-
 class Watch:
     """Runs during ``up``: starts late nodes when due, kills the container of a node the
     rendezvous declared lost (it is frozen or cut off, if not dead already), and once the
     rendezvous has exited kills every container of the run still up after KILL_AFTER_RDZV_S.
     Container states come from the engine's event stream (engine.Events), not from polling."""
 
-    def __init__(self, target: Target, late: dict[str, float], metrics_path: str, since: float):
+    def __init__(self, target: Handle, late: dict[str, float], run_dir: str, since: float):
         """since: UNIX time the containers were started (an older metrics.jsonl is a previous run's)."""
         self.target, self.t0 = target, time.monotonic()
-        self.metrics = MetricsTail(metrics_path, since=since)
+        self.metrics = MetricsTail(run_dir, since=since)
         self.late = dict(late)  # service -> seconds after start
         self.rdzv_gone: float | None = None
         self.nodes_gone: float | None = None

@@ -19,16 +19,19 @@ Slurm enforces no CPU or memory limit; Docker's own limits still apply to each n
 """
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import time
 
-from launcher.engine import LauncherError, client
-from launcher.files import ROOT, host_abspath, make_run_dir
-from launcher.launch import Launch
-from launcher.layout import IMAGE_USER
-from launcher.targets import slurm
+from simcluster.launcher.engine import LauncherError, client
+from simcluster.launcher.files import ROOT, host_abspath, make_run_dir
+from simcluster.launcher.launch import Launch
+from simcluster.launcher.layout import IMAGE_USER, node_of
+from simcluster.launcher.observe.progress import split_rank
+from simcluster.launcher.observe.summary import summarise
+from simcluster.launcher.run.base import Runner, UpOptions, open_stream
+from simcluster.train.config import ConfigError
+from simcluster.launcher.targets import slurm
 
 IMAGE = "simcluster/slurm:latest"
 CONTROLLER = "slurmctld"
@@ -68,8 +71,33 @@ def _job_fields(text: str) -> dict[str, str]:
     return dict(tok.split("=", 1) for tok in text.split() if "=" in tok)
 
 
-def up(launch: Launch, command: str, timeout_s: float = 900.0) -> int:
-    """Bring the Slurm simulation up, submit, follow, summarise, tear down; returns the exit code."""
+JOB_TIMEOUT_S = 900.0  # the batch job ends by then, or it is cancelled
+SLURM_ONLY_NOT = {  # `up` options only the Compose runner implements, with what to do instead
+    "max_restarts": "Slurm restarts are the job's own (sbatch --requeue, torchrun --max-restarts with --resume "
+                    "auto); use --target compose for whole-cluster restarts here",
+    "start_late": "every node of an allocation starts together; use --target compose for late-join drills",
+    "keep": "the simulation is always removed; the run folder keeps the job's output",
+}
+
+
+class SlurmRunner(Runner):
+    """The batch script of targets/slurm.py on a simulated Slurm cluster in containers."""
+
+    name = "slurm"
+
+    def check(self, launch: Launch, opts: UpOptions) -> None:
+        """Raises ConfigError for --max-restarts, --start-late or --keep, each with why."""
+        given = [k for k in SLURM_ONLY_NOT if getattr(opts, k) not in (False, 0, {})]
+        if given:
+            raise ConfigError("\n  ".join(["--target slurm:", *(f"--{k.replace('_', '-')}: {SLURM_ONLY_NOT[k]}"
+                                                                 for k in given)]))
+
+    def up(self, launch: Launch, command: str, opts: UpOptions) -> int:
+        """Bring the Slurm simulation up, submit, follow, summarise, tear down; returns the exit code."""
+        return _up(launch, command, opts, JOB_TIMEOUT_S)
+
+
+def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
     ensure_image()
     run_dir = os.path.abspath(host_abspath(launch.run_dir))
     make_run_dir(run_dir, IMAGE_USER)
@@ -87,8 +115,7 @@ def up(launch: Launch, command: str, timeout_s: float = 900.0) -> int:
     volumes = {os.path.join(meta, "slurm.conf"): {"bind": "/etc/slurm/slurm.conf", "mode": "ro"},
                os.path.join(meta, "munge.key"): {"bind": "/etc/simcluster/munge.key", "mode": "ro"},
                run_dir: {"bind": job_run, "mode": "rw"},
-               os.path.join(ROOT, "train"): {"bind": f"{WORK}/train", "mode": "ro"},
-               os.path.join(ROOT, "launcher"): {"bind": f"{WORK}/launcher", "mode": "ro"}}
+               **{host: {"bind": f"{WORK}/{name}", "mode": "ro"} for name, host in code_sources().items()}}
     for m in launch.mounts:
         if m.target.startswith("/data/"):
             volumes[host_abspath(m.source)] = {"bind": m.source if os.path.isabs(m.source) else f"{WORK}/{m.source}",
@@ -113,7 +140,7 @@ def up(launch: Launch, command: str, timeout_s: float = 900.0) -> int:
         for c in made:  # the short names resolve on the network
             net.disconnect(c)
             net.connect(c, aliases=[c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])
-        return _run_job(ctl, launch, job_run, run_dir, t0, timeout_s)
+        return _run_job(ctl, launch, job_run, run_dir, t0, timeout_s, open_stream(launch, run_dir, opts))
     finally:
         for c in made:
             try:
@@ -123,7 +150,8 @@ def up(launch: Launch, command: str, timeout_s: float = 900.0) -> int:
         net.remove()
 
 
-def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout_s: float) -> int:
+def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout_s: float, stream) -> int:
+    """Wait for idle nodes, sbatch, follow the job's output file into the stream, summarise."""
     deadline = time.monotonic() + 60
     while True:
         rc, out = _exec(ctl, ["sinfo", "-h", "-o", "%T %D"])
@@ -133,15 +161,14 @@ def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout
         if time.monotonic() > deadline:
             raise LauncherError(f"Slurm nodes not idle after 60 s (sinfo: {out.strip()!r})")
         time.sleep(0.5)
-    print(f"launcher | slurm: {launch.nnodes} nodes idle after {time.monotonic() - t0:.1f}s; sbatch job.sbatch",
-          flush=True)
+    stream.show(f"launcher | slurm: {launch.nnodes} nodes idle after {time.monotonic() - t0:.1f}s; sbatch job.sbatch")
     rc, out = _exec(ctl, ["sbatch", "--parsable", "--export=ALL,SIMCLUSTER_SETUP=true",
                           f"--output={job_run}/%x-%j.out", f"{job_run}/job.sbatch"], user=IMAGE_USER, workdir=WORK)
     if rc != 0:
         raise LauncherError(f"sbatch failed: {out.strip()}")
     job = out.strip().split(";")[0]
     log = os.path.join(run_dir, f"{launch.job_name}-{job}.out")
-    pos, first_step, fields, running = 0, None, {}, None
+    pos, fields, running = 0, {}, None
     end = time.monotonic() + timeout_s
     while True:
         if os.path.exists(log):
@@ -151,14 +178,12 @@ def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout
                     if not line.endswith("\n"):
                         break
                     pos += len(line.encode())
-                    if first_step is None and line.startswith("step "):
-                        first_step = time.monotonic() - t0
-                    print(line, end="", flush=True)
+                    _show(stream, launch, line.rstrip("\n"))
         _, out = _exec(ctl, ["scontrol", "show", "job", job])
         fields = _job_fields(out)
         if running is None and fields.get("JobState") == "RUNNING":
             running = time.monotonic() - t0
-            print(f"launcher | slurm job {job} RUNNING after {running:.1f}s", flush=True)
+            stream.show(f"launcher | slurm job {job} RUNNING after {running:.1f}s")
         if fields.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
             break
         if time.monotonic() > end:
@@ -168,20 +193,17 @@ def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout
     if os.path.exists(log):
         with open(log, errors="replace") as fh:
             fh.seek(pos)
-            print(fh.read(), end="", flush=True)
+            for line in fh.read().splitlines():
+                _show(stream, launch, line)
     state, code = fields.get("JobState"), fields.get("ExitCode", "?")
-    steps = _steps(run_dir)
-    total = time.monotonic() - t0
-    loss = f", final loss {steps[-1]['loss']:.4f}" if steps else ""
-    first = f"first step {first_step:.1f}s, " if first_step is not None else ""
-    print(f"launcher | summary: slurm job {job} {state} (exit {code}) on {launch.nnodes} nodes; {len(steps)} "
-          f"steps{loss}; {first}end {total:.1f}s; output {log}", flush=True)
-    return 0 if state == "COMPLETED" else 1
+    stream.show(f"launcher | slurm job {job} {state} (exit {code}) on {launch.nnodes} nodes; output {log}")
+    exit_code = 0 if state == "COMPLETED" else int(code.split(":")[0]) if code.split(":")[0].isdigit() else 1
+    codes = {name: exit_code for name in launch.names}  # the job's exit code: Slurm keeps no per-node one
+    return 0 if summarise(stream, launch, run_dir, codes, time.monotonic() - t0) and state == "COMPLETED" else 1
 
 
-def _steps(run_dir: str) -> list[dict]:
-    path = os.path.join(run_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+def _show(stream, launch: Launch, line: str) -> None:
+    """One line of the job's output: a rank's line (``[rankR]:``) is shown as the node that holds
+    rank R (layout.node_of), as Compose shows it; other lines as the batch script's."""
+    rank, _ = split_rank(line)
+    stream.handle(launch.names[node_of(rank, launch.nproc_per_node)] if rank is not None else "slurm", line)

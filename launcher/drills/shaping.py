@@ -1,0 +1,108 @@
+"""Shaping the network between simulated nodes: ``--inter-node-bandwidth RATE`` with tc tbf.
+
+    python -m launcher up --mesh 2x1x1 --model tiny --steps 5 --inter-node-bandwidth 100mbit
+
+The nodes run as an unprivileged user with every capability dropped and no-new-privileges, so
+they cannot run tc themselves. After ``compose up -d`` the launcher starts, per node, a
+short-lived root helper container of ``NETTOOLS_IMAGE`` (Debian + iproute2, images/build.sh)
+in that node's network namespace with NET_ADMIN only; it runs ``layout.tbf_command`` on eth0
+(tbf shapes egress: limiting every node's own eth0 limits both directions between nodes;
+ranks of one node talk over loopback, untouched). The launcher then writes the node's marker
+(``layout.shaped_marker``, holding the ``tc -s qdisc`` readback) and the node wrapper, which
+waits for it (``--wait-for``), starts the ranks: the limit holds from the first collective.
+Delay (``--inter-node-latency``) needs netem, which this machine's kernel lacks: refused at
+validation (``launcher.launch.check_node_options``).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+from simcluster.launcher.engine import LauncherError
+from simcluster.launcher.layout import SHAPED_DIR, shaped_marker
+from simcluster.train.config import ConfigError
+
+NETTOOLS_IMAGE = "simcluster/nettools:latest"
+_RATE = re.compile(r"(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)")
+_RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+              "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
+
+
+def rate_bits_per_s(text: str) -> float | None:
+    """tc's rate units (``100mbit``, ``1gbit``, ``12.5mbps`` = bytes/s) -> bits per second; None
+    when ``text`` does not parse or is not > 0."""
+    m = _RATE.fullmatch(str(text).strip().lower())
+    if not m or float(m.group(1)) <= 0:
+        return None
+    return float(m.group(1)) * _RATE_BITS[m.group(2)]
+
+
+def tbf_command(rate: str) -> list[str]:
+    """The shell command that limits eth0's egress to ``rate`` with tc's token bucket filter, then
+    prints the qdisc back. burst: 20 ms at the rate, at least 64 KiB (tbf needs burst >= rate /
+    kernel HZ); latency 50 ms bounds the queue."""
+    burst = max(64 * 1024, int(rate_bits_per_s(rate) / 8 * 0.02))
+    return ["sh", "-c", f"tc qdisc replace dev eth0 root tbf rate {rate} burst {burst} latency 50ms "
+            f"&& tc -s qdisc show dev eth0"]
+
+
+def check(launch, action: str, target: str, start_late: dict) -> None:
+    """The one check of --inter-node-bandwidth's use (its rate is checked with the node options,
+    launch.check_node_options): only ``launcher up`` on the compose target applies it, no node may
+    start late (its marker would never be written), and the helper image must exist.
+
+    action: "generate" or "up"; target: the engine (launcher/targets/).
+
+    Raises:
+        ConfigError: generate, another target, or --start-late, naming the fix.
+        LauncherError: the helper image is missing, naming the build command.
+    """
+    if not launch.node.inter_node_bandwidth:
+        return
+    if action == "generate":
+        raise ConfigError("--inter-node-bandwidth: applied by `python -m launcher up` (a helper container shapes "
+                          "each node once it runs, then the node starts its ranks); a compose file alone cannot "
+                          "apply it: use launcher up, or drop the option")
+    if target != "compose":
+        raise ConfigError(f"--target {target}: --inter-node-bandwidth is not wired for {target} (the Compose runner "
+                          f"applies the shaping helper and the nodes' start marker); use --target compose")
+    if start_late:
+        raise ConfigError("--start-late cannot be combined with --inter-node-bandwidth (a late node's network "
+                          "would not be shaped); drop one of them")
+    from simcluster.launcher import engine
+
+    if engine.image_created(NETTOOLS_IMAGE) is None:
+        raise LauncherError(f"--inter-node-bandwidth needs the helper image {NETTOOLS_IMAGE} (iproute2); build it "
+                            f"with bash images/build.sh")
+
+
+def clear(run_dir: str) -> None:
+    """Remove the markers of an earlier start (each start shapes its fresh containers again)."""
+    shutil.rmtree(os.path.join(run_dir, SHAPED_DIR), ignore_errors=True)
+
+
+def apply(launch, containers: dict, run_dir: str, show) -> dict[str, str]:
+    """Limit each node's eth0 to the launch's rate, then write its marker; returns node -> the
+    ``tc -s qdisc show dev eth0`` readback. ``containers``: service -> container (the SDK's).
+
+    Raises:
+        LauncherError: a node container is missing or its helper failed.
+    """
+    from simcluster.launcher import engine
+
+    rate = launch.node.inter_node_bandwidth
+    os.makedirs(os.path.join(run_dir, SHAPED_DIR), exist_ok=True)
+    out = {}
+    for name in launch.names:
+        if name not in containers:
+            raise LauncherError(f"cannot shape {name}: its container is not there")
+        text = engine.run_in_netns(NETTOOLS_IMAGE, tbf_command(rate), containers[name])
+        marker = shaped_marker(run_dir, name)
+        with open(marker + ".tmp", "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(marker + ".tmp", marker)
+        first = text.strip().splitlines()[0] if text.strip() else "?"
+        show(f"launcher | {name} eth0 limited to {rate}: {first}")
+        out[name] = text
+    return out

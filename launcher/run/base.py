@@ -1,0 +1,77 @@
+"""The contract every engine's runner keeps, and the skeleton they share: follow, summarise, exit code.
+
+    python -m launcher up --mesh 2x2x2 --model tiny --steps 3 [--target compose|swarm|slurm]
+
+A ``Runner`` (one class per engine, as torchx's Scheduler) does, for one Launch:
+  ``check(launch, opts)``  refuse what this engine cannot do, before anything starts (ConfigError);
+  ``up(launch, command, opts)``  start the cluster, follow it, summarise it, take it down; the exit
+      code: 0 every node exited 0, 1 the run failed, 130 interrupted.
+``follow_and_summarise`` is the one skeleton of following: every container's log through
+observe/follow.py's Stream and Watch (progress, lost nodes, the kill of what outlives the rendezvous),
+then the one summary of observe/summary.py. ``UpOptions`` holds the flags of ``up`` itself.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from simcluster.launcher import engine
+from simcluster.launcher.handle import Handle
+from simcluster.launcher.launch import Launch
+from simcluster.launcher.observe.follow import Stream, Watch
+from simcluster.launcher.observe.summary import summarise
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    """What ``launcher up`` adds to a Launch: build (rebuild the image), keep (leave the stopped
+    containers), quiet (progress lines instead of step lines), progress_every (s), max_restarts
+    (whole-cluster restarts after a failure), start_late (node -> seconds after the others)."""
+
+    build: bool = False
+    keep: bool = False
+    quiet: bool = False
+    progress_every: float = 10.0
+    max_restarts: int = 0
+    start_late: dict = field(default_factory=dict)
+
+
+class Runner:
+    """One engine's way of running a Launch here (see the module docstring)."""
+
+    name = ""
+
+    def check(self, launch: Launch, opts: UpOptions) -> None:
+        """Raise ConfigError, naming the option and the fix, for what this engine cannot run."""
+
+    def up(self, launch: Launch, command: str, opts: UpOptions) -> int:
+        """Start, follow, summarise, take down; returns the exit code (0, 1, 130)."""
+        raise NotImplementedError
+
+
+def open_stream(launch: Launch, run_dir: str, opts: UpOptions) -> Stream:
+    """The follower of one attempt: lines shown and appended to RUN_DIR/cluster.log."""
+    return Stream(launch, os.path.join(run_dir, "cluster.log"), opts.quiet, opts.progress_every)
+
+
+def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: dict, run_dir: str, since: float,
+                         t0: float, start_late: dict | None = None) -> tuple[int, dict]:
+    """Follow the containers found (service -> container) until all ended, then summarise.
+
+    since: UNIX time the containers were started (an older metrics.jsonl is a previous run's);
+    t0: time.monotonic() of the command's start. Returns (0 or 1, service -> exit code).
+    """
+    watch = Watch(handle, start_late or {}, run_dir, since)
+    try:
+        stream.follow(found, watch)
+    finally:
+        watch.close()
+    codes = {s: engine.exit_code(c) for s, c in engine.containers(handle.project, stack=handle.stack).items()}
+    return (0 if summarise(stream, launch, run_dir, codes, time.monotonic() - t0) else 1), codes
+
+
+def kill_all(handle: Handle) -> None:
+    """Kill every container of the handle at once (Ctrl-C ends everything within seconds)."""
+    for c in engine.containers(handle.project, stack=handle.stack).values():
+        engine.kill(c)
