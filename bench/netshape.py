@@ -28,6 +28,7 @@ import time
 from simcluster.launcher import engine
 from simcluster.launcher.drills.shaping import NETTOOLS_IMAGE, rate_bits_per_s, tbf_command
 from simcluster.launcher.layout import IMAGE
+from simcluster.launcher.observe.rundir import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -73,7 +74,7 @@ def pipeline(rate: str | None, model: str = "tiny", steps: int = 5) -> dict:
     if proc.returncode:
         raise SystemExit(proc.stdout[-3000:] + proc.stderr[-2000:])
     prof = [json.load(open(f)) for f in glob.glob(os.path.join(run, "profile", "rank-*.json"))]
-    rows = [json.loads(l) for l in open(os.path.join(run, "metrics.jsonl"))]
+    rows = read_metrics(run)
     links = rows[-1]["traffic"]["links"]
     per_dir = max(links.get("0->1", 0), links.get("1->0", 0))
     out = {"rate": rate or "none", "bytes_0to1": links.get("0->1", 0), "bytes_1to0": links.get("1->0", 0),

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run: images/build.sh [--force] [--offline] [--nettools]   (from any cwd; env BASE_IMAGE=img overrides the base)
+# Run: images/build.sh [--force] [--offline] [--nettools | --trainer]   (from any cwd; = python -m simcluster build)
+# env BASE_IMAGE=img overrides the base; SIMCLUSTER_IMAGE=name:tag the trainer image's name.
 # Builds simcluster/trainer:latest, then simcluster/nettools:latest (iproute2, for
 # --inter-node-bandwidth; apt over http; a failure there only warns). --nettools builds just that one. If a registry answers, on python:3.11-slim; otherwise
 # offline: a debootstrapped Debian base (simcluster/base:bookworm) + a wheelhouse made on
@@ -11,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."          # SOURCE: the checkout's root, or site-packages/simcluster
 
-IMAGE=simcluster/trainer:latest
+IMAGE=${SIMCLUSTER_IMAGE:-simcluster/trainer:latest}
 LOCAL_BASE=simcluster/base:bookworm
 PY=${PYTHON:-$(command -v python3 || command -v python)}
 # The wheelhouse: images/wheelhouse in a checkout; a user cache for an installed package (its folder
@@ -20,13 +21,14 @@ if [[ -f pyproject.toml ]]; then WHEELHOUSE=images/wheelhouse
 else WHEELHOUSE=${SIMCLUSTER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/simcluster}/wheelhouse; fi
 mkdir -p "$WHEELHOUSE"
 TORCH_INDEX=${TORCH_INDEX:-}   # optional extra index for torch (e.g. the PyTorch CPU index)
-FORCE=0 OFFLINE=0 NETTOOLS_ONLY=0
+FORCE=0 OFFLINE=0 NETTOOLS_ONLY=0 TRAINER_ONLY=0
 NETTOOLS_IMAGE=simcluster/nettools:latest
 for arg in "$@"; do
   case $arg in
     --force) FORCE=1 ;;
     --offline) OFFLINE=1 ;;
     --nettools) NETTOOLS_ONLY=1 ;;
+    --trainer) TRAINER_ONLY=1 ;;
     -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
@@ -125,4 +127,4 @@ docker run --rm "$IMAGE" python -c "import torch, yaml, numpy; print('image ok: 
 size=$(docker image inspect -f '{{.Size}}' "$IMAGE")
 say "image $IMAGE size: $size bytes ($(( size / 1000000 )) MB)"
 say "build time: $(( $(date +%s) - t0 )) s"
-build_nettools || say "warning: $NETTOOLS_IMAGE not built (apt failed?): --inter-node-bandwidth needs it"
+(( TRAINER_ONLY )) || build_nettools || say "warning: $NETTOOLS_IMAGE not built (apt failed?): --inter-node-bandwidth needs it"

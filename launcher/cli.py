@@ -8,6 +8,9 @@
     python -m launcher down [--run-dir DIR | --file FILE]
     python -m launcher chaos (--kill | --pause | --disconnect) NODE --at-step N [--run-dir DIR | --file FILE]
     python -m launcher report [--run-dir DIR]     # PNGs + one HTML page of a run (default: the newest)
+    python -m launcher build [--force]             # the trainer image, from this installation's code
+
+Installed with pip, the same commands are `simcluster ...` or `python -m simcluster ...`.
 
 Exit codes: 0 ok; 1 the run failed (a node exited non-zero, Docker error); 2 bad options
 (mesh, preflight, node options), with the reason on stderr and no file written.
@@ -57,8 +60,16 @@ def _target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--project", "-p", default=None, help="compose project name (default: from the run or the file's folder)")
 
 
+def _prog() -> str:
+    """How the user started us: ``python -m launcher`` (a checkout), ``python -m simcluster``, ``simcluster``."""
+    arg0 = sys.argv[0] if sys.argv and sys.argv[0] else "simcluster"
+    if os.path.basename(arg0) == "__main__.py":
+        return "python -m " + os.path.basename(os.path.dirname(os.path.abspath(arg0)))
+    return os.path.basename(arg0)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m launcher", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog=_prog(), description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     sub = parser.add_subparsers(dest="command", required=True)
@@ -104,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     fault.add_argument("--disconnect", metavar="NODE", help="docker network disconnect the node's container")
     ch.add_argument("--at-step", type=int, default=1, metavar="N", help="wait until the run reached step N (default 1)")
     ch.add_argument("--wait-s", type=float, default=3600.0, metavar="S", help="give up after S seconds (default 3600)")
+    bd = sub.add_parser("build", help="build the trainer image from this installation's code (images/build.sh, "
+                        "package data when installed: no checkout needed)")
+    bd.add_argument("--force", action="store_true", help="rebuild the base, the wheelhouse and every layer")
     rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
     rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
     return parser
@@ -169,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_generate(args)
         if args.command == "up":
             return cmd_up(args)
+        if args.command == "build":
+            from simcluster.launcher.run.image import build_image
+
+            build_image(force=args.force)
+            return 0
         if args.command == "report":
             from simcluster.launcher.observe.report import cmd_report
 

@@ -24,7 +24,7 @@ import json
 import os
 import resource
 
-from simcluster.launcher.observe.rundir import read_metrics
+from simcluster.launcher.observe.rundir import METRICS, read_metrics
 
 
 def peak_rss_mb() -> float:
@@ -49,7 +49,7 @@ class MetricsWriter:
     later ones, so the file holds each step exactly once however often the run restarts.
     """
 
-    def __init__(self, run_dir: str | None, name: str = "metrics.jsonl", keep_until: int = 0):
+    def __init__(self, run_dir: str | None, name: str = METRICS, keep_until: int = 0):
         self.path = os.path.join(run_dir, name) if run_dir else None
         if self.path:
             os.makedirs(run_dir, exist_ok=True)

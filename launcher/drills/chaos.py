@@ -28,7 +28,7 @@ from simcluster.launcher import engine
 from simcluster.launcher.engine import LauncherError
 from simcluster.launcher.observe.progress import parse_step, split_rank
 from simcluster.launcher.layout import LABEL
-from simcluster.launcher.observe.rundir import last_step
+from simcluster.launcher.observe.rundir import METRICS, last_step
 from simcluster.launcher.handle import Handle
 from simcluster.train.config import ConfigError
 
@@ -134,7 +134,7 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
         if victim is not None and victim.status == "running":
             ever_running = True
             step = last_step(target.run_dir, _started_at(victim) - 1)
-            source = "metrics.jsonl"
+            source = METRICS
             if step is None and first is not None:
                 step, source = log_step(first), "the log of " + nodes[0]
             if step is not None and step >= at_step:

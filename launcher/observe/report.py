@@ -17,7 +17,7 @@ import html
 import json
 import os
 
-from simcluster.launcher.observe.rundir import newest_run, read_metrics
+from simcluster.launcher.observe.rundir import METRICS, newest_run, read_metrics
 from simcluster.train.config import ConfigError
 
 
@@ -27,7 +27,7 @@ def read_rows(run_dir: str) -> list[dict]:
     Raises:
         ConfigError: no such folder or file, a line that is not JSON, or no record with a step.
     """
-    path = os.path.join(run_dir, "metrics.jsonl")
+    path = os.path.join(run_dir, METRICS)
     if not os.path.isfile(path):
         raise ConfigError(f"report: {path} does not exist; pass --run-dir with a run folder that holds "
                           f"metrics.jsonl (one JSON object per step with at least \"step\", see train/metrics.py)")

@@ -67,5 +67,5 @@ def check_image(launch: Launch) -> None:
     if problem:
         raise ConfigError(f"image: {launch.node.image}: {problem}. Every node runs `python -m {NODE_MODULE}`"
                           f" and the job with torch: use an image FROM {IMAGE}, or install torch==2.13.0 and this "
-                          f"project's wheel into yours (README, \"Your own image\")"
+                          f"project's wheel into yours (docs/own-code.md, \"Your own image\")"
                           + (f"; or check --module {from_image[0]}" if from_image else ""))

@@ -26,7 +26,7 @@ import time
 from simcluster.launcher.engine import LauncherError, client
 from simcluster.launcher.files import ROOT, host_abspath, make_run_dir
 from simcluster.launcher.launch import Launch
-from simcluster.launcher.layout import IMAGE_USER, node_of
+from simcluster.launcher.layout import IMAGE_USER, LABEL, node_of
 from simcluster.launcher.observe.progress import split_rank
 from simcluster.launcher.observe.summary import summarise
 from simcluster.launcher.run.base import Runner, UpOptions, open_stream
@@ -36,6 +36,7 @@ from simcluster.launcher.targets import slurm
 IMAGE = "simcluster/slurm:latest"
 CONTROLLER = "slurmctld"
 WORK = "/work"  # the job's work folder inside the simulation
+SLURM_LABEL = LABEL + "slurm"  # on the simulation's containers and network: what the teardown finds
 
 
 def slurm_conf(launch: Launch) -> str:
@@ -123,7 +124,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
     tag = f"sc-slurm-{launch.run_name}".lower()
     dc = client()
     t0 = time.monotonic()
-    net = dc.networks.create(tag, driver="bridge", internal=True, labels={"io.simcluster.slurm": tag})
+    net = dc.networks.create(tag, driver="bridge", internal=True, labels={SLURM_LABEL: tag})
     made = []
     try:
         limits = {}
@@ -133,7 +134,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
             limits["mem_limit"] = launch.node.memory_per_node
         for name, role in [(CONTROLLER, "slurmctld"), *[(n, "slurmd") for n in launch.names]]:
             made.append(dc.containers.run(IMAGE, [role], name=f"{tag}-{name}", hostname=name, detach=True,
-                                          network=tag, volumes=volumes, labels={"io.simcluster.slurm": tag},
+                                          network=tag, volumes=volumes, labels={SLURM_LABEL: tag},
                                           environment={"OMP_NUM_THREADS": "1"}, **(limits if role == "slurmd" else {})))
             net.reload()
         ctl = made[0]

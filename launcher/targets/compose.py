@@ -82,7 +82,7 @@ def node_command(launch: Launch, k: int) -> list[str]:
 
 def node_env(launch: Launch, k: int) -> dict[str, str]:
     """Environment of node k's container: the standard settings and the SIMCLUSTER_* contract
-    (README, "Your own code"): SIMCLUSTER_NODE (k), SIMCLUSTER_NNODES, SIMCLUSTER_OUTPUT_DIR (the
+    (docs/own-code.md): SIMCLUSTER_NODE (k), SIMCLUSTER_NNODES, SIMCLUSTER_OUTPUT_DIR (the
     run folder, shared with the host), SIMCLUSTER_RESTART_COUNT (the launcher's restarts; a
     restart is a fresh cluster, so torchrun's TORCHELASTIC_RESTART_COUNT stays 0) and, for a
     mesh, SIMCLUSTER_PP, SIMCLUSTER_DP, SIMCLUSTER_TP."""

@@ -47,7 +47,7 @@ from simcluster.launcher.targets.compose import host_path, node_command, node_en
 from simcluster.launcher.targets.document import HEADER, dump_services, gpus_per_node, hardening
 
 VERSION = "3.8"  # the stack file format (endpoint_mode needs 3.3, tmpfs mounts 3.6)
-GPU_KIND = "NVIDIA-GPU"  # --device cuda: the generic resource a GPU host advertises (README, Docker Swarm)
+GPU_KIND = "NVIDIA-GPU"  # --device cuda: the generic resource a GPU host advertises (docs/engines.md, Docker Swarm)
 
 
 def stack_name(launch: Launch) -> str:
@@ -137,5 +137,5 @@ def render(launch: Launch, command: str, file: str, project_dir: str) -> str:
         f"#   docker stack deploy --resolve-image never -c {q(file)} {stack}\n"
         f"#   docker service logs -f {stack}_{launch.names[0]}    # rank 0's step lines\n"
         f"#   docker stack rm {stack}    # when every task is Complete (docker stack ps {stack})\n"
-        "# On several hosts: the image and the run folder on every host, at the same path (README, Docker Swarm).\n")
+        "# On several hosts: the image and the run folder on every host, at the same path (docs/engines.md, Docker Swarm).\n")
     return header + dump_services(build(launch, project_dir))
