@@ -320,7 +320,9 @@ def test_two_ups_side_by_side_and_the_same_run_folder_refused(tmp_path):
         other = Up(tmp_path, "--steps", "3")
         try:
             assert other.wait() == 0, other.why()
-            assert "running" in project_states(first.project).values() or first.proc.poll() == 0
+            # the first run goes on (its `up` still running: following, or summarising after its containers
+            # exited) or has ended well; its 40 steps below show the other run did not disturb it
+            assert first.proc.poll() in (None, 0), first.why()
         finally:
             other.cleanup()
         assert first.wait() == 0, first.why()
