@@ -174,43 +174,53 @@ def cmd_up(args: argparse.Namespace) -> int:
     return engine_runner.up(launch, command, opts)
 
 
+def cmd_build(args: argparse.Namespace) -> int:
+    from simcluster.launcher.run.image import build_image
+
+    build_image(force=args.force)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from simcluster.launcher.observe.report import cmd_report as report
+
+    return report(args.run_dir, ROOT)
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    from simcluster.launcher.drills.chaos import FAULTS, chaos
+
+    kind = next(k for k in FAULTS if getattr(args, k) is not None)
+    return chaos(kind, str(getattr(args, kind)), args.at_step, args.run_dir, args.file, args.project, wait_s=args.wait_s)
+
+
+def cmd_compose_run(args: argparse.Namespace) -> int:
+    """status, logs, down: a Compose run's handle (a swarm run's stack is gone once its `up` ends)."""
+    from simcluster.launcher.handle import Handle
+    from simcluster.launcher.run import compose
+
+    target = Handle.find(args.run_dir, args.file, args.project)
+    if target.stack:
+        raise ConfigError(f"{target.run_dir}: a swarm run (stack {target.project}, removed when its `up` ends); "
+                          f"`{args.command}` is for Compose runs; use docker stack ps {target.project}, docker "
+                          f"service logs {target.project}_node-0, docker stack rm {target.project}")
+    if args.command == "status":
+        return compose.status(target)
+    if args.command == "logs":
+        return compose.logs(target, args.services, follow=args.follow, tail=args.tail)
+    return compose.down(target)
+
+
+COMMANDS = {"generate": cmd_generate, "up": cmd_up, "build": cmd_build, "report": cmd_report, "chaos": cmd_chaos,
+            "status": cmd_compose_run, "logs": cmd_compose_run, "down": cmd_compose_run}
+
+
 def main(argv: list[str] | None = None) -> int:
     own, job_argv = split_job_argv(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(fix_negative_values(own))
     args.job_argv = job_argv
     try:
-        if args.command == "generate":
-            return cmd_generate(args)
-        if args.command == "up":
-            return cmd_up(args)
-        if args.command == "build":
-            from simcluster.launcher.run.image import build_image
-
-            build_image(force=args.force)
-            return 0
-        if args.command == "report":
-            from simcluster.launcher.observe.report import cmd_report
-
-            return cmd_report(args.run_dir, ROOT)
-        from simcluster.launcher.handle import Handle
-        from simcluster.launcher.run import compose as runner
-
-        if args.command == "chaos":
-            from simcluster.launcher.drills.chaos import chaos
-
-            kind = next(k for k in ("kill", "stop", "pause", "disconnect", "freeze") if getattr(args, k) is not None)
-            return chaos(kind, str(getattr(args, kind)), args.at_step, args.run_dir, args.file, args.project,
-                         wait_s=args.wait_s)
-        target = Handle.find(args.run_dir, args.file, args.project)
-        if target.stack:
-            raise ConfigError(f"{target.run_dir}: a swarm run (stack {target.project}, removed when its `up` ends); "
-                              f"`{args.command}` is for Compose runs; use docker stack ps {target.project}, docker "
-                              f"service logs {target.project}_node-0, docker stack rm {target.project}")
-        if args.command == "status":
-            return runner.status(target)
-        if args.command == "logs":
-            return runner.logs(target, args.services, follow=args.follow, tail=args.tail)
-        return runner.down(target)
+        return COMMANDS[args.command](args)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USAGE

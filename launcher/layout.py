@@ -9,7 +9,6 @@ host side (launcher/compose.py, runner.py, follow.py) and the programs inside th
 """
 from __future__ import annotations
 
-import re
 
 RDZV_HOST = "rendezvous"  # service, host name and MASTER_ADDR of the rendezvous container
 RDZV_PORT = 29400  # TCP port of its store inside the cluster network

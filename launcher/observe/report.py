@@ -12,7 +12,6 @@ RUN_DIR/report/index.html and prints the page's path. A folder without metrics.j
 from __future__ import annotations
 
 import base64
-import glob
 import html
 import json
 import os

@@ -21,6 +21,7 @@ checkpoint in RUN_DIR/checkpoints, from scratch if there is none yet), up to N t
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import sys
 import time

@@ -24,7 +24,7 @@ import secrets
 import time
 
 from simcluster.launcher.engine import LauncherError, client
-from simcluster.launcher.files import ROOT, host_abspath, make_run_dir
+from simcluster.launcher.files import IMAGES, code_sources, host_abspath, make_run_dir
 from simcluster.launcher.launch import Launch
 from simcluster.launcher.layout import IMAGE_USER, LABEL, node_of
 from simcluster.launcher.observe.progress import split_rank
@@ -60,7 +60,7 @@ def ensure_image() -> None:
         client().images.get(IMAGE)
     except ImageNotFound:
         print(f"launcher | building {IMAGE} (images/slurm/Dockerfile, apt over http)", flush=True)
-        client().images.build(path=os.path.join(ROOT, "images", "slurm"), tag=IMAGE, rm=True)
+        client().images.build(path=os.path.join(IMAGES, "slurm"), tag=IMAGE, rm=True)
 
 
 def _exec(container, cmd: list[str], user: str = "root", workdir: str | None = None) -> tuple[int, str]:
