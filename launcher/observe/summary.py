@@ -5,11 +5,11 @@ node's exit code and reason, lost nodes and the ranks that failed with their tra
 """
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 
-from simcluster.launcher.observe.follow import PEER_FAILED, PEER_TIMEOUT, Stream
+from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT
+from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.launch import Launch
 from simcluster.launcher.observe.rundir import METRICS, read_metrics
 from simcluster.launcher.layout import RDZV_HOST, format_ranks, node_of, node_ranks
@@ -77,7 +77,10 @@ def _report(launch: Launch, run_dir: str) -> str:
 
 def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> None:
     """The ranks that raised, with their traceback's last lines; ranks that only saw a peer die
-    (connection closed) are named in one line after the cause."""
+    (connection closed) are named in one line after the cause; no traceback at all is said so."""
+    if not tracebacks:
+        show(f"  no rank printed a Python traceback or a C++ abort; each rank's output: {launch.run_dir}/cluster.log")
+        return
     cause = {r: lines for r, lines in tracebacks.items() if not PEER_FAILED.search(lines[-1])}
     for rank, lines in (cause or tracebacks).items():
         waited = " (timed out waiting for a peer)" if PEER_TIMEOUT.search(lines[-1]) else ""
