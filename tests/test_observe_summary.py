@@ -8,6 +8,7 @@ that logs no metrics and prints on some ranks only gets no ``?`` rows.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -124,7 +125,33 @@ def test_cxx_abort_keeps_the_teardown_hint(stream, capsys):
     assert "gloo's teardown race" in out
 
 
+def test_script_without_metrics_printing_on_some_ranks(stream, capsys):
+    """Every rank exited 0, no metrics.jsonl, ranks 1 and 3 printed nothing: no '?' row."""
+    for service, line in [("node-0", "[rank0]:hello from 0"), ("node-1", "[rank2]:hello from 2"),
+                          ("node-0", "a line of the node itself")]:
+        stream.handle(service, line)
+    out = summary_of(stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
+    assert out.startswith(" OK ==")
+    assert "?" not in out and "final loss" not in out and "tokens/s" not in out and "ranks seen" not in out
+    assert ("  metrics      none: the job wrote no metrics.jsonl (for loss, progress and a report,\n"
+            '               append {"step": N, "loss": X} per step to $SIMCLUSTER_OUTPUT_DIR/metrics.jsonl, as '
+            "examples/ddp.py does)\n") in out
+    assert "  rank output  2/4 ranks printed (ranks 1, 3 printed nothing)\n" in out
+    assert "FAILED" not in out and "no rank printed a Python traceback" not in out
+
+
+def test_metrics_without_tokens_and_every_rank_printing(stream, capsys):
+    rows = [{"step": s, "loss": 1.0 / s, "total_steps": 2} for s in (1, 2)]
+    (Path(stream.launch.run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for r in range(4):
+        stream.handle(f"node-{r // 2}", f"[rank{r}]:ddp rank={r}")
+    out = summary_of(stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
+    assert "  final loss   0.5 after 2 steps\n" in out and "tokens/s" not in out and "metrics  " not in out
+    assert "  rank output  4/4 ranks printed\n" in out and "?" not in out
+
+
 def test_failed_run_without_any_traceback_says_so(stream, capsys):
     out = summary_of(stream, {"node-0": 1, "node-1": 0, "rendezvous": 0}, capsys)
+    assert "  rank output  0/4 ranks printed (none printed anything)" in out
     assert f"  no rank printed a Python traceback or a C++ abort; each rank's output: {stream.launch.run_dir}/cluster.log" \
         in out
