@@ -204,6 +204,6 @@ def test_image_without_torch_is_refused_before_the_nodes_start(tmp_path):
     proc = up(run, "--nodes", "1", "--nproc-per-node", "1", "--script", str(ROOT / "examples" / "ddp.py"),
               "--image", "simcluster/test-notorch:latest", timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "image: simcluster/test-notorch:latest: cannot import torch, launcher.container.node" in proc.stderr
+    assert "image: simcluster/test-notorch:latest: cannot import torch, simcluster.launcher.container.node" in proc.stderr
     assert "FROM simcluster/trainer:latest" in proc.stderr
     assert left_over(run) == "" and not (run / "compose.yml").exists()
