@@ -123,7 +123,7 @@ def test_2x2x2_up_exits_0_on_every_node(cluster_2x2x2):
     assert c.returncode == 0, c.why()
     assert c.exit_codes() == {"node-0": 0, "node-1": 0, "rendezvous": 0}, c.why()
     out = c.output()
-    assert "== summary: OK ==" in out and "ranks seen   8/8" in out and "MISPLACED" not in out, c.why()
+    assert "== summary: OK ==" in out and "rank output  8/8 ranks printed" in out and "MISPLACED" not in out, c.why()
     assert "rendezvous: all nodes exited 0" in out, c.why()
 
 
@@ -197,7 +197,7 @@ def test_4x1x2_four_nodes_finish(tmp_path):
         assert c.returncode == 0, c.why()
         codes = c.exit_codes()
         assert codes == {"node-0": 0, "node-1": 0, "node-2": 0, "node-3": 0, "rendezvous": 0}, c.why()
-        assert "ranks seen   8/8" in c.output() and "MISPLACED" not in c.output()
+        assert "rank output  8/8 ranks printed" in c.output() and "MISPLACED" not in c.output()
         assert [r["step"] for r in c.metrics()] == list(range(1, 9))
     finally:
         c.down()
@@ -216,7 +216,7 @@ def test_2x2x2_under_compose_v1(tmp_path):
         c.run()
         assert c.returncode == 0, c.why()
         assert c.exit_codes() == {"node-0": 0, "node-1": 0, "rendezvous": 0}, c.why()
-        assert "ranks seen   8/8" in c.output() and "MISPLACED" not in c.output()
+        assert "rank output  8/8 ranks printed" in c.output() and "MISPLACED" not in c.output()
         losses = [r["loss"] for r in c.metrics()]
         assert len(losses) == 3
         torch.set_num_threads(1)

@@ -63,7 +63,7 @@ def test_launcher_up_probe_cluster(tmp_path, trainer_image):
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-2000:]
     for rank, node in ((0, "node-0"), (1, "node-0"), (2, "node-1"), (3, "node-1")):
         assert f"probe rank={rank} local_rank={rank % 2} world_size=4 host={node}" in out
-    assert "== summary: OK ==" in out and "ranks seen   4/4" in out and "MISPLACED" not in out
+    assert "== summary: OK ==" in out and "rank output  4/4 ranks printed" in out and "MISPLACED" not in out
     assert "rendezvous: all nodes exited 0" in out
     assert (run / "compose.yml").is_file() and (run / "cluster.log").is_file()
     left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=sc-probe-run"],

@@ -232,16 +232,16 @@ def test_failing_ranks_are_named_with_traceback_or_cxx_abort(tmp_path, capsys):
 
 def test_metrics_tail_skips_a_previous_runs_file(tmp_path):
     """A reused run folder: the old metrics.jsonl gives no progress rows until this run writes it."""
-    from simcluster.launcher.observe.follow import MetricsTail
+    from simcluster.launcher.observe.rundir import MetricsTail
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n')
     os.utime(path, (1000.0, 1000.0))
-    tail = MetricsTail(str(path), since=2000.0)
+    tail = MetricsTail(str(tmp_path), since=2000.0)  # the run folder, not the file
     assert tail.rows() == []
     path.write_text('{"step": 1, "loss": 5.0}\n{"step": 2')  # this run's job rewrites it; a cut-short line waits
     assert tail.rows() == [{"step": 1, "loss": 5.0}]
     with open(path, "a") as fh:
         fh.write(', "loss": 4.0}\n')
     assert tail.rows() == [{"step": 2, "loss": 4.0}]
-    assert MetricsTail(str(path)).rows() == [{"step": 1, "loss": 5.0}, {"step": 2, "loss": 4.0}]
+    assert MetricsTail(str(tmp_path)).rows() == [{"step": 1, "loss": 5.0}, {"step": 2, "loss": 4.0}]

@@ -68,7 +68,7 @@ def test_manual_3d_script_from_outside_the_repo_on_2x2x2(tmp_path):
     assert sorted(int(p[2]) for p in places) == list(range(8)), out[-4000:]
     for service, prefix_rank, rank, host, pp, dp, tp in places:
         assert service == host == f"node-{int(rank) // 4}" and prefix_rank == rank and int(pp) == int(rank) // 4
-    assert "ranks seen   8/8" in out and "MISPLACED" not in out
+    assert "rank output  8/8 ranks printed" in out and "MISPLACED" not in out
     mesh = losses(run)
     ref = one_process(script, tmp_path / "ref", "--steps", "5")
     assert len(mesh) == 5 and all(abs(m - r) <= 1e-5 * abs(r) for m, r in zip(mesh, ref)), (mesh, ref)
@@ -91,6 +91,9 @@ def test_ddp_script_on_2_nodes_x_2_ranks(tmp_path):
     ref = one_process(script, tmp_path / "ref", "--steps", "4")
     got = losses(run)
     assert len(got) == 4 and all(abs(m - r) <= 1e-5 * abs(r) for m, r in zip(got, ref)), (got, ref)
+    summary = out.split("== summary: OK ==", 1)[1]  # only the rows whose value is known
+    assert re.search(r"^  final loss   [\d.]+ after 4 steps$", summary, re.M), summary
+    assert "rank output  4/4 ranks printed" in summary and "tokens/s" not in summary and "?" not in summary, summary
 
 
 ENVCHECK = '''
@@ -105,19 +108,23 @@ print("env " + " ".join(f"{k}={os.environ.get(k)}" for k in keys) + f" cwd={os.g
       + f" args={sys.argv[1:]}", flush=True)
 dist.barrier()
 if dist.get_rank() == 3:
-    raise ValueError("boom on rank 3")
+    import deep
+    deep.f0()  # raises ValueError 62 frames down (a traceback far longer than 40 lines)
 dist.barrier()
 '''
+DEEP = "".join(f"def f{i}():\n    return f{i + 1}()\n\n\n" for i in range(60)) + \
+    "def f60():\n    raise ValueError(\"boom on rank 3\")\n"
 
 
 def test_failing_module_names_rank_and_traceback(tmp_path):
     """--module from --code: torchrun's and the cluster's environment, the user's own `train`
-    package first on sys.path; rank 3 raises: up exits non-zero naming node-1, rank 3 and the
-    error; nothing is left running."""
+    package first on sys.path; rank 3 raises 62 frames deep: up exits non-zero naming node-1,
+    rank 3, the error and its last frames; no metrics: no '?' row; nothing is left running."""
     code = tmp_path / "code"
     (code / "train").mkdir(parents=True)
     (code / "train" / "__init__.py").write_text("")
     (code / "envcheck.py").write_text(ENVCHECK)
+    (code / "deep.py").write_text(DEEP)
     run = tmp_path / "fail"
     proc = up(run, "--nodes", "2", "--nproc-per-node", "2", "--code", str(code), "--module", "envcheck",
               "--timeout-s", "20", "--", "--flag", "x")
@@ -131,7 +138,13 @@ def test_failing_module_names_rank_and_traceback(tmp_path):
                     f"TORCHELASTIC_RESTART_COUNT=0 cwd=/code train=/code/train/__init__.py args=['--flag', 'x']")
         assert expected in out, out[-4000:]
     assert "== summary: FAILED ==" in out
-    assert "FAILED rank 3 on node-1: ValueError: boom on rank 3" in out, out[-3000:]
+    summary = out.split("== summary: FAILED ==", 1)[1]
+    earlier = re.search(r"FAILED rank 3 on node-1: ValueError: boom on rank 3\n {6}\.\.\. (\d+) earlier frames\n",
+                        summary)
+    assert earlier and int(earlier.group(1)) >= 60, summary  # f0..f58 and the module's (runpy's too, with -m)
+    assert 'File "/code/deep.py", line 242, in f60\n          raise ValueError("boom on rank 3")' in summary, summary
+    rows = summary.split("\n  node-0")[0]  # the rows above the nodes' (exception lines may hold a '?')
+    assert "metrics      none: the job wrote no metrics.jsonl" in rows and "?" not in rows, summary
     assert left_over(run) == ""
 
 
@@ -191,6 +204,6 @@ def test_image_without_torch_is_refused_before_the_nodes_start(tmp_path):
     proc = up(run, "--nodes", "1", "--nproc-per-node", "1", "--script", str(ROOT / "examples" / "ddp.py"),
               "--image", "simcluster/test-notorch:latest", timeout=300)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "image: simcluster/test-notorch:latest: cannot import torch, launcher.container.node" in proc.stderr
+    assert "image: simcluster/test-notorch:latest: cannot import torch, simcluster.launcher.container.node" in proc.stderr
     assert "FROM simcluster/trainer:latest" in proc.stderr
     assert left_over(run) == "" and not (run / "compose.yml").exists()

@@ -4,7 +4,8 @@
 
 ``Stream`` follows each container's log (the SDK's log stream, one thread per container) until
 all have ended, prefixes each line ``node-K rR |``, prints a progress line from rank 0's step
-lines, checks each rank ran on the node its rank says, and records the rendezvous' LOST lines.
+lines, checks each rank ran on the node its rank says, records the rendezvous' LOST lines and
+remembers each rank's latest traceback as it streams by (launcher/observe/failures.py).
 ``Watch`` runs beside it about once a second, on a compose project's or a swarm stack's
 containers: it starts late nodes when due (``--start-late``, compose only), kills the container
 of a node the rendezvous declared lost (unpausing a frozen one first), and once the rendezvous
@@ -13,9 +14,6 @@ engine's event stream.
 """
 from __future__ import annotations
 
-import collections
-import json
-import os
 import queue
 import re
 import sys
@@ -26,16 +24,12 @@ from simcluster.launcher import engine
 from simcluster.launcher.engine import compose
 from simcluster.launcher.launch import Launch
 from simcluster.launcher.layout import RDZV_HOST, node_of
+from simcluster.launcher.observe.failures import RankTrace
 from simcluster.launcher.observe.rundir import MetricsTail
 from simcluster.launcher.observe.progress import Bar, Progress, parse_done, parse_step, split_rank
 from simcluster.launcher.handle import Handle
 
 EXITED = re.compile(r"^rendezvous: (\S+) \(ranks [^)]*\) exited -?\d+(?: \((.*)\))?$")
-EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b")
-# what a rank raises when a peer died first: named, but not as the cause
-PEER_FAILED = re.compile(r"Connection closed by peer|remote worker crashing|Connection reset by peer|Broken pipe")
-PEER_TIMEOUT = re.compile(r"[Tt]imed out waiting|DistNetworkError.*[Tt]imeout")
-CXX_ABORT = re.compile(r"^terminate called (?:without an active exception|after throwing .*)")  # std::terminate
 KILL_AFTER_RDZV_S = 10.0  # containers still up this long after the rendezvous exited are killed (nodes
 # leave by themselves about 3 s after it)
 KILL_AFTER_NODES_S = 10.0  # a rendezvous still up this long after every node exited is killed
@@ -70,7 +64,7 @@ class Stream:
         self.lost_t: float | None = None  # its UNIX time
         self.forced: list[str] = []  # containers up kills because they outlived the rendezvous
         self.reasons: dict[str, str] = {}  # node -> why it stopped, from the rendezvous' report lines
-        self.recent: dict[int, collections.deque] = {}  # rank -> its last lines (for a failure's traceback)
+        self.traces: dict[int, RankTrace] = {}  # rank -> its latest traceback or C++ abort, as it streams by
 
     def show(self, text: str) -> None:
         print(text, flush=True)
@@ -89,7 +83,7 @@ class Stream:
             text = text.removeprefix(f"[rank{rank}]: ")  # torch's own excepthook prefixes a rank's traceback too
             if self.first_worker_s is None:
                 self.first_worker_s = time.monotonic() - self.t0
-            self.recent.setdefault(rank, collections.deque(maxlen=40)).append(text)
+            self.traces.setdefault(rank, RankTrace()).feed(text)
             if rank not in self.seen_ranks:  # torchrun prefixes every line of a rank with [rankR]:
                 self.seen_ranks[rank] = service
                 k = node_of(rank, self.launch.nproc_per_node)
@@ -121,24 +115,10 @@ class Stream:
                 self.log.write(text + "\n")
 
     def tracebacks(self) -> dict[int, list[str]]:
-        """rank -> the last lines of its latest Python traceback, ending with the exception line
-        (``ValueError: boom``), for the ranks that printed one; else a C++ abort's line
-        (``terminate called ...``) on its own."""
-        out = {}
-        for rank, lines in sorted(self.recent.items()):
-            lines = list(lines)
-            starts = [i for i, x in enumerate(lines) if x.startswith("Traceback (most recent call last)")]
-            if not starts:
-                aborts = [x for x in lines if CXX_ABORT.match(x)]
-                if aborts:
-                    out[rank] = [aborts[-1]]
-                continue
-            block = lines[starts[-1] + 1:]
-            ends = [i for i, x in enumerate(block) if EXCEPTION_LINE.match(x)]
-            if ends:  # other output of the rank may be interleaved: keep the frames and the exception
-                frames = [x for x in block[:ends[0]] if x.startswith(" ")]
-                out[rank] = frames[-3:] + [block[ends[0]]]
-        return out
+        """rank -> the lines of its latest Python traceback to show, ending with the exception line
+        (``ValueError: boom``), for the ranks that printed one, whatever its depth; else a C++
+        abort's line (``terminate called ...``) on its own. The rules: launcher/observe/failures.py."""
+        return {rank: lines for rank, t in sorted(self.traces.items()) if (lines := t.lines())}
 
     def follow(self, found: dict, watch: "Watch | None" = None) -> None:
         """Show every container's log until all ended; ``watch.tick()`` runs about every second

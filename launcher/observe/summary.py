@@ -2,14 +2,21 @@
 node's exit code and reason, lost nodes and the ranks that failed with their tracebacks.
 
     python -m launcher up --mesh 2x1x1 --model tiny --steps 3     # ends with "== summary: OK =="
+
+Rules: a row is shown only when its value is known. ``final loss`` and ``tokens/s`` come from the
+trainer's ``done`` line, else from metrics.jsonl's last row; a job that logged no step gets one
+``metrics`` row saying where they would come from. ``rank output`` counts the ranks whose output
+reached the launcher (torchrun prefixes each line of rank R with ``[rankR]:``): a rank that printed
+nothing is named as such, not as missing, and only ranks that printed are checked for their node
+(MISPLACED). A failed rank is named with its exception and last frames (launcher/observe/failures.py).
 """
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 
-from simcluster.launcher.observe.follow import PEER_FAILED, PEER_TIMEOUT, Stream
+from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT
+from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.launch import Launch
 from simcluster.launcher.observe.rundir import METRICS, read_metrics
 from simcluster.launcher.layout import RDZV_HOST, format_ranks, node_of, node_ranks
@@ -37,17 +44,23 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     show(f"  wall time    {wall:.1f}s (launcher, up to last exit)" + (f"; trainer wall_s {m['wall_s']}" if m["wall_s"] else ""))
     if stream.first_worker_s is not None:
         show(f"  first rank output after {stream.first_worker_s:.1f}s")
-    show(f"  final loss   {m['final_loss'] if m['final_loss'] is not None else '?'}"
-         + (f" after {m['steps']} steps" if m["steps"] is not None else ""))
-    show(f"  tokens/s     {m['tokens_per_s'] if m['tokens_per_s'] is not None else '?'}")
+    if m["final_loss"] is not None:
+        show(f"  final loss   {m['final_loss']}" + (f" after {m['steps']} steps" if m["steps"] is not None else ""))
+    elif m["steps"] is not None:
+        show(f"  steps        {m['steps']} logged, without a loss")
+    else:
+        for i, line in enumerate(_no_metrics(launch, run_dir)):
+            show(f"  {'metrics' if i == 0 else '':<12} {line}")
+    if m["tokens_per_s"] is not None:
+        show(f"  tokens/s     {m['tokens_per_s']}")
     if m["traffic"]:
         show(f"  traffic/step {traffic_text(m['traffic'])} (all ranks; per rank: {launch.run_dir}/traffic/)")
     if os.path.isfile(os.path.join(run_dir, "trace.json")):
         show(f"  trace        {launch.run_dir}/trace.json (open in https://ui.perfetto.dev)")
     if os.path.isfile(os.path.join(run_dir, METRICS)):
         show(f"  report       {_report(launch, run_dir)}")
-    seen = len(stream.seen_ranks)
-    show(f"  ranks seen   {seen}/{launch.world_size}" + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
+    show(f"  rank output  {_rank_output(stream, launch.world_size)}"
+         + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
     for k, name in enumerate(launch.names):
         why = f" ({stream.reasons[name]})" if name in stream.reasons else ""
         show(f"  {name:<11}  ranks {format_ranks(node_ranks(k, launch.nproc_per_node)):<8} exit {codes.get(name)}{why}")
@@ -61,6 +74,39 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
         _show_failures(show, launch, stream.tracebacks())
     stream.log.close()
     return ok
+
+
+def _no_metrics(launch: Launch, run_dir: str) -> list[str]:
+    """The ``metrics`` row of a job that logged no step: what is missing and where it would come from."""
+    if os.path.isfile(os.path.join(run_dir, METRICS)):
+        return [f"none: {launch.run_dir}/{METRICS} has no row with a \"step\""]
+    if launch.train is not None:
+        return [f"none: the trainer logged no step (no {METRICS})"]
+    return [f"none: the job wrote no {METRICS} (for loss, progress and a report,",
+            f"append {{\"step\": N, \"loss\": X}} per step to $SIMCLUSTER_OUTPUT_DIR/{METRICS}, as examples/ddp.py does)"]
+
+
+def _rank_output(stream: Stream, world_size: int) -> str:
+    """``4/4 ranks printed``, or which ranks printed nothing (a rank is known by torchrun's
+    ``[rankR]:`` prefix on its lines: one that prints nothing is never seen)."""
+    silent = [r for r in range(world_size) if r not in stream.seen_ranks]
+    if not silent:
+        return f"{world_size}/{world_size} ranks printed"
+    if len(silent) == world_size:
+        return f"0/{world_size} ranks printed (none printed anything)"
+    many = "s" if len(silent) > 1 else ""
+    return f"{world_size - len(silent)}/{world_size} ranks printed (rank{many} {_spans(silent)} printed nothing)"
+
+
+def _spans(ranks: list[int]) -> str:
+    """``0, 2-5, 7`` for [0, 2, 3, 4, 5, 7] (sorted)."""
+    out: list[str] = []
+    for r in ranks:
+        if out and int(out[-1].split("-")[-1]) == r - 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ", ".join(out)
 
 
 def _report(launch: Launch, run_dir: str) -> str:
@@ -77,7 +123,10 @@ def _report(launch: Launch, run_dir: str) -> str:
 
 def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> None:
     """The ranks that raised, with their traceback's last lines; ranks that only saw a peer die
-    (connection closed) are named in one line after the cause."""
+    (connection closed) are named in one line after the cause; no traceback at all is said so."""
+    if not tracebacks:
+        show(f"  no rank printed a Python traceback or a C++ abort; each rank's output: {launch.run_dir}/cluster.log")
+        return
     cause = {r: lines for r, lines in tracebacks.items() if not PEER_FAILED.search(lines[-1])}
     for rank, lines in (cause or tracebacks).items():
         waited = " (timed out waiting for a peer)" if PEER_TIMEOUT.search(lines[-1]) else ""

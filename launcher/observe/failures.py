@@ -1,0 +1,73 @@
+"""A rank's failure, remembered as its output streams by: the latest Python traceback's exception
+and last frames, or a C++ abort's line; a few lines per rank whatever the traceback's depth.
+
+    python -c "from simcluster.launcher.observe.failures import RankTrace as T; t = T(); \
+[t.feed(x) for x in ('Traceback (most recent call last):', '  File \"a.py\", line 1', 'ValueError: x')]; print(t.lines())"
+
+Rules (``Stream.tracebacks`` and the summary's FAILED lines follow them):
+
+- A Python traceback starts at ``Traceback (most recent call last):`` and ends at the first
+  exception line after it (``ValueError: boom``, ``torch.distributed.DistBackendError: ...``;
+  EXCEPTION_LINE). Between them only indented lines count: a ``  File ...`` line starts a frame,
+  the indented lines after it (its source line) belong to it, caret lines (``^^^^``, ``~~~^^``)
+  are dropped; the rank's other output interleaved there is ignored.
+- Only the last FRAMES_KEPT frames are kept (FRAME_LINES lines each), and the number of frames.
+- A new ``Traceback`` line starts a new block (a chained exception, a later failure): the latest
+  complete traceback is the one reported. A block cut short (no exception line yet) leaves the
+  previous complete one reported, if any.
+- A rank with no complete Python traceback is reported by its last ``terminate called ...`` line
+  (C++ std::terminate), if it printed one.
+- PEER_FAILED / PEER_TIMEOUT tell, from the exception line, a rank that only saw a peer die (its
+  connection closed) or timed out waiting for one; the summary names those after the cause.
+"""
+from __future__ import annotations
+
+import collections
+import re
+
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b")
+# what a rank raises when a peer died first: named, but not as the cause
+PEER_FAILED = re.compile(r"Connection closed by peer|remote worker crashing|Connection reset by peer|Broken pipe")
+PEER_TIMEOUT = re.compile(r"[Tt]imed out waiting|DistNetworkError.*[Tt]imeout")
+CXX_ABORT = re.compile(r"^terminate called (?:without an active exception|after throwing .*)")  # std::terminate
+TRACEBACK_START = "Traceback (most recent call last)"
+CARETS = re.compile(r"^\s*[\^~]+[\s\^~]*$")
+FRAMES_KEPT = 2  # frames shown above the exception line
+FRAME_LINES = 3  # lines kept of one frame (its File line and source lines)
+
+
+class RankTrace:
+    """One rank's lines fed in order (without the ``[rankR]:`` prefix); ``lines()`` is its failure."""
+
+    def __init__(self) -> None:
+        self.frames: collections.deque[list[str]] | None = None  # the open block's last frames; None: no block
+        self.depth = 0  # File frames of the open block
+        self.done: tuple[list[list[str]], int, str] | None = None  # the latest complete one: frames, depth, exception
+        self.abort: str | None = None  # the last "terminate called ..." line
+
+    def feed(self, text: str) -> None:
+        if text.startswith(TRACEBACK_START):
+            self.frames, self.depth = collections.deque(maxlen=FRAMES_KEPT), 0
+        elif CXX_ABORT.match(text):
+            self.abort = text
+        elif self.frames is None:
+            return
+        elif EXCEPTION_LINE.match(text):
+            self.done = (list(self.frames), self.depth, text)
+            self.frames = None
+        elif text.startswith(" ") and not CARETS.match(text):
+            if text.lstrip().startswith('File "') or not self.frames:
+                self.frames.append([])
+                self.depth += text.lstrip().startswith('File "')
+            if len(self.frames[-1]) < FRAME_LINES:
+                self.frames[-1].append(text)
+
+    def lines(self) -> list[str] | None:
+        """The lines to show, the last one the exception (or abort) line: ``... N earlier frames``
+        when frames were left out, then the last frames' lines; None when the rank printed neither."""
+        if self.done is None:
+            return [self.abort] if self.abort else None
+        frames, depth, exception = self.done
+        earlier = depth - sum(1 for f in frames if f and f[0].lstrip().startswith('File "'))
+        head = [f"... {earlier} earlier frame{'s' if earlier != 1 else ''}"] if earlier > 0 else []
+        return head + [line for frame in frames for line in frame] + [exception]

@@ -1,0 +1,157 @@
+"""The summary without Docker: synthetic log lines through ``Stream.handle``, then ``summarise``.
+
+    python -m pytest -q tests/test_observe_summary.py
+
+Deep tracebacks (a hundred frames, on several ranks at once, interleaved) still name each rank
+with its exception and last frames; the cause is told from ranks that only saw a peer die; a job
+that logs no metrics and prints on some ranks only gets no ``?`` rows.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simcluster.launcher.jobs import resolve_code
+from simcluster.launcher.launch import NodeOptions
+from simcluster.launcher.observe.failures import FRAME_LINES, FRAMES_KEPT, RankTrace
+from simcluster.launcher.observe.follow import Stream
+from simcluster.launcher.observe.summary import summarise
+
+ROOT = Path(__file__).resolve().parent.parent
+DTENSOR = "/opt/venv/lib/python3.11/site-packages/torch/distributed/tensor/_dispatch.py"
+
+
+@pytest.fixture
+def stream(tmp_path):
+    launch = resolve_code(NodeOptions(), script=str(ROOT / "examples" / "ddp.py"), nodes=2, nproc_per_node=2,
+                          run_dir=str(tmp_path / "run"))
+    (tmp_path / "run").mkdir()
+    s = Stream(launch, str(tmp_path / "run" / "cluster.log"), quiet=True, progress_every=10)
+    yield s
+    s.log.close()
+
+
+def deep_traceback(rank: int, frames: int, exception: str) -> list[str]:
+    """A rank's traceback as torch prints it: [rankR]: on each line, File/source/caret lines per frame."""
+    lines = ["Traceback (most recent call last):"]
+    for i in range(frames):
+        lines += [f'  File "{DTENSOR}", line {i + 1}, in op_{i}', f"    return self._op_{i}(*args)",
+                  "           ^^^^^^^^^^^^^^^^^^^^^"]
+    return [f"[rank{rank}]:{x}" for x in lines + [exception]]
+
+
+def feed_interleaved(stream: Stream, per_rank: dict[int, list[str]]) -> None:
+    """One line of each rank in turn, as the containers' logs arrive mixed."""
+    queues = {r: list(lines) for r, lines in per_rank.items()}
+    while any(queues.values()):
+        for r, q in queues.items():
+            if q:
+                stream.handle(f"node-{r // 2}", q.pop(0))
+
+
+def summary_of(stream: Stream, codes: dict, capsys) -> str:
+    capsys.readouterr()
+    if stream.log.closed:  # summarise closes it: a second summary of one stream appends again
+        stream.log = open(stream.log.name, "a", encoding="utf-8")
+    summarise(stream, stream.launch, stream.launch.run_dir, codes, 12.0)
+    return capsys.readouterr().out.split("== summary:", 1)[1]
+
+
+def test_hundred_frame_tracebacks_on_every_rank_name_each_rank(stream, capsys):
+    per_rank = {r: deep_traceback(r, 100, f"RuntimeError: aten.mm: shapes do not match on rank {r}") for r in range(4)}
+    per_rank[1].insert(150, "[rank1]:a print of another thread, in the middle")  # not a frame, ignored
+    feed_interleaved(stream, per_rank)
+    tb = stream.tracebacks()
+    assert sorted(tb) == [0, 1, 2, 3]
+    for r in range(4):
+        assert tb[r] == ["... 98 earlier frames", f'  File "{DTENSOR}", line 99, in op_98', "    return self._op_98(*args)",
+                         f'  File "{DTENSOR}", line 100, in op_99', "    return self._op_99(*args)",
+                         f"RuntimeError: aten.mm: shapes do not match on rank {r}"], tb[r]
+        kept = stream.traces[r].done[0]
+        assert len(kept) <= FRAMES_KEPT and all(len(f) <= FRAME_LINES for f in kept)  # memory: bounded
+    out = summary_of(stream, {"node-0": 1, "node-1": 1, "rendezvous": 0}, capsys)
+    assert out.startswith(" FAILED ==")
+    for r in range(4):
+        assert f"  FAILED rank {r} on node-{r // 2}: RuntimeError: aten.mm: shapes do not match on rank {r}\n" in out
+    assert "      ... 98 earlier frames\n" in out and "then failed" not in out
+
+
+def test_deep_cause_then_peers_that_saw_it_die_or_timed_out(stream, capsys):
+    per_rank = {0: deep_traceback(0, 120, "ValueError: bad batch"),
+                1: deep_traceback(1, 60, "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer"),
+                2: deep_traceback(2, 80, "torch.distributed.DistBackendError: Broken pipe"),
+                3: ["[rank3]:step 1/4 loss 0.5"] * 50}
+    feed_interleaved(stream, per_rank)
+    out = summary_of(stream, {"node-0": 1, "node-1": 1, "rendezvous": 0}, capsys)
+    assert "  FAILED rank 0 on node-0: ValueError: bad batch\n      ... 118 earlier frames\n" in out
+    assert "  then failed  rank(s) 1, 2: a peer's connection closed" in out
+    assert "FAILED rank 1" not in out and "FAILED rank 3" not in out
+
+    t = RankTrace()  # only peer failures: each named, a timeout said so
+    for x in deep_traceback(3, 3, "torch.distributed.DistNetworkError: wait timeout after 30000ms"):
+        t.feed(x.split(":", 1)[1])
+    stream.traces = {3: t}
+    assert "FAILED rank 3 on node-1 (timed out waiting for a peer): torch.distributed.DistNetworkError" in \
+        summary_of(stream, {"node-0": 1, "node-1": 1}, capsys)
+
+
+def test_chained_cut_short_and_cxx_abort():
+    t = RankTrace()
+    for x in ["Traceback (most recent call last):", '  File "a.py", line 1, in f', "KeyError: 'x'", "",
+              "During handling of the above exception, another exception occurred:", "",
+              "Traceback (most recent call last):", '  File "a.py", line 3, in f', "    raise ValueError(x)",
+              "ValueError: from the KeyError", "Traceback (most recent call last):", '  File "a.py", line 9']:
+        t.feed(x)  # the last block is cut short: the latest complete one stands
+    assert t.lines() == ['  File "a.py", line 3, in f', "    raise ValueError(x)", "ValueError: from the KeyError"]
+
+    abort = RankTrace()
+    for x in ["terminate called without an active exception"] + [f"frame #{i}: libc.so" for i in range(200)]:
+        abort.feed(x)  # far more than 40 lines after it
+    assert abort.lines() == ["terminate called without an active exception"]
+    abort.feed("Traceback (most recent call last):")
+    abort.feed("SystemExit: 1")
+    assert abort.lines() == ["SystemExit: 1"]  # a Python traceback comes first
+    assert RankTrace().lines() is None
+
+
+def test_cxx_abort_keeps_the_teardown_hint(stream, capsys):
+    for x in ["[rank2]:step 4/4 loss 0.5", "[rank2]:terminate called without an active exception"] + \
+            [f"[rank2]:frame #{i}: python() [0x53b6c7]" for i in range(60)]:
+        stream.handle("node-1", x)
+    out = summary_of(stream, {"node-0": 0, "node-1": 134, "rendezvous": 0}, capsys)
+    assert "  FAILED rank 2 on node-1: terminate called without an active exception\n" in out
+    assert "gloo's teardown race" in out
+
+
+def test_script_without_metrics_printing_on_some_ranks(stream, capsys):
+    """Every rank exited 0, no metrics.jsonl, ranks 1 and 3 printed nothing: no '?' row."""
+    for service, line in [("node-0", "[rank0]:hello from 0"), ("node-1", "[rank2]:hello from 2"),
+                          ("node-0", "a line of the node itself")]:
+        stream.handle(service, line)
+    out = summary_of(stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
+    assert out.startswith(" OK ==")
+    assert "?" not in out and "final loss" not in out and "tokens/s" not in out and "ranks seen" not in out
+    assert ("  metrics      none: the job wrote no metrics.jsonl (for loss, progress and a report,\n"
+            '               append {"step": N, "loss": X} per step to $SIMCLUSTER_OUTPUT_DIR/metrics.jsonl, as '
+            "examples/ddp.py does)\n") in out
+    assert "  rank output  2/4 ranks printed (ranks 1, 3 printed nothing)\n" in out
+    assert "FAILED" not in out and "no rank printed a Python traceback" not in out
+
+
+def test_metrics_without_tokens_and_every_rank_printing(stream, capsys):
+    rows = [{"step": s, "loss": 1.0 / s, "total_steps": 2} for s in (1, 2)]
+    (Path(stream.launch.run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for r in range(4):
+        stream.handle(f"node-{r // 2}", f"[rank{r}]:ddp rank={r}")
+    out = summary_of(stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
+    assert "  final loss   0.5 after 2 steps\n" in out and "tokens/s" not in out and "metrics  " not in out
+    assert "  rank output  4/4 ranks printed\n" in out and "?" not in out
+
+
+def test_failed_run_without_any_traceback_says_so(stream, capsys):
+    out = summary_of(stream, {"node-0": 1, "node-1": 0, "rendezvous": 0}, capsys)
+    assert "  rank output  0/4 ranks printed (none printed anything)" in out
+    assert f"  no rank printed a Python traceback or a C++ abort; each rank's output: {stream.launch.run_dir}/cluster.log" \
+        in out
