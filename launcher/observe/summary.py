@@ -23,11 +23,12 @@ from simcluster.launcher.layout import RDZV_HOST, format_ranks, node_of, node_ra
 from simcluster.train.metrics import traffic_text
 
 
-def _final_metrics(run_dir: str, done: dict) -> dict:
-    """final_loss / tokens_per_s / wall_s from the done line, else metrics.jsonl's last row; and the
-    ``traffic`` totals of the last row that has them (``--traffic 1``). The file is read once."""
+def _final_metrics(run_dir: str, done: dict, since: float) -> dict:
+    """final_loss / tokens_per_s / wall_s from the done line, else metrics.jsonl's last row (of a
+    file written since ``since``: not a previous run's in a reused folder); and the ``traffic``
+    totals of the last row that has them (``--traffic 1``). The file is read once."""
     out = {k: done.get(k) for k in ("final_loss", "tokens_per_s", "wall_s", "steps")}
-    rows = read_metrics(run_dir)
+    rows = read_metrics(run_dir, since=since)
     if out["final_loss"] is None and rows:
         out.update(final_loss=rows[-1].get("loss"), tokens_per_s=rows[-1].get("tokens_per_s"),
                    steps=rows[-1].get("step"))
@@ -35,9 +36,12 @@ def _final_metrics(run_dir: str, done: dict) -> dict:
     return out
 
 
-def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: float) -> bool:
+def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: float, since: float = 0.0) -> bool:
+    """Print the summary of an ended run (codes: service -> exit code; wall: seconds since the
+    command's start; since: UNIX time the run started, older run-folder files are a previous
+    run's); returns whether every node exited 0 and none was lost."""
     ok = all(codes.get(n) == 0 for n in launch.names) and not stream.lost
-    m = _final_metrics(run_dir, stream.progress.done)
+    m = _final_metrics(run_dir, stream.progress.done, since)
     show = stream.show
     show(f"== summary: {'OK' if ok else 'FAILED'} ==")
     show(f"  run folder   {launch.run_dir}")

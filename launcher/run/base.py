@@ -68,7 +68,7 @@ def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: 
     finally:
         watch.close()
     codes = {s: engine.exit_code(c) for s, c in engine.containers(handle.project, stack=handle.stack).items()}
-    return (0 if summarise(stream, launch, run_dir, codes, time.monotonic() - t0) else 1), codes
+    return (0 if summarise(stream, launch, run_dir, codes, time.monotonic() - t0, since) else 1), codes
 
 
 def kill_all(handle: Handle) -> None:

@@ -200,7 +200,8 @@ def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout
     stream.show(f"launcher | slurm job {job} {state} (exit {code}) on {launch.nnodes} nodes; output {log}")
     exit_code = 0 if state == "COMPLETED" else int(code.split(":")[0]) if code.split(":")[0].isdigit() else 1
     codes = {name: exit_code for name in launch.names}  # the job's exit code: Slurm keeps no per-node one
-    return 0 if summarise(stream, launch, run_dir, codes, time.monotonic() - t0) and state == "COMPLETED" else 1
+    wall = time.monotonic() - t0
+    return 0 if summarise(stream, launch, run_dir, codes, wall, time.time() - wall) and state == "COMPLETED" else 1
 
 
 def _show(stream, launch: Launch, line: str) -> None:
