@@ -1,5 +1,6 @@
 """Every launcher option is checked before a document is written, the way Docker and Compose would
-check it: exit 2, the message naming the field and a fix, nothing written. No Docker, no torch.
+check it: exit 2, the message naming the field and a fix, nothing written. Also what `chaos`
+says about a run where nothing runs. No Docker (the engine is faked), no torch.
 
     python -m pytest -q tests/test_launcher_input.py
 """
@@ -179,4 +180,59 @@ def test_slurm_quotes_workdir_and_container_image(capsys):
     assert code == 0, err
     assert "SIMCLUSTER_WORKDIR=${SIMCLUSTER_WORKDIR:-'/sh$red'}" in out
     assert "'--container-image=nvcr.io#nvidia/pytorch:24.05-py3'" in out
+
+
+class FakeContainer:
+    """What chaos and status read of a container: status, labels, attrs, short_id."""
+
+    def __init__(self, service: str, status: str, code: int = 0, rank: int | None = None):
+        self.status, self.short_id = status, service[:12]
+        self.labels = {"com.docker.compose.service": service}
+        if rank is not None:
+            self.labels.update({"io.simcluster.node-rank": str(rank), "io.simcluster.ranks": str(rank)})
+        self.attrs = {"State": {"ExitCode": code, "StartedAt": "2025-01-01T12:00:00.000000000Z",
+                                "FinishedAt": "2025-01-01T12:05:00.000000000Z"}}
+
+
+def _run_folder(tmp_path: Path, capsys) -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    code, _, err = main(capsys, "generate", "--mesh", "2x1x1", "--out", str(run / "compose.yml"))
+    assert code == 0, err
+    return run
+
+
+def test_chaos_on_a_run_where_nothing_runs_says_so_and_exits_1(capsys, tmp_path, monkeypatch):
+    from simcluster.launcher import engine
+    from simcluster.launcher.drills import chaos
+
+    run = _run_folder(tmp_path, capsys)
+    monkeypatch.setattr(engine, "containers", lambda project, stack=False: {})
+    monkeypatch.setattr(chaos, "START_WAIT_S", 0.3)
+    code, out, err = main(capsys, "chaos", "--kill", "node-1", "--at-step", "5", "--run-dir", str(run))
+    assert code == 1, out + err
+    assert f"chaos: waiting for step 5 of run folder {run} to kill node-1; giving up at " in out
+    assert "(--wait-s 3600)" in out and "no container of project" in out  # what it waits for, at once
+    assert "appeared within 0.3 s: nothing runs in" in err and "`python -m launcher up --run-dir" in err
+    assert "Traceback" not in err
+
+
+def test_chaos_on_an_ended_run_exits_1_at_once(capsys, tmp_path, monkeypatch):
+    from simcluster.launcher import engine
+
+    run = _run_folder(tmp_path, capsys)
+    found = {"rendezvous": FakeContainer("rendezvous", "exited", 1), "node-0": FakeContainer("node-0", "exited", 0, 0),
+             "node-1": FakeContainer("node-1", "exited", 137, 1)}
+    monkeypatch.setattr(engine, "containers", lambda project, stack=False: found)
+    code, out, err = main(capsys, "chaos", "--kill", "node-1", "--at-step", "5", "--run-dir", str(run))
+    assert code == 1 and "chaos: node-1 is exited before step 5; nothing done" in err, out + err
+
+
+def test_chaos_without_a_compose_file_names_up(capsys, tmp_path, monkeypatch):
+    from simcluster.launcher.drills import chaos
+
+    monkeypatch.setattr(chaos, "START_WAIT_S", 0.3)
+    code, out, err = main(capsys, "chaos", "--pause", "node-0", "--run-dir", str(tmp_path / "none"))
+    assert code == 2 and "waiting for step 1 of run folder" in out
+    assert "no compose.yml there (not started by `python -m launcher up`?)" in err
 
