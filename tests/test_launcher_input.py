@@ -1,6 +1,6 @@
 """Every launcher option is checked before a document is written, the way Docker and Compose would
-check it: exit 2, the message naming the field and a fix, nothing written. Also what `chaos`
-says about a run where nothing runs. No Docker (the engine is faked), no torch.
+check it: exit 2, the message naming the field and a fix, nothing written. Also what `chaos` and
+`status` say about a run where nothing runs. No Docker (the engine is faked), no torch.
 
     python -m pytest -q tests/test_launcher_input.py
 """
@@ -236,3 +236,25 @@ def test_chaos_without_a_compose_file_names_up(capsys, tmp_path, monkeypatch):
     assert code == 2 and "waiting for step 1 of run folder" in out
     assert "no compose.yml there (not started by `python -m launcher up`?)" in err
 
+
+def test_status_of_an_ended_run(capsys, tmp_path, monkeypatch):
+    from simcluster.launcher import engine
+
+    run = _run_folder(tmp_path, capsys)
+    found: dict = {}
+    monkeypatch.setattr(engine, "containers", lambda project, stack=False: found)
+    code, out, _ = main(capsys, "status", "--run-dir", str(run))
+    assert code == 0 and "not running: no container of project" in out and "python -m launcher up" in out
+    (run / "cluster.log").write_text("== summary: OK ==\n  run folder x\n== summary: FAILED ==\n  LOST node-1\n")
+    code, out, _ = main(capsys, "status", "--run-dir", str(run))
+    assert code == 0 and "not running; the last run ended at " in out
+    assert f"(summary FAILED), see {run}/cluster.log for its summary" in out
+    found.update(rendezvous=FakeContainer("rendezvous", "exited", 1), **{
+        "node-0": FakeContainer("node-0", "exited", 0, 0), "node-1": FakeContainer("node-1", "exited", 137, 1)})
+    code, out, _ = main(capsys, "status", "--run-dir", str(run))
+    assert code == 0 and "node-1      1      exited 137 (SIGKILL)" in out, out
+    assert "not running: the run ended at " in out
+    assert "every container has exited (exit codes: node-0 0, node-1 137 (SIGKILL), rendezvous 1)" in out
+    found["node-0"] = FakeContainer("node-0", "running", rank=0)
+    code, out, _ = main(capsys, "status", "--run-dir", str(run))
+    assert code == 0 and "running" in out and "not running" not in out, out
