@@ -22,6 +22,7 @@ import os
 import re
 import sys
 
+from simcluster.launcher.checks import out_problem
 from simcluster.launcher.engine import LauncherError
 from simcluster.launcher.files import ROOT, container_user, project_dir_for, repo_path, write_atomic
 from simcluster.launcher.launch import NodeOptions
@@ -43,6 +44,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for warning in target_warnings(args.target, launch):
         print(f"warning: {warning}", file=sys.stderr)
     out = args.out or os.path.join(ROOT, default_path(args.target, launch.job_name))
+    if not args.stdout and (why := out_problem(out)):
+        raise ConfigError(f"out: {why}; e.g. --out {default_path(args.target, launch.job_name)}")
     # relative bind sources: from the file's folder to the repo root, or under --workdir (swarm)
     project_dir = (launch.engine.workdir if args.target == "swarm" else None) or project_dir_for(out)
     text = TARGETS[args.target].render(launch, command, repo_path(out), project_dir)

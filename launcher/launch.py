@@ -16,6 +16,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from simcluster.launcher.checks import MIN_CPUS, image_problem, memory_problem
 from simcluster.launcher.drills.shaping import rate_bits_per_s
 from simcluster.launcher.layout import (IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, lost_after_s, node_names,
                              run_name)
@@ -57,12 +58,17 @@ class NodeOptions:
 
 
 def check_node_options(node: NodeOptions) -> list[str]:
-    """Problems of the node options, each naming the option and a fix."""
+    """Problems of the node options, each naming the option and a fix (the rules of sizes and
+    image references: launcher/checks.py)."""
     errors = []
-    if node.cpus_per_node is not None and not (node.cpus_per_node > 0 and math.isfinite(node.cpus_per_node)):
-        errors.append(f"cpus_per_node: must be > 0 CPUs, got {node.cpus_per_node}; e.g. --cpus-per-node 2")
-    if node.memory_per_node is not None and not re.fullmatch(r"[1-9]\d*(\.\d+)?[bkmg]?", str(node.memory_per_node).lower()):
-        errors.append(f"memory_per_node: {node.memory_per_node!r} is not a size; e.g. --memory-per-node 3g or 1536m")
+    if node.cpus_per_node is not None and not (node.cpus_per_node >= MIN_CPUS and math.isfinite(node.cpus_per_node)):
+        errors.append(f"cpus_per_node: must be >= {MIN_CPUS} CPUs (Docker: 'Range of CPUs is from 0.01 to N.00'), "
+                      f"got {node.cpus_per_node}; e.g. --cpus-per-node 2")
+    if node.memory_per_node is not None and (why := memory_problem(node.memory_per_node)):
+        errors.append(f"memory_per_node: {why}")
+    if why := image_problem(node.image):
+        errors.append(f"image: {node.image!r} is not an image reference: {why}; e.g. --image simcluster/trainer:latest "
+                      f"or --image registry.example.com/me/trainer:1")
     if node.rdzv_backend not in RDZV_BACKENDS:
         errors.append(f"rdzv_backend: choose one of {', '.join(RDZV_BACKENDS)}, got {node.rdzv_backend!r}")
     if not (node.join_timeout_s > 0 and math.isfinite(node.join_timeout_s)):
@@ -98,6 +104,26 @@ class EngineOptions:
     setup: str | None = None
     container_image: str | None = None
     runs_claim: str = "simcluster-runs"
+
+
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def check_engine_options(eng: EngineOptions) -> list[str]:
+    """Problems of the engine options, each naming the option and a fix: --runs-claim is a
+    Kubernetes object name (a DNS-1123 subdomain: lowercase a-z, 0-9, '-' and '.', at most 253);
+    --container-image and --workdir hold no whitespace (pyxis takes no such image; sbatch's
+    ``#SBATCH --chdir`` line is split at whitespace)."""
+    errors = []
+    if not (DNS_SUBDOMAIN.fullmatch(eng.runs_claim) and len(eng.runs_claim) <= 253):
+        errors.append(f"runs_claim: {eng.runs_claim!r} is not a Kubernetes object name (lowercase letters, digits, "
+                      f"'-' and '.', starting and ending alphanumeric); e.g. --runs-claim simcluster-runs")
+    if eng.container_image is not None and (not eng.container_image or re.search(r"\s", eng.container_image)):
+        errors.append(f"container_image: {eng.container_image!r} is empty or holds whitespace; e.g. "
+                      f"--container-image nvcr.io#nvidia/pytorch:24.05-py3")
+    if eng.workdir is not None and (not eng.workdir or re.search(r"\s", eng.workdir)):
+        errors.append(f"workdir: {eng.workdir!r} is empty or holds whitespace; e.g. --workdir /shared/me/simcluster")
+    return errors
 
 
 @dataclass(frozen=True)

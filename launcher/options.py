@@ -15,9 +15,10 @@ import os
 import shlex
 from dataclasses import fields
 
-from simcluster.launcher.files import repo_path
+from simcluster.launcher.checks import example, run_dir_problem, text_errors
+from simcluster.launcher.files import host_abspath, repo_path
 from simcluster.launcher.jobs import parse_mount, resolve_code, resolve_training
-from simcluster.launcher.launch import RDZV_BACKENDS, EngineOptions, Launch, NodeOptions
+from simcluster.launcher.launch import RDZV_BACKENDS, EngineOptions, Launch, NodeOptions, check_engine_options
 from simcluster.launcher.layout import JOIN_TIMEOUT_S, TRAINER_MODULE
 from simcluster.train.cli import config_from_args
 from simcluster.train.config import Config, ConfigError
@@ -128,7 +129,9 @@ def resolve(args: argparse.Namespace, user: str, parser: argparse.ArgumentParser
     Raises:
         ConfigError: a bad mesh, config field, data path, script, module, mount or node option.
     """
+    check_typed(args)
     cfg = config_from_args(args)
+    check_config_text(cfg, args)
     node = node_options(args, user)
     if is_builtin(args):
         if args.nodes is not None or args.nproc_per_node is not None or args.job_argv:
@@ -149,7 +152,63 @@ def resolve(args: argparse.Namespace, user: str, parser: argparse.ArgumentParser
                               nproc_per_node=args.nproc_per_node, run_dir=args.run_dir,
                               timeout_s=cfg.timeout_s, mounts=tuple(args.mount), host_path=repo_path)
     launch = dataclasses.replace(launch, engine=engine_options(args))
-    return launch, generate_command(args, parser, launch)
+    _raise(check_engine_options(launch.engine))
+    command = generate_command(args, parser, launch)
+    check_resolved(launch, command)
+    return launch, command
+
+
+DOCUMENT = "the generated file carries it (its header comment, labels, run id, mounts or commands)"
+
+
+def _raise(errors: list[str]) -> None:
+    if errors:
+        raise ConfigError("\n  ".join(["invalid launch:", *errors]))
+
+
+def check_typed(args: argparse.Namespace) -> None:
+    """Every string typed on the command line, each flag's value and each of the job's arguments
+    after ``--``, is free of control characters (launcher/checks.py: newline, tab, other C0, DEL,
+    C1, U+2028/9): each lands in the generated document, whose header names them on one comment line.
+
+    Raises:
+        ConfigError: naming every such flag or argument, e.g. ``--run-dir: 'runs/a\\nb' holds ...``.
+    """
+    flags = {"--" + k.replace("_", "-"): v for k, v in vars(args).items() if k not in ("command", "job_argv")}
+    errors = text_errors(flags, DOCUMENT, lambda flag: f"remove it, e.g. {example(flag)}")
+    errors += text_errors({f"argument {i} after --": a for i, a in enumerate(args.job_argv, 1)}, DOCUMENT,
+                          lambda _: "pass such text in a file your code reads, e.g. -- --notes notes.txt")
+    _raise(errors)
+
+
+def check_config_text(cfg: Config, args: argparse.Namespace) -> None:
+    """The string fields of the config (from --config YAML; the flags are check_typed's) are free of
+    control characters: the trainer's flags in every node's command carry them.
+
+    Raises:
+        ConfigError: naming each field and the file, e.g. ``data (in --config run.yaml): ...``.
+    """
+    values = {f"{f.name} (in --config {args.config})": getattr(cfg, f.name) for f in fields(Config)}
+    _raise(text_errors(values, DOCUMENT, lambda name: f"remove it from {args.config}, e.g. data: data/corpus.txt"))
+
+
+def check_resolved(launch: Launch, command: str) -> None:
+    """What the Launch got from the current folder, the defaults and the typed paths: the run folder can
+    be a folder (not an existing file, no file among its parents), and no path or header line holds a
+    control character (an absolute path takes the current folder's).
+
+    Raises:
+        ConfigError: e.g. ``run_dir: /tmp/x exists and is not a folder; ... e.g. --run-dir runs/mesh-2x2x2``.
+    """
+    errors = []
+    if why := run_dir_problem(host_abspath(launch.run_dir)):
+        errors.append(f"run_dir: {why}; the run folder is where the job writes, so it must be a folder; pass "
+                      f"another, e.g. --run-dir runs/mesh-2x2x2")
+    values = {"run_dir": launch.run_dir, "mount source": [m.source for m in launch.mounts],
+              "the header's regenerate line": command}
+    errors += text_errors(values, DOCUMENT + ", from the current folder", lambda _: "start the launcher from a "
+                          "folder whose path has none, or pass absolute paths without them")
+    _raise(errors)
 
 
 def _canonical(name: str, value):

@@ -166,3 +166,20 @@ def test_user_code_folder_refused_off_compose(tmp_path):
     proc = generate("--target", "slurm", "--nodes", "2", "--nproc-per-node", "2", "--script", "examples/ddp.py",
                     "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "bake it into an image" in proc.stderr
+
+
+@pytest.mark.parametrize("target", ["jobset", "trainjob"])
+def test_job_arguments_reach_argv_unchanged_after_kubelet_expansion(target):
+    """The kubelet expands $(NAME) in command and args from the container's environment and reads
+    $$ as $: the user's arguments are written so that the expansion gives them back as typed."""
+    from test_engines_docker import _pods
+
+    args = ["--note", "$(HOME) $x", "$$", "$(NODE_RANK)$(PET_NODE_RANK)", "$$(X)", "end$"]
+    proc = generate("--target", target, "--nodes", "2", "--nproc-per-node", "1", "--module", "mypkg.train",
+                    "--image", IMAGE, "--stdout", "--", *args)
+    assert proc.returncode == 0, proc.stderr
+    _, pods = _pods(target, yaml.safe_load(proc.stdout))
+    for _, command, env in pods:
+        assert "NODE_RANK" in env or "PET_NODE_RANK" in env  # names the expansion would replace
+        assert command[-len(args) - 2:] == ["-m", "mypkg.train", *args], command
+        assert command[command.index("--node-rank") + 1].isdigit()  # the launcher's own $(...) still expands

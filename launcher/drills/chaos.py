@@ -13,8 +13,11 @@ node's container and prints what it did (with the UNIX time, to measure detectio
     --disconnect  ``docker network disconnect``: the container loses the cluster network
     --freeze R    SIGSTOP rank R's process inside its node (the node's heartbeat goes on)
 The run should then end within the trainer's --timeout-s (default 60 s) with an error naming
-the node (see launcher/container/rendezvous.py). Exit 0 once the fault is applied; 1 if the run ended
-(or --wait-s ran out) before step N, or Docker refused.
+the node (see launcher/container/rendezvous.py). It prints at once what it waits for (run, step,
+node, deadline). Start it with or after ``launcher up``: if no container of the run exists it
+says so, waits up to START_WAIT_S (120 s) for ``up`` to create them, then gives up naming
+``launcher up``. Exit 0 once the fault is applied; 1 if nothing ran, the run ended (or --wait-s
+ran out) before step N, or Docker refused.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ from simcluster.launcher.handle import Handle
 from simcluster.train.config import ConfigError
 
 FAULTS = ("kill", "stop", "pause", "disconnect", "freeze")
+START_WAIT_S = 120.0  # how long chaos waits for a first container of the run (`launcher up` starting it)
 
 
 def _started_at(container) -> float:
@@ -116,21 +120,57 @@ def apply_fault(kind: str, container, rank: int | None = None) -> str:
 def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: str | None = None,
           project: str | None = None, wait_s: float = 3600.0, poll_s: float = 0.5) -> int:
     """Wait for step at_step of the run, then apply ``kind`` to ``node`` (for ``freeze``, node is
-    a global rank: its process is stopped in its node's container); returns the exit code."""
+    a global rank: its process is stopped in its node's container); returns the exit code.
+
+    It says at once what it waits for (the run, the step, the node, the deadline). It waits for a
+    run that is starting or running: when no container of the run exists, it says so and waits up
+    to START_WAIT_S (or --wait-s when shorter) for ``launcher up`` to create them, then exits 1
+    naming ``launcher up``; once they exist it waits (up to --wait-s) only while the node's
+    container has not ended, and exits 1 when it ends, or all containers go, before the step.
+
+    Raises:
+        ConfigError: no compose.yml in the run folder after that start window (or no --file).
+    """
     rank = int(node) if kind == "freeze" else None
-    deadline = time.monotonic() + wait_s
-    target = _find_target(run_dir, file, project, deadline)
-    print(f"chaos: waiting for step {at_step} of project {target.project} (run folder {target.run_dir or '?'}) "
-          f"to {kind} {node}", flush=True)
-    ever_running = False
+    t0 = time.monotonic()
+    deadline, appear_by = t0 + wait_s, t0 + min(wait_s, START_WAIT_S)
+    until = time.strftime("%H:%M:%S", time.localtime(time.time() + wait_s))
+    named = f"run folder {run_dir}" if run_dir else f"compose file {file}" if file else "the newest run under runs/"
+    print(f"chaos: waiting for step {at_step} of {named} to {kind} {node}; giving up at {until} (--wait-s "
+          f"{wait_s:g})", flush=True)
+    target = _find_target(run_dir, file, project, appear_by)
+    print(f"chaos: that is project {target.project} (run folder {target.run_dir or '?'})", flush=True)
+    ever_running = seen = said = said_node = False
     while True:
         found = engine.containers(target.project, target.stack)
         target = target.with_labels(found)
+        if not found:
+            if seen:
+                print(f"chaos: the containers of project {target.project} are gone before step {at_step} (the run "
+                      f"ended); nothing done", file=sys.stderr, flush=True)
+                return 1
+            if time.monotonic() > appear_by:
+                print(f"chaos: no container of project {target.project} appeared within {appear_by - t0:g} s: "
+                      f"nothing runs in {target.run_dir or target.file}; start it with `python -m launcher up "
+                      f"--run-dir {target.run_dir or 'DIR'} ...` and run chaos while it runs; nothing done",
+                      file=sys.stderr, flush=True)
+                return 1
+            if not said:
+                print(f"chaos: no container of project {target.project} exists yet; waiting up to "
+                      f"{appear_by - t0:g} s for `python -m launcher up` to start it", flush=True)
+                said = True
+            time.sleep(poll_s)
+            continue
+        seen = True
         if rank is not None:
             node = node_of_rank(found, rank) or f"the node of rank {rank}"
         victim = found.get(node)
         nodes = sorted(s for s in found if s.startswith("node-"))
         first = found[nodes[0]] if nodes else None
+        if victim is None and not said_node:  # not created yet (--start-late), or no such node
+            print(f"chaos: no container {node} in project {target.project} yet (it has {', '.join(nodes) or 'no node'})"
+                  f"; waiting", flush=True)
+            said_node = True
         if victim is not None and victim.status == "running":
             ever_running = True
             step = last_step(target.run_dir, _started_at(victim) - 1)

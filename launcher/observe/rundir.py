@@ -19,6 +19,7 @@ from simcluster.train.config import ConfigError
 
 METRICS = "metrics.jsonl"
 TRACE = "trace.json"
+CLUSTER_LOG = "cluster.log"  # every line `launcher up` showed, its summary last
 
 
 def _rows(data: bytes, path: str, strict: bool, first_line: int = 1) -> list[dict]:
@@ -64,6 +65,18 @@ def last_step(run_dir: str | None, since: float = 0.0) -> int | None:
         rows = _rows(fh.read(), path, strict=False)
     steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
     return steps[-1] if steps else None
+
+
+def last_summary(run_dir: str | None) -> tuple[float, str | None] | None:
+    """(UNIX time RUN_DIR/cluster.log was last written, its last ``== summary: OK|FAILED ==``
+    line or None), or None without a cluster.log: when and how the folder's last `up` ended."""
+    path = os.path.join(run_dir or "", CLUSTER_LOG)
+    if not run_dir or not os.path.isfile(path):
+        return None
+    with open(path, "rb") as fh:
+        fh.seek(max(0, os.path.getsize(path) - 65536))
+        lines = fh.read().decode("utf-8", "replace").splitlines()
+    return os.path.getmtime(path), next((ln.strip() for ln in reversed(lines) if ln.startswith("== summary:")), None)
 
 
 class MetricsTail:

@@ -20,6 +20,7 @@ from simcluster.launcher import engine
 from simcluster.launcher.handle import Handle
 from simcluster.launcher.launch import Launch
 from simcluster.launcher.observe.follow import Stream, Watch
+from simcluster.launcher.observe.rundir import CLUSTER_LOG
 from simcluster.launcher.observe.summary import summarise
 
 
@@ -52,7 +53,7 @@ class Runner:
 
 def open_stream(launch: Launch, run_dir: str, opts: UpOptions) -> Stream:
     """The follower of one attempt: lines shown and appended to RUN_DIR/cluster.log."""
-    return Stream(launch, os.path.join(run_dir, "cluster.log"), opts.quiet, opts.progress_every)
+    return Stream(launch, os.path.join(run_dir, CLUSTER_LOG), opts.quiet, opts.progress_every)
 
 
 def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: dict, run_dir: str, since: float,

@@ -14,6 +14,7 @@ path); on the other engines it has to be in the image (--module) or in the Slurm
 """
 from __future__ import annotations
 
+import os
 import posixpath
 
 from simcluster.launcher.launch import Launch
@@ -35,7 +36,8 @@ def _no_registry(target: str, flag: str, image: str, why: str) -> str:
 
 def check_target(target: str, launch: Launch, local: bool) -> None:
     """Raise ConfigError when launch cannot go to target. local: `up` on this machine (one host:
-    a local image is fine; a swarm's size is checked by check_swarm_image)."""
+    a local image is fine, at most this machine's CPUs per node; a swarm's size is checked by
+    check_swarm_image). Compose and Swarm: no ':' in a bind-mount path (run folder, data, code)."""
     errors = []
     if target not in BIND_MOUNTS and launch.workdir is not None:
         errors.append(f"--target {target}: your code folder ({launch.mounts[0].source if launch.mounts else '?'}) "
@@ -44,6 +46,12 @@ def check_target(target: str, launch: Launch, local: bool) -> None:
     if target == "swarm" and launch.engine.workdir and not posixpath.isabs(launch.engine.workdir):
         errors.append(f"--workdir {launch.engine.workdir}: swarm bind mounts need an absolute host path; give the "
                       f"checkout's absolute path on shared storage, e.g. --workdir /shared/me/simcluster")
+    if target in BIND_MOUNTS:
+        errors += _colon_errors(launch)
+    if local and launch.node.cpus_per_node is not None and launch.node.cpus_per_node > (os.cpu_count() or 1):
+        errors.append(f"--cpus-per-node {launch.node.cpus_per_node:g}: this machine has {os.cpu_count()} CPUs and "
+                      f"Docker refuses more ('Range of CPUs is from 0.01 to {os.cpu_count()}.00'); e.g. "
+                      f"--cpus-per-node {os.cpu_count()}")
     image = launch.engine.container_image if target == "slurm" else launch.node.image
     if not local and target in ("jobset", "trainjob") or (target == "slurm" and image):
         if image and not has_registry(image):
@@ -51,6 +59,16 @@ def check_target(target: str, launch: Launch, local: bool) -> None:
             errors.append(_no_registry(target, flag, image, f"a {target} job runs on other hosts"))
     if errors:
         raise ConfigError("\n  ".join([f"--target {target}:", *errors]))
+
+
+def _colon_errors(launch: Launch) -> list[str]:
+    """Compose and Swarm bind mounts are ``SRC:DST:MODE``: a ':' in the run folder, a data path or
+    the code folder would split it (Compose: ``too many colons``)."""
+    paths = {"--run-dir": launch.run_dir}
+    paths.update({"--code (or the --script folder)" if m.target == "/code" else f"the source of {m.target} (--data or "
+                  f"--mount)": m.source for m in launch.mounts})
+    return [f"{name}: {path!r} has a ':', which splits Compose's bind-mount spec SRC:DST:MODE; rename it without, "
+            f"e.g. --run-dir runs/mesh-2x2x2 or --data data/corpus.txt" for name, path in paths.items() if ":" in path]
 
 
 def target_warnings(target: str, launch: Launch) -> list[str]:

@@ -14,6 +14,8 @@ rendezvous honours --node-rank; the first node (index 0) is --master-addr. (c10d
 """
 from __future__ import annotations
 
+import re
+
 import yaml
 
 from simcluster.launcher.launch import Launch
@@ -104,6 +106,15 @@ def escape(value):
     if isinstance(value, list):
         return type(value)(escape(v) for v in value)
     return value
+
+
+def kubelet_literal(arg: str) -> str:
+    """arg as a pod's ``command``/``args`` must spell it for the program to get arg: the kubelet
+    expands ``$(NAME)`` from the container's environment and reads ``$$`` as one ``$`` (a ``$``
+    before anything else stays), so each ``$`` followed by ``(`` or ``$`` is doubled:
+    ``--note '$(HOME) $x'`` -> ``--note '$$(HOME) $x'``. The launcher's own ``$(NODE_RANK)``
+    placeholders are not passed through it."""
+    return re.sub(r"\$(?=[$(])", "$$", arg)
 
 
 def dump(doc) -> str:

@@ -15,7 +15,7 @@ a failed node fails the set (a torchrun job cannot lose a rank); raise it togeth
 from __future__ import annotations
 
 from simcluster.launcher.launch import Launch
-from simcluster.launcher.targets.document import HEADER, dump, k8s_name, node_env, torchrun_argv
+from simcluster.launcher.targets.document import HEADER, dump, k8s_name, kubelet_literal, node_env, torchrun_argv
 from simcluster.launcher.targets.pod import pod_spec
 
 JOB = "node"  # the replicated job's name: pods are NAME-node-K-0
@@ -28,7 +28,8 @@ def master_addr(name: str) -> str:
 
 
 def command(launch: Launch) -> list[str]:
-    return torchrun_argv(launch, "$(NODE_RANK)", master_addr(k8s_name(launch)))
+    """torchrun with the job index as --node-rank; the job's own arguments reach it as typed (kubelet_literal)."""
+    return torchrun_argv(launch, "$(NODE_RANK)", master_addr(k8s_name(launch)), tuple(map(kubelet_literal, launch.argv)))
 
 
 def build(launch: Launch) -> dict:

@@ -63,7 +63,7 @@ def render(launch: Launch, command: str, file: str | None = None, project_dir: s
     srun = ["srun", f"--nodes={launch.nnodes}", f"--ntasks={launch.nnodes}", "--ntasks-per-node=1",
             "--kill-on-bad-exit=1"]
     if eng.container_image:
-        srun += [f"--container-image={eng.container_image}", '--container-mounts="$SIMCLUSTER_WORKDIR"',
+        srun += [q(f"--container-image={eng.container_image}"), '--container-mounts="$SIMCLUSTER_WORKDIR"',
                  '--container-workdir="$SIMCLUSTER_WORKDIR"']
     lines = [
         "#!/bin/bash",
@@ -72,7 +72,7 @@ def render(launch: Launch, command: str, file: str | None = None, project_dir: s
         f"# Submit (from the folder holding this project's checkout, on shared storage): sbatch {launch.job_name}.sbatch",
         "# Override at submit time: sbatch --export=ALL,SIMCLUSTER_WORKDIR=DIR,SIMCLUSTER_SETUP='module load x' FILE",
         "set -euo pipefail",
-        f"SIMCLUSTER_WORKDIR=${{SIMCLUSTER_WORKDIR:-{eng.workdir or '$SLURM_SUBMIT_DIR'}}}",
+        f"SIMCLUSTER_WORKDIR=${{SIMCLUSTER_WORKDIR:-{q(eng.workdir) if eng.workdir else '$SLURM_SUBMIT_DIR'}}}",
         f"SIMCLUSTER_SETUP=${{SIMCLUSTER_SETUP:-{q(setup)}}}",
         'cd "$SIMCLUSTER_WORKDIR"',
         'eval "$SIMCLUSTER_SETUP"',

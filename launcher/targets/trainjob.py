@@ -14,7 +14,7 @@ go through ``runtimePatches`` (the TrainJob has no pod template of its own).
 from __future__ import annotations
 
 from simcluster.launcher.launch import Launch
-from simcluster.launcher.targets.document import HEADER, dump, entry, k8s_name, node_env
+from simcluster.launcher.targets.document import HEADER, dump, entry, k8s_name, kubelet_literal, node_env
 from simcluster.launcher.targets.pod import CONTAINER, pod_security_context, resources, security_context, volume_mounts, volumes
 
 RUNTIME = "torch-distributed"
@@ -22,10 +22,12 @@ PET = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "
 
 
 def command(launch: Launch) -> list[str]:
-    """torchrun with every placement value from the runtime's PET_* variables."""
+    """torchrun with every placement value from the runtime's PET_* variables; the job's own
+    arguments reach it as typed (kubelet_literal)."""
     return ["torchrun", "--nnodes", "$(PET_NNODES)", "--nproc-per-node", "$(PET_NPROC_PER_NODE)",
             "--node-rank", "$(PET_NODE_RANK)", "--master-addr", "$(PET_MASTER_ADDR)",
-            "--master-port", "$(PET_MASTER_PORT)", "--rdzv-backend", "static", *entry(launch, launch.argv)]
+            "--master-port", "$(PET_MASTER_PORT)", "--rdzv-backend", "static",
+            *entry(launch, tuple(map(kubelet_literal, launch.argv)))]
 
 
 def master_addr(name: str) -> str:
