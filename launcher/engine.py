@@ -123,6 +123,8 @@ def image_created(image: str) -> float | None:
 def build_image(path: str, tag: str) -> None:
     """``docker build -t TAG PATH`` (intermediate containers removed). Raises LauncherError: the build failed (its
     message)."""
+    if not os.path.isdir(path):  # the SDK raises TypeError then
+        raise LauncherError(f"`docker build -t {tag} {path}`: no such folder")
     with _sdk(f"`docker build -t {tag} {path}`"):
         client().images.build(path=path, tag=tag, rm=True)
 
