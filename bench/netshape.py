@@ -35,17 +35,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def microbench(rate: str | None, mbytes: float, repeats: int) -> dict:
     """One rate: {"rate", "set_mbit", "mbit_s": [per repeat]} from two fresh containers."""
-    client, tag = engine.client(), f"netshape-{os.getpid()}-{int(time.time())}"
-    net = client.networks.create(tag, driver="bridge", internal=True)
+    tag = f"netshape-{os.getpid()}-{int(time.time())}"
+    engine.create_network(tag)
     made = []
     try:
         with tempfile.TemporaryDirectory() as out:
             os.chmod(out, 0o755)
             for rank, name in enumerate((f"{tag}-a", f"{tag}-b")):
-                made.append(client.containers.run(
+                made.append(engine.run_container(
                     IMAGE, ["python", "/bench/p2p_worker.py", "--rank", str(rank), "--master", f"{tag}-a",
                             "--mbytes", str(mbytes), "--repeats", str(repeats), "--wait-for", "/out/ready"],
-                    name=name, hostname=name, network=tag, detach=True, user=f"{os.getuid()}:{os.getgid()}",
+                    name=name, hostname=name, network=tag, user=f"{os.getuid()}:{os.getgid()}",
                     cap_drop=["ALL"], security_opt=["no-new-privileges:true"], environment={"OMP_NUM_THREADS": "1"},
                     volumes=[f"{ROOT}/bench:/bench:ro", f"{out}:/out:ro"]))
             if rate:
@@ -54,13 +54,13 @@ def microbench(rate: str | None, mbytes: float, repeats: int) -> dict:
             with open(os.path.join(out, "ready"), "w") as fh:
                 fh.write(rate or "unshaped")
             for c in made:
-                c.wait(timeout=600)
-            lines = made[0].logs().decode().strip().splitlines()
+                engine.wait(c, 600)
+            lines = engine.log_text(made[0]).strip().splitlines()
             res = json.loads(lines[-1])
     finally:
         for c in made:
-            c.remove(force=True)
-        net.remove()
+            engine.remove(c)
+        engine.remove_network(tag)
     return {"rate": rate or "none", "set_mbit": rate_bits_per_s(rate) / 1e6 if rate else None, **res}
 
 

@@ -8,19 +8,29 @@ Containers are found by the labels both Compose versions set (com.docker.compose
 the labels the swarm sets (com.docker.stack.namespace / com.docker.swarm.service.name). The SDK negotiates the API version
 with the engine (1.41 on Docker 20.10). Container state is followed with the engine's event
 stream (``Events``), not by polling.
+
+This is the only module that touches the SDK (``import docker``, ``client()``, every SDK object
+method; tests/test_launcher_edge.py test_docker_through_the_sdk_only checks the rest): callers
+get small named functions, which raise LauncherError with the engine's explanation, and treat
+containers as opaque handles (``.status``, ``.labels``, ``.name``, ``.attrs`` may be read).
+It stays one module although it is past 400 lines, on purpose: about 30 short functions, one
+place to read for everything the launcher asks of the engine, and one file the guard exempts.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shlex
 import shutil
 import subprocess
 import threading
+import time
 from datetime import datetime
 
 import docker
 from docker.errors import DockerException, NotFound
+from requests.exceptions import RequestException
 
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
@@ -45,6 +55,26 @@ def client() -> docker.DockerClient:
         return c
     except DockerException as e:
         raise LauncherError(f"no Docker engine answers ({e}); start one: sudo bash .ci/docker-up.sh") from None
+
+
+@contextlib.contextmanager
+def _sdk(what: str, missing_ok: bool = False):
+    """The SDK's errors as LauncherError("WHAT failed: <the engine's explanation>"); a missing
+    object (NotFound) is skipped when missing_ok (the with block then ends early)."""
+    try:
+        yield
+    except NotFound as e:
+        if not missing_ok:
+            raise LauncherError(f"{what} failed: {e.explanation or e}") from None
+    except (DockerException, RequestException) as e:  # RequestException: a timeout of the engine's answer
+        raise LauncherError(f"{what} failed: {getattr(e, 'explanation', None) or e}") from None
+
+
+def info() -> dict:
+    """The engine's ``docker info`` facts (``Swarm``: LocalNodeState, ControlAvailable, Nodes, ..). Raises
+    LauncherError: no engine answers, or it failed."""
+    with _sdk("docker info"):
+        return client().info()
 
 
 def stack_service(stack: str, name: str) -> str | None:
@@ -88,6 +118,15 @@ def image_created(image: str) -> float | None:
     except NotFound:
         return None
     return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00").timestamp()
+
+
+def build_image(path: str, tag: str) -> None:
+    """``docker build -t TAG PATH`` (intermediate containers removed). Raises LauncherError: the build failed (its
+    message)."""
+    if not os.path.isdir(path):  # the SDK raises TypeError then
+        raise LauncherError(f"`docker build -t {tag} {path}`: no such folder")
+    with _sdk(f"`docker build -t {tag} {path}`"):
+        client().images.build(path=path, tag=tag, rm=True)
 
 
 PROBE = """
@@ -147,24 +186,171 @@ def run_in_netns(image: str, command: list[str], container) -> str:
     return out.decode("utf-8", "replace")
 
 
-def kill(container) -> None:
-    """Kill a container, unpausing it first (a paused one cannot be stopped); gone is fine."""
+def run_container(image: str, command: list[str], **options):
+    """Start a detached container of image running command; returns it. options: the SDK's ``containers.run``
+    keywords (name, hostname, network, volumes, labels, environment, user, cap_drop, security_opt, nano_cpus,
+    mem_limit). Raises LauncherError: the image is missing or the engine refused."""
+    with _sdk(f"starting a container of {image}"):
+        return client().containers.run(image, command, detach=True, **options)
+
+
+def container_by_id(cid: str):
+    """The container with this id, or None when there is none. Raises LauncherError: the engine failed."""
+    with _sdk(f"looking up container {cid[:12]}", missing_ok=True):
+        return client().containers.get(cid)
+
+
+def exec_in(container, cmd: list[str], user: str = "", workdir: str | None = None) -> tuple[int, str]:
+    """``docker exec`` cmd in a running container (user "": the container's own); returns (exit code, stdout and
+    stderr as text). Raises LauncherError: the container is not running, is gone, or the engine refused."""
+    with _sdk(f"`docker exec {container.name} {cmd[0]}`"):
+        rc, out = container.exec_run(cmd, user=user, workdir=workdir)
+        return rc, out.decode("utf-8", "replace")
+
+
+def wait(container, timeout_s: float) -> int:
+    """Wait until the container exits; its exit code. Raises LauncherError: timeout_s passed, the container is gone,
+    or the engine failed."""
+    with _sdk(f"waiting for {container.name}"):
+        return container.wait(timeout=timeout_s)["StatusCode"]
+
+
+def kill(container, strict: bool = False) -> None:
+    """Kill a container, unpausing it first (a paused one cannot be stopped); gone is fine. Raises LauncherError:
+    only when strict (chaos): the engine refused, e.g. it is not running."""
     try:
-        container.reload()
-        if container.status == "paused":
-            container.unpause()
-        container.kill()
-    except (NotFound, docker.errors.APIError):
-        pass
+        with _sdk(f"`docker kill {container.name}`", missing_ok=True):
+            container.reload()
+            if container.status == "paused":
+                container.unpause()
+            container.kill()
+    except LauncherError:
+        if strict:
+            raise
+
+
+def stop(container, timeout_s: float) -> None:
+    """``docker stop``: SIGTERM, then SIGKILL after timeout_s. Raises LauncherError: the engine refused or the
+    container is gone."""
+    with _sdk(f"`docker stop {container.name}`"):
+        container.stop(timeout=timeout_s)
+
+
+def pause(container, attempts: int = 5) -> None:
+    """``docker pause`` (freeze every process), retried: runc's freeze can fail transiently ("unable to freeze")
+    while a process forks. Raises LauncherError: the last attempt was refused, or the container is gone."""
+    for attempt in range(attempts):
+        try:
+            with _sdk(f"`docker pause {container.name}`"):
+                return container.pause()
+        except LauncherError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.3)
+
+
+def unpause(container) -> None:
+    """``docker unpause`` a paused container; gone is fine. Raises LauncherError: the engine refused, e.g. it is not
+    paused."""
+    with _sdk(f"`docker unpause {container.name}`", missing_ok=True):
+        container.unpause()
+
+
+def remove(container) -> None:
+    """``docker rm -f``: remove a container, killing it if it runs; gone is fine. Raises LauncherError: the engine
+    refused (e.g. a removal already in progress)."""
+    with _sdk(f"`docker rm -f {container.name}`", missing_ok=True):
+        container.remove(force=True)
+
+
+def network(name: str):
+    """The network called name, or None when there is none. Raises LauncherError: the engine failed."""
+    with _sdk(f"looking up network {name}", missing_ok=True):
+        return client().networks.get(name)
+
+
+def create_network(name: str, labels: dict[str, str] | None = None) -> None:
+    """Create an internal bridge network called name (no route out), with labels. Raises LauncherError: the engine
+    refused (e.g. the name is taken)."""
+    with _sdk(f"`docker network create --internal {name}`"):
+        client().networks.create(name, driver="bridge", internal=True, labels=labels or {})
+
+
+def remove_network(name: str) -> None:
+    """``docker network rm`` the network called name; gone is fine. Raises LauncherError: the engine refused (e.g. a
+    container is still on it)."""
+    with _sdk(f"`docker network rm {name}`", missing_ok=True):
+        client().networks.get(name).remove()
+
+
+def attach(network: str, container, aliases: list[str]) -> None:
+    """Connect container to the network called name under aliases (names it resolves by there), disconnecting it
+    first (``docker run --network`` attached it without them). Raises LauncherError: the network or container is
+    gone, or the engine refused."""
+    with _sdk(f"`docker network connect --alias {','.join(aliases)} {network} {container.name}`"):
+        net = client().networks.get(network)
+        net.disconnect(container)
+        net.connect(container, aliases=aliases)
 
 
 def disconnect(container) -> list[str]:
-    """Disconnect a container from every network it is on; returns their names."""
-    container.reload()
-    nets = sorted((container.attrs.get("NetworkSettings") or {}).get("Networks") or {})
-    for net in nets:
-        client().networks.get(net).disconnect(container, force=True)
-    return nets
+    """Disconnect a container from every network it is on; returns their names. Raises LauncherError: the container
+    or a network is gone, or the engine refused."""
+    with _sdk(f"`docker network disconnect` of {container.name}"):
+        container.reload()
+        nets = sorted((container.attrs.get("NetworkSettings") or {}).get("Networks") or {})
+        for net in nets:
+            client().networks.get(net).disconnect(container, force=True)
+        return nets
+
+
+def labelled(label: str) -> tuple[list, list]:
+    """(containers in every state, networks) carrying the label ``KEY=VALUE``. Raises LauncherError: the engine
+    failed."""
+    with _sdk(f"listing what carries {label}"):
+        by = {"label": label}
+        return client().containers.list(all=True, filters=by), client().networks.list(filters=by)
+
+
+def remove_labelled(label: str) -> None:
+    """Force-remove every container, then every network, carrying the label; gone meanwhile is fine. Raises
+    LauncherError: the engine refused one (the rest are left then)."""
+    found, nets = labelled(label)
+    for c in found:
+        remove(c)
+    for n in nets:
+        with _sdk(f"`docker network rm {n.name}`", missing_ok=True):
+            n.remove()
+
+
+def swarm_init(addr: str) -> None:
+    """Make this engine a one-node swarm manager (``docker swarm init --advertise-addr ADDR``). Raises
+    LauncherError: the engine refused (its explanation)."""
+    with _sdk(f"`docker swarm init --advertise-addr {addr}`"):
+        client().swarm.init(advertise_addr=addr)
+
+
+def swarm_leave() -> None:
+    """``docker swarm leave --force``. Raises LauncherError: the engine refused."""
+    with _sdk("`docker swarm leave --force`"):
+        client().swarm.leave(force=True)
+
+
+def stack_tasks(stack: str) -> dict[str, list[dict]]:
+    """service (without the ``<stack>_`` prefix) -> its tasks (the engine's dicts: Status, CreatedAt, ..), oldest
+    first, of every service of a swarm stack; {} when none is up. Raises LauncherError: the engine failed (e.g. a
+    service went away while listed)."""
+    with _sdk(f"listing the services of stack {stack}"):
+        return {stack_service(stack, svc.name) or svc.name: sorted(svc.tasks(), key=lambda t: t["CreatedAt"])
+                for svc in client().services.list(filters={"label": f"{STACK_LABEL}={stack}"})}
+
+
+def log_text(container, tail: int | str = "all") -> str:
+    """The container's log so far (stdout and stderr; its last ``tail`` lines) as text; "" when the container is
+    gone. Raises LauncherError: the engine failed."""
+    with _sdk(f"`docker logs {container.name}`", missing_ok=True):
+        return container.logs(tail=tail).decode("utf-8", "replace")
+    return ""
 
 
 def log_lines(container):

@@ -49,7 +49,8 @@ def test_slurm_up_2x2x2_parity(trainer_image, tmp_path):
                            "tiny", "--steps", "3", "--data", str(DATA), "--run-dir", str(run_dir)], cwd=ROOT,
                           capture_output=True, text=True, timeout=900, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert "COMPLETED (exit 0:0) on 2 nodes; 3 steps" in proc.stdout
+    assert "COMPLETED (exit 0:0) on 2 nodes; output" in proc.stdout  # then the shared summary (observe/summary.py)
+    assert "== summary: OK ==" in proc.stdout and " after 3 steps" in proc.stdout
     assert "host=node-1 coords=pp1/dp0/tp0" in proc.stdout  # SLURM_NODEID 1 holds stage 1
     got, ref = _losses(run_dir), _reference("2x2x2", 3)
     assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, ref)) < 1e-4, (got, ref)

@@ -88,12 +88,72 @@ def test_launcher_import_graph_has_no_cycle():
     assert importers == {"launcher.__main__"}  # nobody else imports the door (simcluster/__main__.py too)
 
 
+# What only launcher/engine.py may do with the Docker SDK (test_docker_through_the_sdk_only).
+SDK_METHODS = {"exec_run", "unpause", "pause", "tasks", "connect", "disconnect", "reload"}  # obj.NAME(...)
+SDK_METHODS_WITH = {"remove": "force", "stop": "timeout", "wait": "timeout"}  # obj.NAME(KEYWORD=...): a common name
+SDK_COLLECTIONS = {"swarm", "networks", "containers", "images", "services", "volumes", "configs", "secrets"}  # x.NAME.y
+
+
+def sdk_uses(tree: ast.AST) -> list[str]:
+    """What a module does with the SDK that only engine.py may: import docker, call ``client()``,
+    reach ``engine.docker``, call a method of an SDK object (SDK_METHODS, SDK_METHODS_WITH; a
+    function of the ``engine`` module of that name is fine) or a client's collection
+    (``client().containers.list``)."""
+    found = []
+    for node in ast.walk(tree):
+        where = f"line {getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Import):
+            found += [f"{where}: import {a.name}" for a in node.names if a.name.split(".")[0] == "docker"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "docker":
+            found.append(f"{where}: from {node.module} import")
+        elif isinstance(node, ast.Attribute) and node.attr == "docker" and getattr(node.value, "id", None) == "engine":
+            found.append(f"{where}: engine.docker")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                and node.value.attr in SDK_COLLECTIONS:
+            found.append(f"{where}: .{node.value.attr}.{node.attr}")
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+            on_engine = isinstance(func, ast.Attribute) and getattr(func.value, "id", None) == "engine"
+            keywords = {k.arg for k in node.keywords}
+            if name == "client":
+                found.append(f"{where}: client()")
+            elif isinstance(func, ast.Attribute) and not on_engine and (
+                    name in SDK_METHODS or name in SDK_METHODS_WITH and SDK_METHODS_WITH[name] in keywords):
+                found.append(f"{where}: .{name}(")
+    return sorted(found, key=lambda f: int(f.split()[1].rstrip(":")))
+
+
+def test_sdk_uses_are_seen():
+    """The guard below sees each kind of SDK use that once leaked out of engine.py, and none of
+    the engine's own functions or the standard library's look-alikes."""
+    leaks = ["import docker", "from docker.errors import NotFound", "engine.client().info()", "dc = client()",
+             "client().swarm.init(advertise_addr='127.0.0.1')", "dc.swarm.leave(force=True)", "dc.services.list()",
+             "svc.tasks()", "dc.networks.get('n').remove()", "dc.containers.get(cid)", "dc.images.build(path='.')",
+             "c.exec_run(['true'])", "c.unpause()", "c.pause()", "c.reload()", "c.remove(force=True)",
+             "c.stop(timeout=10)", "c.wait(timeout=600)", "net.connect(c, aliases=['a'])", "net.disconnect(c)",
+             "try:\n    pass\nexcept engine.docker.errors.APIError:\n    pass"]
+    for leak in leaks:
+        assert sdk_uses(ast.parse(leak)), leak
+    fine = ["engine.unpause(c)", "engine.disconnect(c)", "engine.containers('p')", "engine.exec_in(c, ['true'])",
+            "engine.remove(c)", "engine.stop(c, 10)", "proc.wait()", "proc.kill()", "os.remove(path)",
+            "names.remove('x')", "halt.wait(1.0)", "runner.logs(target, [], follow=True, tail='all')",
+            "text.replace(**kw)", "launch.node.image"]
+    for ok in fine:
+        assert not sdk_uses(ast.parse(ok)), ok
+
+
 def test_docker_through_the_sdk_only():
-    sources = {p: p.read_text() for p in (ROOT / "launcher").rglob("*.py")}
-    assert "import docker" in sources[ROOT / "launcher" / "engine.py"]
+    """launcher/engine.py is the one module that touches the Docker SDK (tests' helpers are exempt)."""
+    engine_py = ROOT / "launcher" / "engine.py"
+    sources = {p: p.read_text() for folder in ("launcher", "bench") for p in (ROOT / folder).rglob("*.py")}
+    assert "import docker" in sources[engine_py] and sdk_uses(ast.parse(sources[engine_py]))
     for path, text in sources.items():
+        if path != engine_py:
+            assert not sdk_uses(ast.parse(text)), f"{path.relative_to(ROOT)} touches the Docker SDK (only " \
+                                                  f"launcher/engine.py may): {sdk_uses(ast.parse(text))}"
         # the CLIs without an SDK: compose (v2), and `docker stack` (deploy, rm) in engine.stack_cli only
-        allowed = "compose|stack" if path.name == "engine.py" else "compose"
+        allowed = "compose|stack" if path == engine_py else "compose"
         assert not re.search(rf"""\[["']docker["'],(?!\s*["']({allowed})["'])""", text), f"{path} runs the docker CLI"
         assert "yaml.safe_load" not in text, f"{path} parses a YAML file"
 

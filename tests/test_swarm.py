@@ -91,17 +91,6 @@ def test_stack_file_passes_the_v3_schema(docker_available, tmp_path):
     assert check.returncode == 0, check.stderr
 
 
-class _Fake:
-    """A Docker client answering info() with a given Swarm section, and no services."""
-
-    def __init__(self, swarm_info):
-        self._info = {} if swarm_info is None else {"Swarm": swarm_info}
-        self.services = type("S", (), {"list": staticmethod(lambda **kw: [])})()
-
-    def info(self):
-        return self._info
-
-
 @pytest.mark.parametrize("info,image,problem", [
     (None, REGISTRY_IMAGE, "this engine has no swarm mode"),
     ({"LocalNodeState": "pending", "Error": ""}, REGISTRY_IMAGE, "swarm state is 'pending'"),
@@ -113,15 +102,18 @@ class _Fake:
     ({"LocalNodeState": "inactive"}, "simcluster/trainer:latest", None),
 ])
 def test_swarm_checks(monkeypatch, info, image, problem):
+    from simcluster.launcher import engine
     from simcluster.launcher.run import swarm as swarm_run
 
-    monkeypatch.setattr(swarm_run, "client", lambda: _Fake(info))
+    # an engine answering docker info with this Swarm section, and no stack up
+    monkeypatch.setattr(engine, "info", lambda: {} if info is None else {"Swarm": info})
+    monkeypatch.setattr(engine, "stack_tasks", lambda stack: {})
     launch = resolve_training(Config(mesh="2x2x2", model="tiny"), NodeOptions(image=image))
     if problem is None:
-        swarm_run.check(launch, "sc-swarm-x")
+        swarm_run.check_engine(launch, "sc-swarm-x")
     else:
         with pytest.raises(ConfigError, match=problem):
-            swarm_run.check(launch, "sc-swarm-x")
+            swarm_run.check_engine(launch, "sc-swarm-x")
 
 
 @pytest.mark.parametrize("extra,problem", [

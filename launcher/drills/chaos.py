@@ -50,7 +50,7 @@ def _started_at(container) -> float:
 def log_step(container) -> int | None:
     """The newest ``step N/M`` line of rank 0 in a container's log."""
     step = None
-    for line in container.logs(tail=300).decode("utf-8", "replace").splitlines():
+    for line in engine.log_text(container, tail=300).splitlines():
         rank, text = split_rank(line)
         parsed = parse_step(text) if rank == 0 else None
         if parsed:
@@ -84,37 +84,26 @@ def apply_fault(kind: str, container, rank: int | None = None) -> str:
     Raises:
         LauncherError: the engine refused (e.g. the container is on no network, no such rank).
     """
-    try:
-        if kind == "freeze":
-            first = container.labels[LABEL + "ranks"].split("-")[0]
-            res = container.exec_run(["python", "-m", "simcluster.launcher.container.ranks", "--rank", str(rank),
-                                      "--first-rank", first, "--signal", "STOP"])
-            text = res.output.decode("utf-8", "replace").strip()
-            if res.exit_code != 0:
-                raise LauncherError(f"freeze of rank {rank} failed: {text}")
-            return text
-        if kind == "kill":
-            container.kill()
-            return "kill"
-        if kind == "stop":
-            container.stop(timeout=10)
-            return "stop (SIGTERM, then SIGKILL after 10 s)"
-        if kind == "pause":
-            for attempt in range(5):  # runc's freeze can fail transiently ("unable to freeze") while a process forks
-                try:
-                    container.pause()
-                    break
-                except engine.docker.errors.APIError:
-                    if attempt == 4:
-                        raise
-                    time.sleep(0.3)
-            return "pause"
-        nets = engine.disconnect(container)
-        if not nets:
-            raise LauncherError(f"container {container.short_id} is on no network")
-        return "network disconnect " + ", ".join(nets)
-    except engine.docker.errors.APIError as e:
-        raise LauncherError(f"{kind} of container {container.short_id} failed: {e.explanation or e}") from None
+    if kind == "freeze":
+        first = container.labels[LABEL + "ranks"].split("-")[0]
+        rc, text = engine.exec_in(container, ["python", "-m", "simcluster.launcher.container.ranks", "--rank",
+                                              str(rank), "--first-rank", first, "--signal", "STOP"])
+        if rc != 0:
+            raise LauncherError(f"freeze of rank {rank} failed: {text.strip()}")
+        return text.strip()
+    if kind == "kill":
+        engine.kill(container, strict=True)
+        return "kill"
+    if kind == "stop":
+        engine.stop(container, 10)
+        return "stop (SIGTERM, then SIGKILL after 10 s)"
+    if kind == "pause":
+        engine.pause(container)  # retried: runc's freeze can fail transiently while a process forks
+        return "pause"
+    nets = engine.disconnect(container)
+    if not nets:
+        raise LauncherError(f"container {container.short_id} is on no network")
+    return "network disconnect " + ", ".join(nets)
 
 
 def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: str | None = None,

@@ -140,7 +140,7 @@ def _force_down(target: Handle, **kwargs) -> None:
     """``compose down``, unpausing frozen containers first (compose cannot stop a paused one)."""
     for c in engine.containers(target.project).values():
         if c.status == "paused":
-            c.unpause()
+            engine.unpause(c)
     compose(target.project, target.file, "down", "--remove-orphans", "-t", "5", **kwargs)
 
 

@@ -23,7 +23,8 @@ import os
 import secrets
 import time
 
-from simcluster.launcher.engine import LauncherError, client
+from simcluster.launcher import engine
+from simcluster.launcher.engine import LauncherError
 from simcluster.launcher.files import IMAGES, code_sources, host_abspath, make_run_dir
 from simcluster.launcher.launch import Launch
 from simcluster.launcher.layout import IMAGE_USER, LABEL, node_of
@@ -54,18 +55,14 @@ def slurm_conf(launch: Launch) -> str:
 
 
 def ensure_image() -> None:
-    from docker.errors import ImageNotFound
-
-    try:
-        client().images.get(IMAGE)
-    except ImageNotFound:
+    """Build IMAGE (images/slurm/, FROM the trainer image) when it is missing."""
+    if engine.image_created(IMAGE) is None:
         print(f"launcher | building {IMAGE} (images/slurm/Dockerfile, apt over http)", flush=True)
-        client().images.build(path=os.path.join(IMAGES, "slurm"), tag=IMAGE, rm=True)
+        engine.build_image(os.path.join(IMAGES, "slurm"), IMAGE)
 
 
 def _exec(container, cmd: list[str], user: str = "root", workdir: str | None = None) -> tuple[int, str]:
-    rc, out = container.exec_run(cmd, user=user, workdir=workdir)
-    return rc, out.decode(errors="replace")
+    return engine.exec_in(container, cmd, user, workdir)
 
 
 def _job_fields(text: str) -> dict[str, str]:
@@ -122,9 +119,8 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
             volumes[host_abspath(m.source)] = {"bind": m.source if os.path.isabs(m.source) else f"{WORK}/{m.source}",
                                                "mode": "ro"}
     tag = f"sc-slurm-{launch.run_name}".lower()
-    dc = client()
     t0 = time.monotonic()
-    net = dc.networks.create(tag, driver="bridge", internal=True, labels={SLURM_LABEL: tag})
+    engine.create_network(tag, labels={SLURM_LABEL: tag})
     made = []
     try:
         limits = {}
@@ -133,22 +129,21 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
         if launch.node.memory_per_node:
             limits["mem_limit"] = launch.node.memory_per_node
         for name, role in [(CONTROLLER, "slurmctld"), *[(n, "slurmd") for n in launch.names]]:
-            made.append(dc.containers.run(IMAGE, [role], name=f"{tag}-{name}", hostname=name, detach=True,
-                                          network=tag, volumes=volumes, labels={SLURM_LABEL: tag},
-                                          environment={"OMP_NUM_THREADS": "1"}, **(limits if role == "slurmd" else {})))
-            net.reload()
+            made.append(engine.run_container(IMAGE, [role], name=f"{tag}-{name}", hostname=name, network=tag,
+                                             volumes=volumes, labels={SLURM_LABEL: tag},
+                                             environment={"OMP_NUM_THREADS": "1"},
+                                             **(limits if role == "slurmd" else {})))
         ctl = made[0]
         for c in made:  # the short names resolve on the network
-            net.disconnect(c)
-            net.connect(c, aliases=[c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])
+            engine.attach(tag, c, [c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])
         return _run_job(ctl, launch, job_run, run_dir, t0, timeout_s, open_stream(launch, run_dir, opts))
     finally:
         for c in made:
             try:
-                c.remove(force=True)
-            except Exception:  # noqa: BLE001 - best effort teardown, go on with the rest
+                engine.remove(c)
+            except LauncherError:  # best effort teardown, go on with the rest
                 pass
-        net.remove()
+        engine.remove_network(tag)
 
 
 def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout_s: float, stream) -> int:

@@ -23,10 +23,8 @@ import signal
 import sys
 import time
 
-import docker
-
 from simcluster.launcher import engine
-from simcluster.launcher.engine import STACK_LABEL, LauncherError, client, stack_cli
+from simcluster.launcher.engine import STACK_LABEL, LauncherError, stack_cli
 from simcluster.launcher.files import ROOT, make_run_dir, write_atomic
 from simcluster.launcher.handle import Handle
 from simcluster.launcher.launch import Launch
@@ -53,7 +51,7 @@ def swarm_info() -> dict:
         raise ConfigError("--target swarm: `docker stack deploy` needs the docker CLI, which is not on PATH; install "
                           "it (Debian: apt-get install docker.io) or use --target compose")
     try:
-        info = client().info()
+        info = engine.info()
     except LauncherError as e:
         raise ConfigError(f"--target swarm: {e}") from None
     sw = info.get("Swarm")
@@ -80,7 +78,7 @@ def check_engine(launch: Launch, stack: str) -> dict:
         raise ConfigError("--target swarm: this engine is a swarm worker, and stacks are deployed from a manager; "
                           "run there (`docker node ls` lists them), or `docker swarm leave` here for a one-node swarm")
     check_swarm_image(launch, int(sw.get("Nodes") or 1) if state == "active" else 1)
-    if state == "active" and client().services.list(filters={"label": f"{STACK_LABEL}={stack}"}):
+    if state == "active" and engine.stack_tasks(stack):
         raise ConfigError(f"run_dir: the stack of {launch.run_dir} ({stack}) is still up; remove it with "
                           f"`docker stack rm {stack}` or pass another --run-dir")
     return sw
@@ -127,7 +125,7 @@ class SwarmRunner(Runner):
         run_dir = target.run_dir
         make_run_dir(run_dir, launch.node.user)
         write_atomic(target.file, swarm.render(launch, command, target.file, ROOT))
-        made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", _network(GWBRIDGE) is not None
+        made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", engine.network(GWBRIDGE) is not None
         print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); run folder "
               f"{launch.run_dir}; swarm stack {target.project} ({os.path.relpath(target.file)})", flush=True)
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also removes the stack
@@ -136,10 +134,9 @@ class SwarmRunner(Runner):
         try:
             if made_swarm:
                 try:
-                    client().swarm.init(advertise_addr=ADVERTISE_ADDR)
-                except docker.errors.APIError as e:
-                    raise ConfigError(f"--target swarm: `docker swarm init --advertise-addr {ADVERTISE_ADDR}` "
-                                      f"failed: {e.explanation or e}; fix the engine or use --target compose") from None
+                    engine.swarm_init(ADVERTISE_ADDR)
+                except LauncherError as e:
+                    raise ConfigError(f"--target swarm: {e}; fix the engine or use --target compose") from None
                 inited = True
                 stream.show(f"launcher: made a one-node swarm (advertise {ADVERTISE_ADDR}); it is left at the end")
             since = time.time()
@@ -155,20 +152,12 @@ class SwarmRunner(Runner):
             if inited or sw["LocalNodeState"] == "active":
                 _remove_stack(target.project)
             if inited:
-                client().swarm.leave(force=True)
-                if not had_gwbridge and _network(GWBRIDGE) is not None:
-                    _network(GWBRIDGE).remove()
+                engine.swarm_leave()
+                if not had_gwbridge:
+                    engine.remove_network(GWBRIDGE)
             print(f"launcher: stack {target.project} removed" + ("; swarm left, as found" if inited else "")
                   + f" ({time.monotonic() - t0:.1f}s)", flush=True)
         return code
-
-
-def _network(name: str):
-    """The network called name, or None."""
-    try:
-        return client().networks.get(name)
-    except docker.errors.NotFound:
-        return None
 
 
 def _task_containers(stack: str, services: list[str], timeout_s: float = START_TIMEOUT_S) -> dict:
@@ -181,9 +170,7 @@ def _task_containers(stack: str, services: list[str], timeout_s: float = START_T
     deadline = time.monotonic() + timeout_s
     while True:
         found, states, problems = {}, {}, []
-        for svc in client().services.list(filters={"label": f"{STACK_LABEL}={stack}"}):
-            name = engine.stack_service(stack, svc.name)
-            tasks = sorted(svc.tasks(), key=lambda t: t["CreatedAt"])
+        for name, tasks in engine.stack_tasks(stack).items():
             if not tasks:
                 continue
             status = tasks[-1]["Status"]
@@ -192,7 +179,9 @@ def _task_containers(stack: str, services: list[str], timeout_s: float = START_T
             if status["State"] in ("rejected", "failed") and not cid:
                 problems.append(f"{name}: task {status['State']}: {status.get('Err') or status.get('Message')}")
             elif cid and status["State"] not in ("new", "pending", "assigned", "accepted", "preparing"):
-                found[name] = client().containers.get(cid)
+                container = engine.container_by_id(cid)
+                if container is not None:
+                    found[name] = container
         if problems:
             raise LauncherError("swarm task(s) did not start: " + "; ".join(problems))
         if set(found) >= set(services):
@@ -205,15 +194,12 @@ def _task_containers(stack: str, services: list[str], timeout_s: float = START_T
 
 def _remove_stack(stack: str, timeout_s: float = GONE_TIMEOUT_S) -> None:
     """``docker stack rm``, then wait until its task containers and network are gone (removing
-    what is left after timeout_s through the SDK)."""
+    what is left after timeout_s)."""
     stack_cli("rm", stack, check=False)
-    label = {"label": f"{STACK_LABEL}={stack}"}
+    label = f"{STACK_LABEL}={stack}"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not client().containers.list(all=True, filters=label) and not client().networks.list(filters=label):
+        if not any(engine.labelled(label)):
             return
         time.sleep(0.5)
-    for c in client().containers.list(all=True, filters=label):
-        c.remove(force=True)
-    for n in client().networks.list(filters=label):
-        n.remove()
+    engine.remove_labelled(label)
