@@ -54,6 +54,7 @@ class Stream:
         self.progress = Progress()
         self.bar = Bar() if Bar.wanted(sys.stdout) else None  # a terminal: a progress bar, else plain lines
         self.seen_ranks: dict[int, str] = {}
+        self.per_rank = True  # the lines carry torchrun's [rankR]: prefix (Compose, Swarm); Slurm's job output does not
         self.misplaced: list[str] = []
         self.first_worker_s: float | None = None
         self.log = open(log_path, "a", encoding="utf-8")

@@ -63,12 +63,14 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
         show(f"  trace        {launch.run_dir}/trace.json (open in https://ui.perfetto.dev)")
     if os.path.isfile(os.path.join(run_dir, METRICS)):
         show(f"  report       {_report(launch, run_dir)}")
-    show(f"  rank output  {_rank_output(stream, launch.world_size)}"
-         + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
+    if stream.per_rank:  # each line tells its rank (torchrun's [rankR]: prefix); a Slurm job's one file does not
+        show(f"  rank output  {_rank_output(stream, launch.world_size)}"
+             + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
     for k, name in enumerate(launch.names):
         why = f" ({stream.reasons[name]})" if name in stream.reasons else ""
         show(f"  {name:<11}  ranks {format_ranks(node_ranks(k, launch.nproc_per_node)):<8} exit {codes.get(name)}{why}")
-    show(f"  {RDZV_HOST:<11}  {'':<14} exit {codes.get(RDZV_HOST)}")
+    if RDZV_HOST in codes:  # engines with the static rendezvous (Slurm) have no rendezvous container
+        show(f"  {RDZV_HOST:<11}  {'':<14} exit {codes.get(RDZV_HOST)}")
     for lost in stream.lost:
         show(f"  LOST         {lost}" + (f" (named {stream.lost_s:.1f}s after start, t={stream.lost_t:.3f})"
                                              if stream.lost_s else ""))

@@ -136,7 +136,9 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
         ctl = made[0]
         for c in made:  # the short names resolve on the network
             engine.attach(tag, c, [c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])
-        return _run_job(ctl, launch, job_run, run_dir, t0, timeout_s, open_stream(launch, run_dir, opts))
+        stream = open_stream(launch, run_dir, opts)
+        stream.per_rank = False  # one output file of the batch job, without rank prefixes
+        return _run_job(ctl, launch, job_run, run_dir, t0, timeout_s, stream)
     finally:
         for c in made:
             try:
