@@ -4,25 +4,35 @@
 
 Runs inside a node container (launcher/container/node.py starts it); the store keys are those of
 launcher/layout.py, served by launcher/container/rendezvous.py.
+
+Rules of the quiet end (a store call to a store that has just closed fails loudly: torch prints
+``recvValue failed`` and C++ stack frames): once the heartbeat reads FINISHED it sets this node's
+CLOSED_KEY, drops its store client and beats no more; the rendezvous exits once every node that
+waits has done so, and ``wait_gone`` sees that from a plain TCP connection to the store's port
+(no store call, nothing sent), which the exiting rendezvous closes.
 """
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
 from datetime import timedelta
 
-from simcluster.launcher.layout import EXIT_KEY, FINISHED, HB_KEY, NODE_KEY, REPORTED, VERDICT, rank_range, report_key
+from simcluster.launcher.layout import (CLOSED_KEY, EXIT_KEY, FINISHED, HB_KEY, NODE_KEY, REPORTED, VERDICT, rank_range,
+                                        report_key)
 
 
 def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float = 15,
-           reason: str | None = None) -> None:
+           reason: str | None = None, waits: bool = False) -> None:
     """Write this node's exit code (and why, when a fault or a signal stopped it) to the rendezvous
     store; warn (not fail) if it is gone. Gives up after timeout_s + 2 s even if the store hangs (a
-    frozen rendezvous accepts but never answers)."""
-    worker = threading.Thread(target=_report, args=(endpoint, node_name, node_rank, nproc, code, timeout_s, reason),
-                              daemon=True)
+    frozen rendezvous accepts but never answers). ``waits``: this node stays until the rendezvous
+    exits, so the rendezvous waits for its CLOSED_KEY (see the module's rules). The client used
+    here is closed when this returns."""
+    worker = threading.Thread(target=_report, args=(endpoint, node_name, node_rank, nproc, code, timeout_s, reason,
+                                                    waits), daemon=True)
     worker.start()
     worker.join(timeout_s + 2)
     if worker.is_alive():
@@ -31,9 +41,9 @@ def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int,
 
 
 def _report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float,
-            reason: str | None) -> None:
+            reason: str | None, waits: bool) -> None:
     record = {"node": node_name, "node_rank": node_rank, "ranks": rank_range(node_rank, nproc), "exit_code": code,
-              "reason": reason}
+              "reason": reason, "waits": waits}
     try:
         import torch.distributed as dist
 
@@ -48,10 +58,35 @@ def _report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int
         print(f"[{node_name}] could not report exit code {code} to {endpoint}: {e}", file=sys.stderr, flush=True)
 
 
+def wait_gone(endpoint: str, timeout_s: float) -> bool:
+    """Wait until the rendezvous at endpoint has exited, without a store call: open a plain TCP
+    connection to its port and wait for the exiting process to close it (or for the connection to
+    be refused or to fail). True once gone, False if still there after timeout_s."""
+    host, _, port = endpoint.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    try:
+        sock = socket.create_connection((host, int(port)), timeout=min(2.0, timeout_s))
+    except OSError:  # refused, unreachable, name gone: it has exited
+        return True
+    with sock:
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(min(left, 1.0))
+            try:
+                if not sock.recv(1):
+                    return True
+            except TimeoutError:
+                continue
+            except OSError:
+                return True
+    return False
+
+
 class Heartbeat(threading.Thread):
     """Registers this node in the rendezvous store, bumps its heartbeat counter every
     ``interval`` seconds and picks up the rendezvous' verdict (lost nodes) and finish flag.
-    ``last_ok`` is the monotonic time of the last store call that went through."""
+    ``last_ok`` is the monotonic time of the last store call that went through. Once FINISHED
+    is read (the verdict re-read in the same beat is final), it sets this node's CLOSED_KEY,
+    closes its client and ends: ``finished`` is then True and ``last_ok`` stays put."""
 
     def __init__(self, endpoint: str, name: str, node_rank: int, nproc: int, interval: float = 1.0):
         super().__init__(daemon=True, name="heartbeat")
@@ -81,10 +116,15 @@ class Heartbeat(threading.Thread):
                 finished = store.check([FINISHED])  # before the verdict: the rendezvous sets it first
                 if store.check([VERDICT]):  # re-read: a failure may be joined by a lost node later
                     self.verdict = json.loads(store.get(VERDICT).decode())
-                self.finished = self.finished or finished
                 self.last_ok, self.ever_ok = time.monotonic(), True
+                if finished:
+                    self.finished = True
+                    store.set(CLOSED_KEY + str(self.node_rank), "1")  # the rendezvous exits once it has these
+                    return  # the client goes with this frame: no store call can fail after the store has closed
             except Exception:  # noqa: BLE001 - store gone or unreachable: reconnect next beat
                 store = None
+                if self.finished:
+                    return
             self.halt.wait(self.interval)
 
     def lost_message(self) -> str | None:
