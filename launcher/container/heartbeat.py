@@ -9,7 +9,8 @@ Rules of the quiet end (a store call to a store that has just closed fails loudl
 ``recvValue failed`` and C++ stack frames): once the heartbeat reads FINISHED it sets this node's
 CLOSED_KEY, drops its store client and beats no more; the rendezvous exits once every node that
 waits has done so, and ``wait_gone`` sees that from a plain TCP connection to the store's port
-(no store call, nothing sent), which the exiting rendezvous closes.
+(no store call, nothing sent) that the heartbeat opened just before setting CLOSED_KEY and that
+the exiting rendezvous closes.
 """
 from __future__ import annotations
 
@@ -58,21 +59,29 @@ def _report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int
         print(f"[{node_name}] could not report exit code {code} to {endpoint}: {e}", file=sys.stderr, flush=True)
 
 
-def wait_gone(endpoint: str, timeout_s: float) -> bool:
-    """Wait until the rendezvous at endpoint has exited, without a store call: open a plain TCP
-    connection to its port and wait for the exiting process to close it (or for the connection to
-    be refused or to fail). True once gone, False if still there after timeout_s."""
+def open_watch(endpoint: str, timeout_s: float = 2.0) -> socket.socket | None:
+    """A plain TCP connection to the rendezvous store's port, nothing sent on it (the store's
+    server ignores it); None if it cannot be opened. Open it while the rendezvous is sure to be up:
+    once its container is gone, looking up its name takes Docker's DNS 10 s to fail."""
     host, _, port = endpoint.rpartition(":")
-    deadline = time.monotonic() + timeout_s
     try:
-        sock = socket.create_connection((host, int(port)), timeout=min(2.0, timeout_s))
-    except OSError:  # refused, unreachable, name gone: it has exited
+        return socket.create_connection((host, int(port)), timeout=timeout_s)
+    except OSError:
+        return None
+
+
+def wait_gone(watch: socket.socket | None, timeout_s: float) -> bool:
+    """Wait until the rendezvous has exited, without a store call: its exiting process closes the
+    ``watch`` connection (open_watch), or it fails. True once gone (at once for no watch), False if
+    still open after timeout_s. Closes watch."""
+    if watch is None:
         return True
-    with sock:
+    deadline = time.monotonic() + timeout_s
+    with watch:
         while (left := deadline - time.monotonic()) > 0:
-            sock.settimeout(min(left, 1.0))
+            watch.settimeout(min(left, 1.0))
             try:
-                if not sock.recv(1):
+                if not watch.recv(1):
                     return True
             except TimeoutError:
                 continue
@@ -86,7 +95,8 @@ class Heartbeat(threading.Thread):
     ``interval`` seconds and picks up the rendezvous' verdict (lost nodes) and finish flag.
     ``last_ok`` is the monotonic time of the last store call that went through. Once FINISHED
     is read (the verdict re-read in the same beat is final), it sets this node's CLOSED_KEY,
-    closes its client and ends: ``finished`` is then True and ``last_ok`` stays put."""
+    closes its client and ends: ``finished`` is then True, ``watch`` the connection to wait on
+    (open_watch, opened just before) and ``last_ok`` stays put."""
 
     def __init__(self, endpoint: str, name: str, node_rank: int, nproc: int, interval: float = 1.0):
         super().__init__(daemon=True, name="heartbeat")
@@ -95,6 +105,7 @@ class Heartbeat(threading.Thread):
         self.verdict: dict | None = None
         self.finished = False
         self.ever_ok = False  # until the first contact, the join timeout applies instead
+        self.watch: socket.socket | None = None  # once finished: the connection wait_gone watches
         self.halt = threading.Event()
 
     def _connect(self):
@@ -118,6 +129,7 @@ class Heartbeat(threading.Thread):
                     self.verdict = json.loads(store.get(VERDICT).decode())
                 self.last_ok, self.ever_ok = time.monotonic(), True
                 if finished:
+                    self.watch = open_watch(self.endpoint)  # before CLOSED_KEY: the rendezvous waits for that
                     self.finished = True
                     store.set(CLOSED_KEY + str(self.node_rank), "1")  # the rendezvous exits once it has these
                     return  # the client goes with this frame: no store call can fail after the store has closed

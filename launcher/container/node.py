@@ -239,7 +239,7 @@ def await_verdict(hb: Heartbeat, name: str, ranks: str, failed: bool, limit_s: f
             print(f"[{name}] error: {why}; ranks {ranks} stopped", file=sys.stderr, flush=True)
             named = True
         if hb.finished:
-            if wait_gone(hb.endpoint, min(GONE_WAIT_S, max(limit_s - (time.monotonic() - t0), 0.0))):
+            if wait_gone(hb.watch, min(GONE_WAIT_S, max(limit_s - (time.monotonic() - t0), 0.0))):
                 time.sleep(LINGER_S)
             return
         time.sleep(0.25)
