@@ -26,11 +26,15 @@ RUN_DIR_MODE = 0o755  # run folders: owned by the containers' user, this mode
 
 # Keys of the rendezvous store (launcher/container/rendezvous.py serves them, node.py writes them).
 REPORTED = "simcluster/reported"  # counter, incremented by each reporting node
-EXIT_KEY = "simcluster/exit/"  # + node name: JSON {"node", "node_rank", "ranks", "exit_code"}
+EXIT_KEY = "simcluster/exit/"  # + node name: JSON {"node", "node_rank", "ranks", "exit_code", "reason", "waits"}
 NODE_KEY = "simcluster/node/"  # + node rank: JSON {"node", "node_rank", "ranks", "nproc"} on joining
 HB_KEY = "simcluster/hb/"  # + node rank: counter bumped about every second by the node's wrapper
 VERDICT = "simcluster/verdict"  # JSON {"lost": [{"node", "node_rank", "ranks", "reason"}], "message"}
-FINISHED = "simcluster/finished"  # set just before the rendezvous exits
+FINISHED = "simcluster/finished"  # set once the verdict is final: heartbeats stop, the rendezvous exits soon
+CLOSED_KEY = "simcluster/closed/"  # + node rank: set by a node that read FINISHED, as it closes its store client
+# The quiet end: a node whose exit report says "waits" stays until the rendezvous exits; its
+# heartbeat reads FINISHED, sets CLOSED_KEY and drops its client; the rendezvous exits once every
+# such node has (a few seconds at most), and the node notices by a plain TCP connection closing.
 
 
 def report_key(index: int) -> str:

@@ -19,6 +19,14 @@ import pytest
 COMPOSE_V2 = "docker compose"
 COMPOSE_V1 = "docker-compose"
 os.environ["SIMCLUSTER_COMPOSE"] = COMPOSE_V2  # inherited by every `python -m launcher` a test starts
+# What a successful run's log must not hold: a store call failing once the rendezvous has closed
+# (torch's warning and C++ frames, issue 17 item 4) or any Python traceback.
+NOISE = ("Exception raised from", "frame #", "recvValue failed", "Traceback")
+
+
+def noise(text: str) -> list[str]:
+    """The lines of text holding any of NOISE (empty for a quiet log)."""
+    return [line for line in text.splitlines() if any(m in line for m in NOISE)]
 
 
 def compose_env(cli: str) -> dict[str, str]:

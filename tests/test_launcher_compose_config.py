@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COMPOSE_V1, COMPOSE_V2
+from conftest import COMPOSE_V1, COMPOSE_V2, noise
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("docker_available")]
@@ -66,6 +66,7 @@ def test_launcher_up_probe_cluster(tmp_path, trainer_image):
     assert "== summary: OK ==" in out and "rank output  4/4 ranks printed" in out and "MISPLACED" not in out
     assert "rendezvous: all nodes exited 0" in out
     assert (run / "compose.yml").is_file() and (run / "cluster.log").is_file()
+    assert noise(out + proc.stderr) == [] and noise((run / "cluster.log").read_text(errors="replace")) == [], out
     left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=com.docker.compose.project=sc-probe-run"],
                           capture_output=True, text=True).stdout.strip()
     assert left == ""
@@ -76,7 +77,8 @@ def test_launcher_up_probe_cluster(tmp_path, trainer_image):
 def test_plain_compose_up_exit_code_from_rendezvous(tmp_path, trainer_image, cli, fail):
     """The CI command with plain Compose, `compose up --exit-code-from rendezvous`: exit 0 when
     every node succeeded, 1 when a rank failed (the nodes stay until the rendezvous' verdict, so
-    the rendezvous exits first); every container ends."""
+    the rendezvous exits first); every container ends. A success ends quietly: no store call
+    fails after the rendezvous has gone (conftest.NOISE)."""
     run = tmp_path / "plain-run"
     run.mkdir()
     os.chown(run, 1000, 1000) if os.getuid() == 0 else None
@@ -99,6 +101,8 @@ def test_plain_compose_up_exit_code_from_rendezvous(tmp_path, trainer_image, cli
         assert ("rendezvous: FAILED" if fail else "rendezvous: all nodes exited 0") in out
         if fail:
             assert "failing on purpose" in out
+        else:
+            assert noise(out) == [], out[-4000:]
         states = subprocess.run(["docker", "ps", "-a", "--filter", f"label=com.docker.compose.project={project}",
                                  "--format", '{{.Label "com.docker.compose.service"}}={{.State}}'],
                                 capture_output=True, text=True).stdout.split()

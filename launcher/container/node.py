@@ -15,6 +15,9 @@ Runs inside the trainer image (the compose ``command`` of every node-K service):
   3. writes its exit code and why to the rendezvous store (launcher/container/rendezvous.py),
      stays until the rendezvous has exited (so `compose up --exit-code-from rendezvous` reports
      the verdict), and exits with it. A SIGTERM (`docker stop`) gives 143, "stopped by SIGTERM".
+     The end is quiet: the heartbeat stops and closes its store client once it reads the
+     rendezvous' FINISHED flag, and the wait for the rendezvous to exit makes no store call
+     (the rules are in launcher/container/heartbeat.py).
 
 Heartbeat: from the start, a thread registers this node in the rendezvous store and bumps its
 heartbeat counter every second; the rendezvous declares a node lost when it goes silent for
@@ -49,11 +52,13 @@ import sys
 import tempfile
 import time
 
-from simcluster.launcher.container.heartbeat import Heartbeat, report
+from simcluster.launcher.container.heartbeat import Heartbeat, report, wait_gone
 from simcluster.launcher.container.ranks import frozen
 from simcluster.launcher.layout import JOIN_TIMEOUT_S, node_ranks, rank_range
 
 STOP_GRACE_S = 2.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
+GONE_WAIT_S = 15.0  # after FINISHED, wait this long at most for the rendezvous to exit (it takes a few seconds)
+LINGER_S = 1.0  # then stay this long, so Compose sees the rendezvous' container end before this one
 
 EXIT_CONFIG = 2
 
@@ -213,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         code, why = 128 + signalled[0], f"stopped by {signal.Signals(signalled[0]).name}"
     code = code or (1 if why else 0)
     print(f"[{name}] torchrun exited {code}" + (f" ({why})" if why else ""), flush=True)
-    report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, code, reason=why)
+    report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, code, reason=why, waits=not signalled)
     if not signalled:  # being stopped (compose down, docker stop): leave now
         await_verdict(hb, name, ranks, code != 0 and why is None)
     hb.halt.set()
@@ -221,15 +226,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def await_verdict(hb: Heartbeat, name: str, ranks: str, failed: bool, limit_s: float = 120.0) -> None:
-    """Stay until the rendezvous has exited (its store stops answering), at most limit_s, so that
-    ``docker compose up --exit-code-from rendezvous`` reports the rendezvous' verdict rather than
-    the abort of a node that left first. A failed node prints the lost node named by the verdict."""
+    """Stay until the rendezvous has exited, at most limit_s, so that ``docker compose up
+    --exit-code-from rendezvous`` reports the rendezvous' verdict rather than the abort of a node
+    that left first. A failed node prints the lost node named by the verdict. Once the heartbeat
+    has read FINISHED (and closed its client), wait for the exit without a store call (at most
+    GONE_WAIT_S), then LINGER_S; before that, or if it never comes, until the store stops
+    answering for 2.5 s."""
     t0, named = time.monotonic(), False
     while time.monotonic() - t0 < limit_s and time.monotonic() - hb.last_ok < 2.5:
         why = hb.lost_message()
         if failed and why and not named:
             print(f"[{name}] error: {why}; ranks {ranks} stopped", file=sys.stderr, flush=True)
             named = True
+        if hb.finished:
+            if wait_gone(hb.watch, min(GONE_WAIT_S, max(limit_s - (time.monotonic() - t0), 0.0))):
+                time.sleep(LINGER_S)
+            return
         time.sleep(0.25)
 
 

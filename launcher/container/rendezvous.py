@@ -20,22 +20,31 @@ prints ``rendezvous: LOST node-K (ranks a-b): <reason>`` and publishes the verdi
 store, where every surviving node wrapper reads it, prints it as its error and stops its
 ranks. The job then ends non-zero with the lost node named in the summary.
 
+Quiet end: once the verdict is final this sets FINISHED, prints the summary and waits (at most
+CLOSE_WAIT_S) until every node that reported it waits has set its CLOSED_KEY -- its heartbeat
+read FINISHED and closed its store client -- then exits, closing the store, which is what the
+waiting nodes watch for (launcher/container/heartbeat.py). No node makes a store call after
+that, so none prints torch's ``recvValue failed`` and stack frames. Lost nodes are not waited for.
+The process ends right after the store closes (os._exit), so its container is gone first.
+
 Store protocol: the keys in launcher/layout.py, shared with launcher/container/node.py.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import socket
 import sys
 import time
 from datetime import timedelta
 
-from simcluster.launcher.layout import (EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, NODE_KEY, REPORTED, VERDICT, node_name,
-                             rank_range, report_key)
+from simcluster.launcher.layout import (CLOSED_KEY, EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, NODE_KEY, REPORTED,
+                                        VERDICT, node_name, rank_range, report_key)
 
 GRACE_S = 30.0  # after one node failed, the others get this long to report
+CLOSE_WAIT_S = 5.0  # after FINISHED, wait this long at most for the waiting nodes to close their clients
 
 
 def verdict_message(lost: list[dict]) -> str:
@@ -149,8 +158,25 @@ def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, lost_after_s
         print(f"rendezvous: FAILED: {verdict_message(lost)}", flush=True)
     else:
         print("rendezvous: " + ("all nodes exited 0" if status == 0 else "FAILED"), flush=True)
-    time.sleep(1.0 if any(n["seen"] for n in nodes) else 0.0)  # let waiting wrappers read FINISHED
+    heard = {n["k"] for n in nodes if n["seen"] is not None} - {x["node_rank"] for x in lost}
+    waiting = sorted(r["node_rank"] for r in reports.values() if r.get("waits") and r.get("node_rank") in heard)
+    await_closed(store, waiting, CLOSE_WAIT_S, poll_s=min(poll_s, 0.1))
     return status
+
+
+def await_closed(store, node_ranks: list[int], timeout_s: float, poll_s: float = 0.1) -> list[int]:
+    """Wait until each of node_ranks has set its CLOSED_KEY (its heartbeat read FINISHED and closed
+    its store client), at most timeout_s; print and return those that did not."""
+    t0, left = time.monotonic(), list(node_ranks)
+    while left:
+        left = [k for k in left if not store.check([CLOSED_KEY + str(k)])]
+        if not left or time.monotonic() - t0 > timeout_s:
+            break
+        time.sleep(poll_s)
+    if left:
+        print(f"rendezvous: node rank(s) {', '.join(map(str, left))} did not close their store client within "
+              f"{timeout_s:g}s; exiting anyway", flush=True)
+    return left
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,4 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # not sys.exit: torch's teardown would keep the container up ~0.5 s after the store closed
