@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COMPOSE_V1, compose_env, need_torch
+from conftest import COMPOSE_V1, compose_env, need_torch, noise
 from simcluster.launcher.handle import Handle
 import yaml
 
@@ -125,6 +125,7 @@ def test_2x2x2_up_exits_0_on_every_node(cluster_2x2x2):
     out = c.output()
     assert "== summary: OK ==" in out and "rank output  8/8 ranks printed" in out and "MISPLACED" not in out, c.why()
     assert "rendezvous: all nodes exited 0" in out, c.why()
+    assert not noise(out), noise(out)[:5]  # a successful run ends quietly (no store warnings or C++ frames)
 
 
 def test_2x2x2_node_k_holds_pipeline_stage_k(cluster_2x2x2):
@@ -217,6 +218,7 @@ def test_2x2x2_under_compose_v1(tmp_path):
         assert c.returncode == 0, c.why()
         assert c.exit_codes() == {"node-0": 0, "node-1": 0, "rendezvous": 0}, c.why()
         assert "rank output  8/8 ranks printed" in c.output() and "MISPLACED" not in c.output()
+        assert not noise(c.output()), noise(c.output())[:5]  # quiet under Compose v1 too
         losses = [r["loss"] for r in c.metrics()]
         assert len(losses) == 3
         torch.set_num_threads(1)
