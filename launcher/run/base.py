@@ -22,6 +22,7 @@ from simcluster.launcher.launch import Launch
 from simcluster.launcher.observe.follow import Stream, Watch
 from simcluster.launcher.observe.rundir import CLUSTER_LOG
 from simcluster.launcher.observe.summary import summarise
+from simcluster.train.config import ConfigError
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,24 @@ class UpOptions:
 
 
 class Runner:
-    """One engine's way of running a Launch here (see the module docstring)."""
+    """One engine's way of running a Launch here (see the module docstring).
+
+    unsupported: the UpOptions fields this engine cannot honour -> what to do instead; check()
+    refuses each one given."""
 
     name = ""
+    unsupported: dict[str, str] = {}
 
     def check(self, launch: Launch, opts: UpOptions) -> None:
-        """Raise ConfigError, naming the option and the fix, for what this engine cannot run."""
+        """Raise ConfigError, naming the option and the fix, for what this engine cannot run.
+
+        Raises:
+            ConfigError: an option of ``unsupported`` given, each with why.
+        """
+        given = [k for k in self.unsupported if getattr(opts, k) not in (False, 0, {})]
+        if given:
+            raise ConfigError("\n  ".join([f"--target {self.name}:", *(f"--{k.replace('_', '-')}: "
+                                                                       f"{self.unsupported[k]}" for k in given)]))
 
     def up(self, launch: Launch, command: str, opts: UpOptions) -> int:
         """Start, follow, summarise, take down; returns the exit code (0, 1, 130)."""

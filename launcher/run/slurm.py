@@ -31,7 +31,6 @@ from simcluster.launcher.layout import IMAGE_USER, LABEL, node_of
 from simcluster.launcher.observe.progress import split_rank
 from simcluster.launcher.observe.summary import summarise
 from simcluster.launcher.run.base import Runner, UpOptions, open_stream
-from simcluster.train.config import ConfigError
 from simcluster.launcher.targets import slurm
 
 IMAGE = "simcluster/slurm:latest"
@@ -82,13 +81,7 @@ class SlurmRunner(Runner):
     """The batch script of targets/slurm.py on a simulated Slurm cluster in containers."""
 
     name = "slurm"
-
-    def check(self, launch: Launch, opts: UpOptions) -> None:
-        """Raises ConfigError for --max-restarts, --start-late or --keep, each with why."""
-        given = [k for k in SLURM_ONLY_NOT if getattr(opts, k) not in (False, 0, {})]
-        if given:
-            raise ConfigError("\n  ".join(["--target slurm:", *(f"--{k.replace('_', '-')}: {SLURM_ONLY_NOT[k]}"
-                                                                 for k in given)]))
+    unsupported = SLURM_ONLY_NOT
 
     def up(self, launch: Launch, command: str, opts: UpOptions) -> int:
         """Bring the Slurm simulation up, submit, follow, summarise, tear down; returns the exit code."""

@@ -96,18 +96,7 @@ class SwarmRunner(Runner):
     """The Compose services as a stack on a (one-node) Docker Swarm."""
 
     name = "swarm"
-
-    def check(self, launch: Launch, opts: UpOptions) -> None:
-        """No option only the Compose runner implements (``--inter-node-bandwidth`` is refused for
-        every target but compose by targets/check.py).
-
-        Raises:
-            ConfigError: --max-restarts, --start-late or --keep given, each with why.
-        """
-        given = [k for k in COMPOSE_ONLY if getattr(opts, k) not in (False, 0, {})]
-        if given:
-            raise ConfigError("\n  ".join(["--target swarm:", *(f"--{k.replace('_', '-')}: {COMPOSE_ONLY[k]}"
-                                                                 for k in given)]))
+    unsupported = COMPOSE_ONLY  # --inter-node-bandwidth: refused for every target but compose by drills/shaping.py
 
     def up(self, launch: Launch, command: str, opts: UpOptions) -> int:
         """Deploy, follow, summarise, remove (see the module docstring); returns the exit code.
