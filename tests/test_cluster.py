@@ -184,11 +184,14 @@ def test_status_reads_the_cluster_from_the_engine(cluster_2x2x2):
         proc = subprocess.run([sys.executable, "-m", "launcher", "status", *target], cwd=ROOT, capture_output=True,
                               text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+        lines = proc.stdout.splitlines()
+        rows = [line.split() for line in lines[1:5]]
         assert rows[0] == ["NODE", "RANKS", "STATE", "LAST", "STEP"]
-        assert rows[1:] == [["node-0", "0-3", "exited", "20"], ["node-1", "4-7", "exited", "20"],
-                            ["rendezvous", "-", "exited", "-"]], proc.stdout
+        assert rows[1:] == [["node-0", "0-3", "exited", "0", "20"], ["node-1", "4-7", "exited", "0", "20"],
+                            ["rendezvous", "-", "exited", "0", "-"]], proc.stdout  # exited, with the exit code
         assert f"run folder {c.run_dir}" in proc.stdout
+        assert lines[5].startswith("not running: the run ended at ") and "every container has exited (exit codes: " \
+            "node-0 0, node-1 0, rendezvous 0)" in lines[5], proc.stdout  # and says how it ended
 
 
 def test_4x1x2_four_nodes_finish(tmp_path):
