@@ -64,7 +64,8 @@ def code_digest(sources: dict[str, str] | None = None) -> str:
 
 
 def stage_code(dest: str) -> None:
-    """Copy ``code_sources()`` (the .py files) into dest as dest/simcluster/...: the image build's context."""
+    """Copy ``code_sources()`` (every file but bytecode and __pycache__) into dest as dest/simcluster/...:
+    the image build's context. (code_digest hashes the .py files of the same sources.)"""
     import shutil
 
     for name, host in code_sources().items():
