@@ -42,6 +42,7 @@ _OPS = {
     _c10d.send.default: ("send", 0, 1, 2),
     _c10d.recv_.default: ("recv", 0, 1, 2),
     _c10d.allreduce_.default: ("all_reduce", 0, 1, None),
+    _c10d.broadcast_.default: ("broadcast", 0, 1, None),
     _c10d._allgather_base_.default: ("all_gather", 1, 2, None),
     _c10d.allgather_into_tensor_coalesced_.default: ("all_gather", 1, 2, None),
     _c10d._reduce_scatter_base_.default: ("reduce_scatter", 1, 2, None),
@@ -128,7 +129,7 @@ class TrafficMode(TorchDispatchMode):
 def collective_kind(op: str, functional: bool, dims: set[str]) -> str:
     """The kind of a collective: named after the mesh dimension its group is, else the op.
 
-    op: all_reduce | all_gather | reduce_scatter; functional: a ``_c10d_functional`` op (DTensor's);
+    op: all_reduce | all_gather | reduce_scatter | broadcast; functional: a ``_c10d_functional`` op (DTensor's);
     dims: the names ("pp", "dp", "tp", "world") whose ranks equal the op's group. Rules, first
     match: a functional all-reduce over tp is ``tp_all_reduce``; an all-gather or reduce-scatter
     over dp is ``fsdp_<op>``; a c10d all-reduce over the world is ``world_all_reduce``; else
