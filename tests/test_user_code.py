@@ -23,16 +23,16 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_torch, noise
+from conftest import COMPOSE_V1, compose_env, need_torch, noise
 from simcluster.launcher.handle import Handle
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("trainer_image")]
 
 
-def up(run_dir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def up(run_dir: Path, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "launcher", "up", "--run-dir", str(run_dir), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def left_over(run_dir: Path) -> str:
@@ -141,7 +141,8 @@ def test_ddp_script_on_2_nodes_x_2_ranks(tmp_path):
     shutil.copy(ROOT / "examples" / "ddp.py", script)
     run = tmp_path / "ddp"
     proc = up(run, "--nodes", "2", "--nproc-per-node", "2", "--traffic", "1", "--trace-steps", "2",
-              "--total-steps", "4", "--script", str(script), "--", "--steps", "4")
+              "--total-steps", "4", "--script", str(script), "--", "--steps", "4",
+              env=compose_env(COMPOSE_V1))  # the instruments under Compose v1 (the other tests: v2)
     out = proc.stdout
     assert proc.returncode == 0, out[-5000:] + proc.stderr[-2000:]
     traffic = instrumented(run, 4, 4, out)
