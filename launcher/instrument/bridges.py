@@ -16,6 +16,12 @@ in the ranks, with the public extension point
 - What cannot be bridged from outside the user's code is listed in NOT_BRIDGED with its one-line
   fix, never patched behind the user's back.
 
+The gap it closes (torch 2.13, CPU): F.scaled_dot_product_attention on DTensors runs
+aten._scaled_dot_product_flash_attention_for_cpu, which has no DTensor strategy. With
+is_causal=True it raises NotImplementedError; without, DTensor traces torch's decomposition of the
+op instead (about 30 s at the first call on 2 ranks here) and returns the output Replicate (the
+heads gathered); its backward has no decomposition and raises NotImplementedError.
+
 This module is torch-free at import (the launcher imports every module without torch,
 tests/test_launcher.py): torch is imported inside the functions, in the ranks. Run as a module,
 it installs the bridges and runs the script given (``runpy``), for plain torchrun on the host.
