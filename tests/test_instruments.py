@@ -94,11 +94,13 @@ def test_the_clock_counts_the_first_optimizer_and_then_explicit_marks(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     steps = records(out / "steps" / "rank-0.jsonl")
-    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]  # 3 optimizer steps (of opt_a), then 2 marks
+    # 3 optimizer steps (of opt_a); then 2 more before the first mark; from the mark on, marks only (6, 7)
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6, 7]
     assert all(s["step_time_s"] > 0 and s["rss_mb"] > 10 and s["restart"] == 0 for s in steps)
-    assert records(out / "metrics.jsonl") == [{"step": 5, "total_steps": 5, "loss": 0.25}]  # step: the clock's
+    assert records(out / "metrics.jsonl") == [{"step": 7, "total_steps": 5, "loss": 0.25}]  # step: the clock's
     rows = step_rows(str(out))
-    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5] and rows[-1]["loss"] == 0.25 and len(rows[0]["rss_mb"]) == 1
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6, 7] and rows[-1]["loss"] == 0.25
+    assert len(rows[0]["rss_mb"]) == 1
 
 
 def test_sitecustomize_is_a_no_op_outside_a_rank(tmp_path):
@@ -193,3 +195,18 @@ def test_instrument_flags_refused_with_the_fix(tmp_path, args, problem):
     proc = generate(tmp_path, "--nodes" if "--script" in args else "--mesh", *(["1", "--nproc-per-node", "1"]
                     if "--script" in args else ["1x1x1"]), *args, "--out", str(out))
     assert proc.returncode == 2 and problem in proc.stderr and not out.exists(), proc.stderr
+
+
+BRIDGE_CHECK = '''
+import torch, torch.distributed.tensor
+from simcluster.launcher.instrument.bridges import has_strategy
+print("bridged", has_strategy(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default), flush=True)
+'''
+
+
+@pytest.mark.parametrize("flag, bridged", [({}, True), ({"SIMCLUSTER_CPU_BRIDGES": "0"}, False)])
+def test_cpu_bridges_are_on_in_a_rank_unless_turned_off(tmp_path, flag, bridged):
+    (tmp_path / "b.py").write_text(BRIDGE_CHECK)
+    proc = subprocess.run([sys.executable, "b.py"], cwd=tmp_path, env=rank_env(tmp_path / "run", **flag),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == f"bridged {bridged}" and proc.stderr == "", proc.stdout + proc.stderr

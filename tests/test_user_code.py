@@ -135,6 +135,27 @@ def test_torch_pipelining_example_on_2x2x2(tmp_path):
     assert left_over(run) == ""
 
 
+def test_llama_2d_with_sdpa_on_dtensors_on_2_nodes_x_2_ranks(tmp_path):
+    """examples/llama_2d.py, written for GPUs (device from torch.accelerator, SDPA on DTensors):
+    on 2 nodes x 2 ranks (dp across the nodes, tp inside) it runs only because the ranks bridge
+    the CPU attention op (launcher/instrument/bridges.py), and its loss equals one process's."""
+    data = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"
+    assert data.is_file(), f"{data} missing: the real text the tests read"
+    script = tmp_path / "mycode" / "llama.py"
+    script.parent.mkdir()
+    shutil.copy(ROOT / "examples" / "llama_2d.py", script)
+    run = tmp_path / "llama"
+    proc = up(run, "--nodes", "2", "--nproc-per-node", "2", "--mount", f"{data}:/data/text.txt", "--script",
+              str(script), "--", "--steps", "3", "--data", "/data/text.txt")
+    out = proc.stdout
+    assert proc.returncode == 0, out[-5000:] + proc.stderr[-2000:]
+    assert not noise(out), noise(out)
+    ref = one_process(script, tmp_path / "ref", "--steps", "3", "--data", str(data))
+    got = losses(run)
+    assert len(got) == 3 and all(abs(m - r) <= 1e-5 * abs(r) for m, r in zip(got, ref)), (got, ref)
+    assert left_over(run) == ""
+
+
 def test_ddp_script_on_2_nodes_x_2_ranks(tmp_path):
     script = tmp_path / "mycode" / "ddp_copy.py"
     script.parent.mkdir()
