@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _compare_args(cp: argparse.ArgumentParser) -> None:
     """`compare`: your code's flags, layout A (as `up`) and B (--against...), the metric, node options."""
     add_job_args(cp)
-    cp.add_argument("--mesh", default=None, metavar="PPxDPxTP", help="layout A, a 3D mesh (or --nodes/--nproc-per-node)")
+    cp.add_argument("--mesh", default=None, metavar="PPxDPxTP",
+                    help="layout A, a 3D mesh (or --nodes/--nproc-per-node)")
     g = cp.add_argument_group("layout B and the comparison")
     g.add_argument("--against", default=None, metavar="PPxDPxTP", help="layout B, a 3D mesh (may equal A: determinism)")
     g.add_argument("--against-nodes", type=int, default=None, metavar="N", help="layout B: N nodes (with "
@@ -261,8 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(fix_negative_values(own, ("--mesh", "--against", "--rtol")))
     if unknown:
-        hint = (f"; compare takes no trainer options: your code's arguments go after --, e.g. ... -- {' '.join(unknown)}"
-                if args.command == "compare" else "")
+        hint = (f"; compare takes no trainer options: your code's arguments go after --, e.g. ... -- "
+                f"{' '.join(unknown)}" if args.command == "compare" else "")
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     args.job_argv = job_argv
     try:

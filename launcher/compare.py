@@ -275,18 +275,18 @@ def compare(*, metric: str = "loss", metric_regex: str | None = None, rtol: floa
     runner = runner or ComposeRun(quiet)
     runner.check(sides)
     if sides[0].layout == sides[1].layout:
-        _say(f"compare: A and B are the same layout ({sides[0].layout}): two runs must agree (determinism)")
+        print(f"compare: A and B are the same layout ({sides[0].layout}): two runs must agree (determinism)",
+              flush=True)
     for side in sides:  # fresh folders: no earlier run's metrics, logs or resume state
         try:
-            shutil.rmtree(side.run_dir)
-        except FileNotFoundError:
-            pass
+            if os.path.exists(side.run_dir):
+                shutil.rmtree(side.run_dir)
         except OSError as e:
             raise ConfigError(f"--run-dir: cannot empty {repo_path(side.run_dir)} for run {side.name}: {e}; remove "
                               f"it yourself or pass another --run-dir") from None
     series = []
     for side in sides:
-        _say(f"compare: run {side.label} into {repo_path(side.run_dir)}\n  = {side.up_line}")
+        print(f"compare: run {side.label} into {repo_path(side.run_dir)}\n  = {side.up_line}", flush=True)
         code = runner(side)
         if code == 130:
             raise KeyboardInterrupt
@@ -302,12 +302,8 @@ def compare(*, metric: str = "loss", metric_regex: str | None = None, rtol: floa
                 raise ConfigError(f"{e} (B was not run)") from None
             raise RunFailed(f"{e}; run {sides[0].label} logged {len(series[0])} step(s) of it") from None
         if quiet:
-            _say(f"compare: run {side.label} ok, {len(series[-1])} step(s) of {metric}")
+            print(f"compare: run {side.label} ok, {len(series[-1])} step(s) of {metric}", flush=True)
     return compare_series(series[0], series[1], rtol, metric, (sides[0].label, sides[1].label))
-
-
-def _say(text: str) -> None:
-    print(text, flush=True)
 
 
 def result_text(c: Comparison) -> str:

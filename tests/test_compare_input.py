@@ -109,15 +109,17 @@ def test_divergence_and_lengths_from_the_ranks_lines(tmp_path):
     lines_a = ["rank=0 host=node-0", "step 1/3 loss 0.721840", "step 2/3 loss 0.823000", "step 3/3 loss 0.700000"]
     lines_b = ["step 1/2 loss 0.721840", "step 2/2 loss 0.811635"]
     c = call(tmp_path, Fake(A=(0, None, lines_a, []), B=(0, None, lines_b, [])), mesh=None, nodes=2,
-             nproc_per_node=2, against="2x2x1", against_nodes=None, against_nproc_per_node=None, metric_regex=r"^step (?P<step>\d+)/\d+ loss (?P<value>\S+)")
+             nproc_per_node=2, against="2x2x1", against_nodes=None, against_nproc_per_node=None,
+             metric_regex=r"^step (?P<step>\d+)/\d+ loss (?P<value>\S+)")
     assert not c.ok and (c.first_divergence.step, c.first_divergence.a, c.first_divergence.b) == (2, 0.823, 0.811635)
     assert c.only_a == ((3, 0.7),) and c.labels == ("A (2 nodes x 2 ranks)", "B (mesh 2x2x1)")
 
 
 def test_a_metric_run_a_lacks_exits_2_without_running_b(tmp_path):
     fake = Fake(A=(0, GOOD, [], []), B=(0, GOOD, [], []))
-    with pytest.raises(ConfigError, match=r"--metric lsos: run A \(mesh 2x2x2\)'s .*a-mesh-2x2x2/metrics.jsonl has no "
-                                          r"'lsos' in its 3 rows; their keys: loss, step, total_steps; .*B was not run"):
+    with pytest.raises(ConfigError, match=r"--metric lsos: run A \(mesh 2x2x2\)'s .*a-mesh-2x2x2/metrics.jsonl has "
+                                          r"no 'lsos' in its 3 rows; their keys: loss, step, total_steps; .*B was not "
+                                          r"run"):
         call(tmp_path, fake, metric="lsos")
     assert fake.ran == ["A"]
     with pytest.raises(ConfigError, match=r"run A \(mesh 2x2x2\) wrote no .*metrics.jsonl; append"):
@@ -170,7 +172,8 @@ def test_cli_exit_codes_and_table(tmp_path, monkeypatch, capsys):
     assert cli.main(argv + ["--", "--steps", "3"]) == 1
     out = capsys.readouterr().out
     assert "   3       0.7675373             0.7   9.6e-02" in out
-    assert "loss diverges at step 3: A (mesh 2x2x2) 0.7675373, B (mesh 2x2x1) 0.7 (rel diff 9.6e-02 > rtol 1e-05)" in out
+    assert ("loss diverges at step 3: A (mesh 2x2x2) 0.7675373, B (mesh 2x2x1) 0.7 (rel diff 9.6e-02 > rtol 1e-05)"
+            in out)
     assert out.rstrip().endswith("compare: FAILED: loss differs beyond rtol 1e-05 or in its steps (above)")
     assert cli.main(argv + ["--rtol", "0.1", "--", "--steps", "3"]) == 0
     assert "compare: OK: loss of A (mesh 2x2x2) and B (mesh 2x2x1) agree within rtol 0.1 at all 3 steps" in \

@@ -126,7 +126,8 @@ def table_text(comparisons: list[Comparison]) -> str:
     """One table of one or more comparisons over the union of their steps: ``step`` then, per
     comparison, its two labels and ``rel_diff``; ``-`` where a side lacks the step (rel_diff
     ``missing``). Right-aligned columns, one line per step, the header first."""
-    steps = sorted({r.step for c in comparisons for r in c.rows} | {s for c in comparisons for s, _ in c.only_a + c.only_b})
+    steps = sorted({r.step for c in comparisons for r in c.rows}
+                   | {s for c in comparisons for s, _ in c.only_a + c.only_b})
     header = ["step"] + [h for c in comparisons for h in (*c.labels, "rel_diff")]
     lines = [header]
     for step in steps:
