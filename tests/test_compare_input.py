@@ -154,6 +154,14 @@ def test_a_folder_compare_did_not_make_is_refused(tmp_path):
     assert fake.ran == [] and (mine / "notes.txt").exists()
 
 
+def test_node_options_by_name_apply_to_both_runs(tmp_path):
+    fake = Fake(A=(0, GOOD, [], []), B=(0, GOOD, [], []))
+    assert call(tmp_path, fake, mount_code=True, cpus_per_node=1.5, timeout_s=30).ok
+    for side in fake.sides:
+        assert side.launch.node.mount_code and side.launch.node.cpus_per_node == 1.5 and side.launch.timeout_s == 30
+        assert "--cpus-per-node 1.5 --mount-code" in side.up_line and "--timeout-s 30.0" in side.up_line
+
+
 def test_the_same_layout_twice_is_a_determinism_check(tmp_path, capsys):
     c = call(tmp_path, Fake(A=(0, GOOD, [], []), B=(0, GOOD, [], [])), against_nodes=None,
              against_nproc_per_node=None, against="2x2x2")
