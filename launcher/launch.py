@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from simcluster.launcher.checks import MIN_CPUS, image_problem, memory_problem
 from simcluster.launcher.drills.shaping import rate_bits_per_s
+from simcluster.launcher.instrument.spec import Instruments
 from simcluster.launcher.layout import (IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, lost_after_s, node_names,
                              run_name)
 from simcluster.train.config import MeshSpec, TrainRun
@@ -152,6 +153,8 @@ class Launch:
         stock torchrun, never inside the node agent).
     restart: the launcher's restart count ($SIMCLUSTER_RESTART_COUNT): 0, then 1, 2, ...
     engine: options of the real engines' documents (EngineOptions).
+    instruments: what the ranks of the user's code record (launcher/instrument/spec.py); unused
+        by the built-in trainer, which takes its own flags.
     """
 
     nnodes: int
@@ -168,6 +171,7 @@ class Launch:
     train: TrainRun | None = None
     restart: int = 0
     engine: EngineOptions = EngineOptions()
+    instruments: Instruments = Instruments()
 
     @property
     def names(self) -> list[str]:

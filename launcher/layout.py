@@ -68,6 +68,22 @@ def node_of(rank: int, nproc: int) -> int:
     return rank // nproc
 
 
+def mesh_groups(rank: int, pp: int, dp: int, tp: int) -> dict[str, tuple[int, ...]]:
+    """This rank's groups of a (pp, dp, tp) mesh laid out pp-outermost, as ``init_device_mesh``
+    lays out ``(pp, dp, tp)`` (rank = (pp_i*dp + dp_i)*tp + tp_i): {"pp", "dp", "tp", "world"} ->
+    sorted global ranks; size-1 dimensions are left out (they never communicate)."""
+    pp_i, rest = divmod(rank, dp * tp)
+    dp_i, tp_i = divmod(rest, tp)
+    out = {"world": tuple(range(pp * dp * tp))}
+    if pp > 1:
+        out["pp"] = tuple((p * dp + dp_i) * tp + tp_i for p in range(pp))
+    if dp > 1:
+        out["dp"] = tuple((pp_i * dp + d) * tp + tp_i for d in range(dp))
+    if tp > 1:
+        out["tp"] = tuple((pp_i * dp + dp_i) * tp + t for t in range(tp))
+    return out
+
+
 def format_ranks(ranks: range) -> str:
     """``0-3``, or ``5`` for a single rank."""
     return str(ranks.start) if len(ranks) == 1 else f"{ranks.start}-{ranks.stop - 1}"

@@ -17,6 +17,7 @@ from dataclasses import fields
 
 from simcluster.launcher.checks import example, run_dir_problem, text_errors
 from simcluster.launcher.files import host_abspath, repo_path
+from simcluster.launcher.instrument.spec import Instruments
 from simcluster.launcher.jobs import parse_mount, resolve_code, resolve_training
 from simcluster.launcher.launch import RDZV_BACKENDS, EngineOptions, Launch, NodeOptions, check_engine_options
 from simcluster.launcher.layout import JOIN_TIMEOUT_S, TRAINER_MODULE
@@ -24,6 +25,7 @@ from simcluster.train.cli import config_from_args
 from simcluster.train.config import Config, ConfigError
 
 SHARED = ("mesh", "run_dir", "timeout_s")  # Config fields that are launcher options for any job
+INSTRUMENTS = ("traffic", "trace_steps", "profile_step")  # trainer flags that instrument the user's code too
 UP_ONLY = ("build", "keep", "quiet", "progress_every", "max_restarts", "start_late")  # not in `generate`
 
 
@@ -50,6 +52,10 @@ def add_job_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--nproc-per-node", type=int, default=None, metavar="M", help="ranks per node (with --nodes)")
     g.add_argument("--mount", action="append", default=[], metavar="SRC:DST[:ro|rw]",
                    help="bind-mount a host path into every node (read-only unless :rw; repeatable)")
+    g.add_argument("--total-steps", type=int, default=None, metavar="N",
+                   help="your code's step count, for progress and ETA (else what it logs with simcluster.log)")
+    g.add_argument("--no-cpu-bridges", action="store_true",
+                   help="leave torch's CPU-only DTensor gaps unbridged in your ranks (see docs/own-code.md)")
 
 
 def add_node_args(parser: argparse.ArgumentParser) -> None:
@@ -116,6 +122,27 @@ def node_options(args: argparse.Namespace, user: str) -> NodeOptions:
                        inter_node_bandwidth=args.inter_node_bandwidth, inter_node_latency=args.inter_node_latency)
 
 
+def instruments(cfg: Config, args: argparse.Namespace) -> Instruments:
+    """The instruments of a user-code job from --traffic, --trace-steps/--profile-step, --total-steps
+    and --no-cpu-bridges.
+
+    Raises:
+        ConfigError: --traffic not 0 or 1, --total-steps below 1, a traced step that does not parse
+            or lies beyond --total-steps.
+    """
+    from simcluster.train.config import parse_steps
+
+    if cfg.traffic not in (0, 1):
+        raise ConfigError(f"--traffic: 0 or 1, got {cfg.traffic}; e.g. --traffic 1")
+    if args.total_steps is not None and args.total_steps < 1:
+        raise ConfigError(f"--total-steps: must be >= 1, got {args.total_steps}; e.g. --total-steps 5")
+    steps = set(parse_steps(cfg.trace_steps, args.total_steps or 10**9))
+    if cfg.profile_step:
+        steps |= set(parse_steps(str(cfg.profile_step), args.total_steps or 10**9))
+    return Instruments(traffic=bool(cfg.traffic), trace_steps=tuple(sorted(steps)), total_steps=args.total_steps,
+                       cpu_bridges=not args.no_cpu_bridges)
+
+
 def is_builtin(args: argparse.Namespace) -> bool:
     """The built-in trainer: no --script, no --code, and no --module (or the trainer's own)."""
     return args.script is None and args.code is None and args.module in (None, TRAINER_MODULE)
@@ -137,11 +164,14 @@ def resolve(args: argparse.Namespace, user: str, parser: argparse.ArgumentParser
         if args.nodes is not None or args.nproc_per_node is not None or args.job_argv:
             raise ConfigError("the built-in trainer takes --mesh and its own flags, not --nodes/--nproc-per-node "
                               "or arguments after --; to run your code, add --script FILE or --module NAME")
+        if args.total_steps is not None or args.no_cpu_bridges:
+            raise ConfigError(f"{'--total-steps' if args.total_steps is not None else '--no-cpu-bridges'}: an "
+                              f"option of your own code's runs; the built-in trainer takes --steps N")
         paths = {k: os.path.abspath(getattr(cfg, k)) for k in ("data", "run_dir") if getattr(cfg, k) is not None}
         launch = resolve_training(dataclasses.replace(cfg, **paths), node, tuple(args.mount), host_path=repo_path)
     else:
         defaults = Config()
-        trainer_only = [f.name for f in fields(Config) if f.name not in SHARED
+        trainer_only = [f.name for f in fields(Config) if f.name not in SHARED + INSTRUMENTS
                         and getattr(cfg, f.name) not in (None, getattr(defaults, f.name))]
         if trainer_only or args.config:
             given = ", ".join("--" + n.replace("_", "-") for n in trainer_only) or f"--config {args.config}"
@@ -151,6 +181,7 @@ def resolve(args: argparse.Namespace, user: str, parser: argparse.ArgumentParser
                               argv=args.job_argv, mesh=args.mesh, nodes=args.nodes,
                               nproc_per_node=args.nproc_per_node, run_dir=args.run_dir,
                               timeout_s=cfg.timeout_s, mounts=tuple(args.mount), host_path=repo_path)
+        launch = dataclasses.replace(launch, instruments=instruments(cfg, args))
     launch = dataclasses.replace(launch, engine=engine_options(args))
     _raise(check_engine_options(launch.engine))
     command = generate_command(args, parser, launch)

@@ -9,9 +9,25 @@ The one import name of this project, so that a user's own ``train.py``, ``launch
 real sub-packages (pyproject.toml maps the top-level folders launcher/, train/ and images/ into
 this package). In a checkout the folders are this folder's siblings, so the package's search
 path takes in the checkout's root: ``simcluster.launcher`` is ``<checkout>/launcher``.
+
+API for your code on the cluster: ``simcluster.log(step=..., loss=...)`` and ``simcluster.step()``.
 """
 import os as _os
 
 _HERE = _os.path.dirname(_os.path.abspath(__file__))
 if not _os.path.isdir(_os.path.join(_HERE, "launcher")):  # a checkout: launcher/ and train/ beside this folder
     __path__.append(_os.path.dirname(_HERE))
+
+
+def log(step=None, *, total_steps=None, **metrics):
+    """Log what only your code knows (``loss=...``) for step ``step`` into the run's metrics.jsonl;
+    a no-op outside the cluster. See simcluster/launcher/instrument/log.py."""
+    from simcluster.launcher.instrument.log import log as _log
+    _log(step, total_steps=total_steps, **metrics)
+
+
+def step():
+    """Mark the end of a training step, for code whose steps are not optimizer steps (a no-op
+    outside the cluster). See simcluster/launcher/instrument/clock.py."""
+    from simcluster.launcher.instrument.log import step as _step
+    _step()

@@ -133,9 +133,9 @@ def test_script_without_metrics_printing_on_some_ranks(stream, capsys):
     out = summary_of(stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
     assert out.startswith(" OK ==")
     assert "?" not in out and "final loss" not in out and "tokens/s" not in out and "ranks seen" not in out
-    assert ("  metrics      none: the job wrote no metrics.jsonl (for loss, progress and a report,\n"
-            '               append {"step": N, "loss": X} per step to $SIMCLUSTER_OUTPUT_DIR/metrics.jsonl, as '
-            "examples/ddp.py does)\n") in out
+    assert ("  metrics      none: the job made no optimizer step and wrote no metrics.jsonl (steps are counted "
+            "at each\n               torch optimizer step or simcluster.step(); log a loss with "
+            "simcluster.log(loss=...))\n") in out
     assert "  rank output  2/4 ranks printed (ranks 1, 3 printed nothing)\n" in out
     assert "FAILED" not in out and "no rank printed a Python traceback" not in out
 

@@ -70,13 +70,18 @@ def test_the_installed_launcher_is_torch_free_and_not_shadowed(installed):
     assert subprocess.run([str(py), "-c", "import torch"], capture_output=True).returncode != 0  # the [torch] extra
     for cmd, out in (([str(py), "-m", "simcluster"], "a"), ([str(py.parent / "simcluster")], "b")):
         gen = subprocess.run([*cmd, "generate", "--mesh", "2x2x2", "--script", "train.py", "--out", f"{out}.yml",
-                              "--", "--steps", "3"], cwd=project, capture_output=True, text=True, timeout=120)
+                              "--traffic", "1", "--", "--steps", "3"], cwd=project, capture_output=True, text=True,
+                             timeout=120)
         assert gen.returncode == 0, gen.stdout + gen.stderr
         assert "RuntimeError" not in gen.stderr
         node = yaml.safe_load((project / f"{out}.yml").read_text())["services"]["node-1"]
         assert node["command"][:3] == ["python", "-m", "simcluster.launcher.container.node"]
         assert node["command"][-3:] == ["--", "--steps", "3"] and "/code/train.py" in node["command"]
         assert ".:/code:ro" in node["volumes"]  # the project folder (the file's folder) at /code
+        assert node["environment"]["SIMCLUSTER_TRAFFIC"] == "1"  # the ranks' instruments, carried by the file
+    boot = subprocess.run([str(py), "-c", "import os, simcluster.launcher.instrument as i; print(os.listdir("
+                           "os.path.join(os.path.dirname(i.__file__), 'boot')))"], capture_output=True, text=True)
+    assert "sitecustomize.py" in boot.stdout, boot.stdout + boot.stderr  # package data of the wheel
     gen = subprocess.run([str(py.parent / "simcluster"), "generate", "--nodes", "2", "--nproc-per-node", "2",
                           "--script", str(ROOT / "examples" / "ddp.py")], cwd=project, capture_output=True, text=True,
                          timeout=120)
@@ -117,5 +122,8 @@ def test_the_image_builds_from_the_installed_package(installed, trainer_image, t
                                 "import simcluster.launcher.container.node, simcluster.train.trainer, simcluster; "
                                 "print(simcluster.__file__)"], capture_output=True, text=True, timeout=300)
         assert probe.returncode == 0 and probe.stdout.strip() == "/app/simcluster/__init__.py", probe.stderr
+        boot = subprocess.run(["docker", "run", "--rm", image, "ls", "/app/simcluster/launcher/instrument/boot"],
+                              capture_output=True, text=True, timeout=300)
+        assert boot.stdout.split() == ["sitecustomize.py"], boot.stdout + boot.stderr  # the ranks' instruments
     finally:
         subprocess.run(["docker", "rmi", "-f", image], capture_output=True)

@@ -23,22 +23,46 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_torch
+from conftest import COMPOSE_V1, compose_env, need_torch, noise
 from simcluster.launcher.handle import Handle
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("trainer_image")]
 
 
-def up(run_dir: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def up(run_dir: Path, *args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "launcher", "up", "--run-dir", str(run_dir), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def left_over(run_dir: Path) -> str:
     project = Handle.for_run(str(run_dir)).project
     return subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
                           capture_output=True, text=True).stdout.strip()
+
+
+def instrumented(run: Path, world: int, steps: int, out: str) -> dict:
+    """What the instruments recorded (--traffic 1 --trace-steps 2): every rank's step records for
+    every step, the traffic totals per step, and the merged trace's tracks (one per rank)."""
+    from simcluster.launcher.observe.rundir import traffic_totals
+
+    for r in range(world):
+        recs = [json.loads(line) for line in (run / "steps" / f"rank-{r}.jsonl").read_text().splitlines()]
+        assert [x["step"] for x in recs] == list(range(1, steps + 1)), (r, recs)
+        assert all(x["step_time_s"] > 0 and x["rss_mb"] > 50 for x in recs), recs
+    trace = json.loads((run / "trace.json").read_text())["traceEvents"]
+    tracks = {e["tid"] for e in trace if e.get("ph") == "X" and e["tid"] < 1000}
+    assert tracks == set(range(world)), tracks
+    assert {e["args"]["step"] for e in trace if e.get("ph") == "X"} == {2}
+    assert re.search(rf"^launcher\s*\| progress: step {steps}/{steps} \(100%\)", out, re.M), out[-3000:]
+    assert f"trace        {run}/trace.json" in out and "traffic/step" in out, out[-3000:]
+    return traffic_totals(str(run))
+
+
+def pipeline_bytes(dp: int, tp: int, batch: int, microbatches: int, dim: int) -> int:
+    """The closed form of one step's pipeline bytes on one link between two stages (float32): every
+    (dp, tp) rank of a stage sends one (batch/dp/microbatches, dim) tensor per microbatch."""
+    return dp * tp * microbatches * (batch // dp // microbatches) * dim * 4
 
 
 def losses(folder: Path) -> list[float]:
@@ -55,15 +79,26 @@ def one_process(script: Path, out: Path, *args: str) -> list[float]:
 
 def test_manual_3d_script_from_outside_the_repo_on_2x2x2(tmp_path):
     """rank r runs on node r // 4 (pipeline send/recv r <-> r+4 crosses containers); every step's
-    loss equals one process's within 1e-5 relative."""
+    loss equals one process's within 1e-5 relative, with the instruments on (unchanged script):
+    progress, every rank's steps, traffic whose pipeline bytes per link are the closed form, a trace
+    with one track per rank."""
     script = tmp_path / "mycode" / "train3d.py"
     script.parent.mkdir()
     shutil.copy(ROOT / "examples" / "manual_3d.py", script)
     run = tmp_path / "m3d"
     t0 = time.monotonic()
-    proc = up(run, "--mesh", "2x2x2", "--script", str(script), "--", "--steps", "5")
+    proc = up(run, "--mesh", "2x2x2", "--traffic", "1", "--trace-steps", "2", "--script", str(script),
+              "--", "--steps", "5")
     out = proc.stdout
     assert proc.returncode == 0, out[-5000:] + proc.stderr[-2000:]
+    assert not noise(out), noise(out)
+    traffic = instrumented(run, 8, 5, out)
+    closed = pipeline_bytes(dp=2, tp=2, batch=16, microbatches=2, dim=32)  # manual_3d's defaults
+    for step in range(2, 6):
+        links, kinds = traffic[step]["links"], traffic[step]["bytes"]
+        assert links["0->1"] == links["1->0"] == closed and kinds["pp_send"] == kinds["pp_recv"] == 2 * closed, \
+            traffic[step]
+        assert kinds["fsdp_all_gather"] > 0 and kinds["tp_all_reduce"] > 0 and kinds["world_all_reduce"] == 8 * 4
     places = re.findall(r"^(node-\d) r(\d)\s*\| rank=(\d) host=(node-\d) coords=pp(\d)/dp(\d)/tp(\d)$", out, re.M)
     assert sorted(int(p[2]) for p in places) == list(range(8)), out[-4000:]
     for service, prefix_rank, rank, host, pp, dp, tp in places:
@@ -77,14 +112,46 @@ def test_manual_3d_script_from_outside_the_repo_on_2x2x2(tmp_path):
     assert left_over(run) == ""
 
 
+def test_torch_pipelining_example_on_2x2x2(tmp_path):
+    """examples/pipelining.py (PipelineStage + Schedule1F1B over the pp group), unchanged, on two
+    containers: its loss equals one process's at every step, and its instruments record the
+    schedule's p2p as pp traffic whose bytes per link are the closed form."""
+    script = tmp_path / "mycode" / "pipelining.py"
+    script.parent.mkdir()
+    shutil.copy(ROOT / "examples" / "pipelining.py", script)
+    run = tmp_path / "pipe"
+    args = ("--steps", "4", "--schedule", "1f1b", "--microbatches", "2")
+    proc = up(run, "--mesh", "2x2x2", "--traffic", "1", "--trace-steps", "2", "--script", str(script), "--", *args)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-5000:] + proc.stderr[-2000:]
+    traffic = instrumented(run, 8, 4, out)
+    closed = pipeline_bytes(dp=2, tp=2, batch=16, microbatches=2, dim=32)
+    for step in range(2, 5):
+        links, kinds = traffic[step]["links"], traffic[step]["bytes"]
+        assert links["0->1"] == links["1->0"] == closed and kinds["pp_send"] == 2 * closed, traffic[step]
+    ref = one_process(script, tmp_path / "ref", *args)
+    got = losses(run)
+    assert len(got) == 4 and all(abs(m - r) <= 1e-5 * abs(r) for m, r in zip(got, ref)), (got, ref)
+    assert left_over(run) == ""
+
+
 def test_ddp_script_on_2_nodes_x_2_ranks(tmp_path):
     script = tmp_path / "mycode" / "ddp_copy.py"
     script.parent.mkdir()
     shutil.copy(ROOT / "examples" / "ddp.py", script)
     run = tmp_path / "ddp"
-    proc = up(run, "--nodes", "2", "--nproc-per-node", "2", "--script", str(script), "--", "--steps", "4")
+    proc = up(run, "--nodes", "2", "--nproc-per-node", "2", "--traffic", "1", "--trace-steps", "2",
+              "--total-steps", "4", "--script", str(script), "--", "--steps", "4",
+              env=compose_env(COMPOSE_V1))  # the instruments under Compose v1 (the other tests: v2)
     out = proc.stdout
     assert proc.returncode == 0, out[-5000:] + proc.stderr[-2000:]
+    traffic = instrumented(run, 4, 4, out)
+    params = 16 * 64 + 64 + 64 + 1  # ddp.py's MLP: DDP all-reduces every gradient once a step
+    for step in range(2, 5):  # + the 4-byte loss all-reduce of the step before
+        kinds = traffic[step]["bytes"]  # and DDP's broadcast of module buffers before each forward
+        assert kinds["world_all_reduce"] == 4 * (4 * params + 4) and set(kinds) <= {"world_all_reduce",
+                                                                                   "world_broadcast"}, traffic[step]
+        assert traffic[step]["links"] == {"span": sum(kinds.values())}, traffic[step]
     for r in range(4):
         assert re.search(rf"^node-{r // 2} r{r}\s*\| ddp rank={r} local_rank={r % 2} world_size=4 host=node-{r // 2} "
                          rf"node={r // 2}$", out, re.M), out[-3000:]
@@ -144,13 +211,15 @@ def test_failing_module_names_rank_and_traceback(tmp_path):
     assert earlier and int(earlier.group(1)) >= 60, summary  # f0..f58 and the module's (runpy's too, with -m)
     assert 'File "/code/deep.py", line 242, in f60\n          raise ValueError("boom on rank 3")' in summary, summary
     rows = summary.split("\n  node-0")[0]  # the rows above the nodes' (exception lines may hold a '?')
-    assert "metrics      none: the job wrote no metrics.jsonl" in rows and "?" not in rows, summary
+    assert "metrics      none: the job made no optimizer step and wrote no metrics.jsonl" in rows, summary
+    assert "?" not in rows, summary
     assert left_over(run) == ""
 
 
 SLOW = '''
 import json, os, sys, time
 import torch, torch.distributed as dist
+import simcluster  # the logging API: no optimizer here, so the script marks its own steps
 dist.init_process_group("gloo")
 out, total = os.environ["SIMCLUSTER_OUTPUT_DIR"], int(sys.argv[1])
 state = os.path.join(out, "state.json")
@@ -159,10 +228,10 @@ for step in range(start + 1, total + 1):
     t = torch.ones(1)
     dist.all_reduce(t)
     time.sleep(0.5)
+    simcluster.step()
     if dist.get_rank() == 0:
-        with open(os.path.join(out, "metrics.jsonl"), "a") as f:
-            f.write(json.dumps({"step": step, "total_steps": total, "loss": 1.0 / step,
-                                "restart": int(os.environ["SIMCLUSTER_RESTART_COUNT"])}) + "\\n")
+        simcluster.log(step, total_steps=total, loss=torch.tensor(1.0 / step),
+                       restart=int(os.environ["SIMCLUSTER_RESTART_COUNT"]))
         with open(state + ".tmp", "w") as f:
             json.dump({"step": step}, f)
         os.replace(state + ".tmp", state)
@@ -190,6 +259,9 @@ def test_killed_node_is_named_then_restart_resumes(tmp_path):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 41))  # each step once: it resumed where it was
     assert {r["restart"] for r in rows} == {0, 1} and rows[-1]["restart"] == 1
+    assert all(isinstance(r["loss"], float) for r in rows)  # simcluster.log turned the tensor into a float
+    marks = [json.loads(line) for line in (run / "steps" / "rank-0.jsonl").read_text().splitlines()]
+    assert {m["restart"] for m in marks} == {0, 1} and marks[0]["step"] == 1, marks  # simcluster.step's records
     assert left_over(run) == ""
 
 

@@ -56,7 +56,12 @@ def breakdown(events, step_time_s: float) -> dict[str, float]:
     return out
 
 
-def kept_events(trace: dict, rank: int, node: int, step: int) -> list[dict]:
+# the user's own code has no microbatch labels: keep its layers' ops and autograd's backward too
+USER_KEEP = KEEP + ("c10d::", "aten::linear", "aten::_scaled_dot_product", "aten::matmul",
+                    "autograd::engine::evaluate_function")
+
+
+def kept_events(trace: dict, rank: int, node: int, step: int, keep: tuple[str, ...] = KEEP) -> list[dict]:
     """The pipeline-relevant complete ("X") events of one rank's exported trace, on wall-clock
     microseconds (shifted by the anchor's ``args.wall_us``), pid = node, tid = rank (main thread)
     or 1000 + rank (any other thread: gloo's workers)."""
@@ -69,13 +74,56 @@ def kept_events(trace: dict, rank: int, node: int, step: int) -> list[dict]:
     out = []
     for e in events:
         name = e.get("name", "")
-        if not name.startswith(KEEP) or name == ANCHOR:
+        if not name.startswith(keep) or name == ANCHOR:
             continue
         out.append({"name": name, "ph": "X", "ts": round(float(e["ts"]) + shift, 3), "dur": float(e.get("dur", 0)),
                     "pid": node, "tid": rank if e.get("tid") == main_tid else 1000 + rank,
                     "cat": "compute" if COMPUTE.match(name) else "comm" if name.startswith(("gloo:", "_c10d", "FSDP::"))
                     else "other", "args": {"step": step, "rank": rank}})
     return out
+
+
+class StepProfile:
+    """torch.profiler around one step of one rank: ``start()``, the step, ``stop()``.
+
+    ``stop`` writes RUN_DIR/trace/rank-R-step-S.json (the events ``keep`` names, on wall-clock
+    microseconds) and returns ``prof.key_averages()`` for a breakdown. Used by the trainer
+    (``maybe_profile``) and by the instruments of the user's code (launcher/instrument/trace.py).
+    """
+
+    def __init__(self, run_dir: str, rank: int, node: int, step: int, keep: tuple[str, ...] = KEEP):
+        self.run_dir, self.rank, self.node, self.step, self.keep = run_dir, rank, node, step, keep
+        os.environ.setdefault("KINETO_LOG_LEVEL", "99")  # else kineto prints a USDT line at each start and stop
+        self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        self._step_fn = None
+
+    def start(self) -> None:
+        self.prof.__enter__()
+        before = time.time_ns()
+        with torch.profiler.record_function(ANCHOR):
+            self.wall_us = (before + time.time_ns()) / 2e3
+        self._step_fn = torch.profiler.record_function(f"simcluster:step {self.step}")
+        self._step_fn.__enter__()
+
+    def stop(self):
+        self._step_fn.__exit__(None, None, None)
+        self.prof.__exit__(None, None, None)
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+            path = tmp.name
+        try:
+            self.prof.export_chrome_trace(path)
+            with open(path, encoding="utf-8") as fh:
+                trace = json.load(fh)
+        finally:
+            os.remove(path)
+        for e in trace.get("traceEvents", []):
+            if e.get("name") == ANCHOR:
+                e.setdefault("args", {})["wall_us"] = self.wall_us
+        os.makedirs(os.path.join(self.run_dir, "trace"), exist_ok=True)
+        out = os.path.join(self.run_dir, "trace", f"rank-{self.rank}-step-{self.step}.json")
+        with open(out, "w", encoding="utf-8") as fh:
+            json.dump(kept_events(trace, self.rank, self.node, self.step, self.keep), fh)
+        return self.prof.key_averages()
 
 
 @contextmanager
@@ -86,27 +134,13 @@ def maybe_profile(enabled: bool, run_dir: str, rank: int, node: int, step: int, 
     if not enabled:
         yield
         return
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        before = time.time_ns()
-        with torch.profiler.record_function(ANCHOR):
-            wall_us = (before + time.time_ns()) / 2e3
-        with torch.profiler.record_function(f"simcluster:step {step}"):
-            yield
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
-        path = tmp.name
+    prof = StepProfile(run_dir, rank, node, step)
+    prof.start()
     try:
-        prof.export_chrome_trace(path)
-        with open(path, encoding="utf-8") as fh:
-            trace = json.load(fh)
+        yield
     finally:
-        os.remove(path)
-    for e in trace.get("traceEvents", []):
-        if e.get("name") == ANCHOR:
-            e.setdefault("args", {})["wall_us"] = wall_us
-    os.makedirs(os.path.join(run_dir, "trace"), exist_ok=True)
-    with open(os.path.join(run_dir, "trace", f"rank-{rank}-step-{step}.json"), "w", encoding="utf-8") as fh:
-        json.dump(kept_events(trace, rank, node, step), fh)
+        averages = prof.stop()
     os.makedirs(os.path.join(run_dir, "profile"), exist_ok=True)
     name = f"rank-{rank}.json" if first else f"rank-{rank}-step-{step}.json"
     with open(os.path.join(run_dir, "profile", name), "w", encoding="utf-8") as fh:
-        json.dump(breakdown(prof.key_averages(), result["step_time_s"]), fh, indent=1, sort_keys=True)
+        json.dump(breakdown(averages, result["step_time_s"]), fh, indent=1, sort_keys=True)

@@ -83,6 +83,21 @@ def merge(run_dir: str, world_size: int, ranks_per_node: int) -> tuple[str, list
     return path, events
 
 
+def merge_found(run_dir: str) -> tuple[str, list[dict]] | None:
+    """``merge`` with the world size and node count read from the per-rank files themselves (the
+    highest rank + 1; the nodes are the events' pids): for a folder whose job the caller does not
+    know, such as the user's code started with plain ``docker compose up``. None without files."""
+    ranks, nodes = set(), set()
+    for f in glob.glob(os.path.join(run_dir, "trace", "rank-*-step-*.json")):
+        ranks.add(int(os.path.basename(f).split("-")[1]))
+        with open(f, encoding="utf-8") as fh:
+            nodes.update(e.get("pid", 0) for e in json.load(fh)[:1])
+    if not ranks:
+        return None
+    world = max(ranks) + 1
+    return merge(run_dir, world, world // max(1, len(nodes)))
+
+
 def ranks_in(events: list[dict]) -> set[int]:
     """Ranks with at least one event on their main track."""
     return {e["tid"] for e in events if e.get("ph") == "X" and e["tid"] < 1000}

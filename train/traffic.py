@@ -42,6 +42,7 @@ _OPS = {
     _c10d.send.default: ("send", 0, 1, 2),
     _c10d.recv_.default: ("recv", 0, 1, 2),
     _c10d.allreduce_.default: ("all_reduce", 0, 1, None),
+    _c10d.broadcast_.default: ("broadcast", 0, 1, None),
     _c10d._allgather_base_.default: ("all_gather", 1, 2, None),
     _c10d.allgather_into_tensor_coalesced_.default: ("all_gather", 1, 2, None),
     _c10d._reduce_scatter_base_.default: ("reduce_scatter", 1, 2, None),
@@ -74,9 +75,12 @@ class TrafficMode(TorchDispatchMode):
     Args:
         rank: this process's global rank.
         ranks_per_node: dp*tp (launcher/layout.py node_of).
-        kinds_by_group: ``group_kinds(mesh)``: "pp" | "dp" | "tp" | "world" -> sorted global ranks.
-            Where two coincide (1x1x2: tp is the world) the op tells them apart: DTensor's TP
-            all-reduce is a functional collective, clipping's a c10d all_reduce.
+        kinds_by_group: "pp" | "dp" | "tp" | "world" -> this rank's groups as sorted global ranks:
+            ``group_kinds(mesh)`` in the trainer, ``layout.mesh_groups`` for the user's code.
+            Where two coincide (1x1x2: tp is the world) the op tells them apart
+            (``collective_kind``). A send or recv whose peer is in this rank's pp group is
+            ``pp_send``/``pp_recv`` whatever group carries it (hand-written pipelines use the
+            world group), any other ``send``/``recv``.
 
     ``records``: list of dicts {kind, op, bytes, link}; ``take()`` returns and clears them.
     """
@@ -104,29 +108,41 @@ class TrafficMode(TorchDispatchMode):
     def _record(self, spec, args) -> None:
         op, t_pos, g_pos, peer_pos = spec
         ranks = self._ranks(args[g_pos])
-        dims = {d for d, members in self.groups.items() if members == tuple(sorted(ranks))}
         node = node_of(self.rank, self.per_node)
         if peer_pos is not None:
             peer = ranks[args[peer_pos]]
             src, dst = (node, node_of(peer, self.per_node)) if op == "send" else (node_of(peer, self.per_node), node)
-            link, kind = f"{src}->{dst}", ("pp_" + op if "pp" in dims else "other")
+            link = f"{src}->{dst}"
+            kind = "pp_" + op if peer != self.rank and peer in self.groups.get("pp", ()) else op
         else:
             nodes = {node_of(r, self.per_node) for r in ranks}
             link = f"{node}->{node}" if len(nodes) == 1 else "span"
-            functional = spec[0] == "all_reduce" and g_pos == 2  # DTensor's all-reduce, not c10d's
-            if op == "all_reduce" and functional and "tp" in dims:
-                kind = "tp_all_reduce"
-            elif op in ("all_gather", "reduce_scatter") and "dp" in dims:
-                kind = "fsdp_" + op
-            elif op == "all_reduce" and not functional and "world" in dims:
-                kind = "world_all_reduce"
-            else:
-                kind = "other"
+            kind = collective_kind(op, spec[0] == "all_reduce" and g_pos == 2,
+                                   {d for d, members in self.groups.items() if members == tuple(sorted(ranks))})
         self.records.append({"kind": kind, "op": op, "bytes": _nbytes(args[t_pos]), "link": link})
 
     def take(self) -> list[dict]:
         out, self.records = self.records, []
         return out
+
+
+def collective_kind(op: str, functional: bool, dims: set[str]) -> str:
+    """The kind of a collective: named after the mesh dimension its group is, else the op.
+
+    op: all_reduce | all_gather | reduce_scatter | broadcast; functional: a ``_c10d_functional`` op (DTensor's);
+    dims: the names ("pp", "dp", "tp", "world") whose ranks equal the op's group. Rules, first
+    match: a functional all-reduce over tp is ``tp_all_reduce``; an all-gather or reduce-scatter
+    over dp is ``fsdp_<op>``; a c10d all-reduce over the world is ``world_all_reduce``; else
+    ``<dim>_<op>`` for the first of tp, dp, pp, world the group is; else ``<op>``.
+    """
+    if op == "all_reduce" and functional and "tp" in dims:
+        return "tp_all_reduce"
+    if op in ("all_gather", "reduce_scatter") and "dp" in dims:
+        return "fsdp_" + op
+    if op == "all_reduce" and not functional and "world" in dims:
+        return "world_all_reduce"
+    dim = next((d for d in ("tp", "dp", "pp", "world") if d in dims), None)
+    return f"{dim}_{op}" if dim else op
 
 
 def summarize(records: list[dict]) -> dict:
@@ -167,8 +183,13 @@ def world_totals(step_summary: dict, pp: int) -> dict:
     Collective: call on all ranks.
     """
     links = link_names(pp)
-    vec = torch.tensor([step_summary["bytes"].get(k, 0) for k in KINDS]
-                       + [step_summary["messages"].get(k, 0) for k in KINDS]
+    folded: dict = {"bytes": {}, "messages": {}}  # kinds outside KINDS count as "other"
+    for part in folded:
+        for k, v in step_summary[part].items():
+            key = k if k in KINDS else "other"
+            folded[part][key] = folded[part].get(key, 0) + v
+    vec = torch.tensor([folded["bytes"].get(k, 0) for k in KINDS]
+                       + [folded["messages"].get(k, 0) for k in KINDS]
                        + [step_summary["links"].get(l, 0) for l in links], dtype=torch.float64)
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(vec)

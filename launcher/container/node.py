@@ -12,6 +12,8 @@ Runs inside the trainer image (the compose ``command`` of every node-K service):
      command line and agent, with the ranks forked after one import per node (``--torchrun``:
      the stock ``torchrun`` CLI instead) -- with log lines prefixed ``[rankR]:`` (R = global
      rank), forwarding SIGTERM/SIGINT to it;
+     For the user's code (a script, or a module other than the trainer) the ranks' environment
+     loads this project's instruments first (``instrument_env``; launcher/instrument/).
   3. writes its exit code and why to the rendezvous store (launcher/container/rendezvous.py),
      stays until the rendezvous has exited (so `compose up --exit-code-from rendezvous` reports
      the verdict), and exits with it. A SIGTERM (`docker stop`) gives 143, "stopped by SIGTERM".
@@ -54,7 +56,8 @@ import time
 
 from simcluster.launcher.container.heartbeat import Heartbeat, report, wait_gone
 from simcluster.launcher.container.ranks import frozen
-from simcluster.launcher.layout import JOIN_TIMEOUT_S, node_ranks, rank_range
+from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
+from simcluster.launcher.layout import JOIN_TIMEOUT_S, TRAINER_MODULE, node_ranks, rank_range
 
 STOP_GRACE_S = 2.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
 GONE_WAIT_S = 15.0  # after FINISHED, wait this long at most for the rendezvous to exit (it takes a few seconds)
@@ -80,6 +83,17 @@ def check_writable(run_dir: str) -> str | None:
         return (f"run folder {run_dir} is not writable by uid {os.getuid()} ({owner}: {e.strerror}). "
                 f"Fix on the host: chown {os.getuid()}:{os.getgid()} {host} (before `docker compose up`), "
                 f"or start the cluster with `python -m launcher up`, which creates it for its containers' user.")
+
+
+def instrument_env(env: dict) -> None:
+    """Load the instruments into every rank of the user's code (launcher/instrument/boot): their
+    folder first on PYTHONPATH, so each interpreter's ``site`` runs its sitecustomize, and
+    SIMCLUSTER_INSTRUMENT=1. The folder is found from this package, wherever the image holds it."""
+    from simcluster.launcher import instrument
+
+    folder = os.path.join(os.path.dirname(os.path.abspath(instrument.__file__)), BOOT_DIR)
+    env["PYTHONPATH"] = os.pathsep.join([folder] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env[ENABLE] = "1"
 
 
 def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[str]) -> list[str]:
@@ -199,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_CONFIG
     env = dict(os.environ)
     env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")
+    if args.script or args.module != TRAINER_MODULE:
+        instrument_env(env)
     cmd = torchrun_command(args, name, train_argv)
     print(f"[{name}] node {args.node_rank}/{args.nnodes}: {' '.join(cmd)}", flush=True)
     proc = subprocess.Popen(cmd, env=env, cwd=args.workdir)

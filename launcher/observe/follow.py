@@ -25,7 +25,7 @@ from simcluster.launcher.engine import compose
 from simcluster.launcher.launch import Launch
 from simcluster.launcher.layout import RDZV_HOST, node_of
 from simcluster.launcher.observe.failures import RankTrace
-from simcluster.launcher.observe.rundir import MetricsTail
+from simcluster.launcher.observe.rundir import StepsTail
 from simcluster.launcher.observe.progress import Bar, Progress, parse_done, parse_step, split_rank
 from simcluster.launcher.handle import Handle
 
@@ -157,10 +157,12 @@ class Watch:
     rendezvous has exited kills every container of the run still up after KILL_AFTER_RDZV_S.
     Container states come from the engine's event stream (engine.Events), not from polling."""
 
-    def __init__(self, target: Handle, late: dict[str, float], run_dir: str, since: float):
-        """since: UNIX time the containers were started (an older metrics.jsonl is a previous run's)."""
+    def __init__(self, target: Handle, late: dict[str, float], run_dir: str, since: float,
+                 total_steps: int | None = None):
+        """since: UNIX time the containers were started (an older metrics.jsonl is a previous run's);
+        total_steps: the job's steps when the launcher knows them (--total-steps), for the ETA."""
         self.target, self.t0 = target, time.monotonic()
-        self.metrics = MetricsTail(run_dir, since=since)
+        self.metrics = StepsTail(run_dir, since=since, total_steps=total_steps)
         self.late = dict(late)  # service -> seconds after start
         self.rdzv_gone: float | None = None
         self.nodes_gone: float | None = None

@@ -4,7 +4,8 @@
     python -m launcher report --run-dir runs/mesh-2x2x2
 
 Works on any folder with a metrics.jsonl (the schema of train/metrics.py; only ``step`` is
-required, so a user's own script's output works too). Draws what the run recorded: loss and
+required) or the instruments' steps/ of the user's code (rundir.step_rows joins both; a trace of
+such a run started with plain ``docker compose up`` is merged here). Draws what the run recorded: loss and
 validation loss, tokens/s, peak memory per rank (``rss_mb``), the node x node traffic matrix
 (``--traffic 1``) and the pipeline timeline (``--trace-steps``). Writes RUN_DIR/report/*.png and
 RUN_DIR/report/index.html and prints the page's path. A folder without metrics.jsonl exits 2.
@@ -16,26 +17,29 @@ import html
 import json
 import os
 
-from simcluster.launcher.observe.rundir import METRICS, newest_run, read_metrics
+from simcluster.launcher.observe.rundir import METRICS, STEPS, newest_run, step_rows
 from simcluster.train.config import ConfigError
 
 
 def read_rows(run_dir: str) -> list[dict]:
-    """metrics.jsonl's records (those with an int ``step``), in file order.
+    """The run's step rows (rundir.step_rows: metrics.jsonl joined with the instruments' step
+    records of the user's code), in step order.
 
     Raises:
-        ConfigError: no such folder or file, a line that is not JSON, or no record with a step.
+        ConfigError: no such folder, neither metrics.jsonl nor steps/, a line of metrics.jsonl
+            that is not JSON, or no record with a step.
     """
     path = os.path.join(run_dir, METRICS)
-    if not os.path.isfile(path):
+    if not os.path.isfile(path) and not os.path.isdir(os.path.join(run_dir, STEPS)):
         raise ConfigError(f"report: {path} does not exist; pass --run-dir with a run folder that holds "
-                          f"metrics.jsonl (one JSON object per step with at least \"step\", see train/metrics.py)")
+                          f"metrics.jsonl (one JSON object per step with at least \"step\", see train/metrics.py) "
+                          f"or the steps/ records of your own code's run")
     try:
-        rows = [r for r in read_metrics(run_dir, strict=True) if isinstance(r.get("step"), int)]
+        rows = step_rows(run_dir, strict=True)
     except ConfigError as e:
         raise ConfigError(f"report: {e}") from None
     if not rows:
-        raise ConfigError(f"report: {path} has no record with an integer \"step\"; write one JSON object per "
+        raise ConfigError(f"report: {run_dir} has no record with an integer \"step\"; write one JSON object per "
                           f"step such as {{\"step\": 1, \"loss\": 2.5}}")
     return rows
 
@@ -82,6 +86,9 @@ def make_report(run_dir: str) -> tuple[str, list[str]]:
     if traffic:
         pngs.append(plots.plot_traffic(traffic, os.path.join(out, "traffic.png")))
     trace_path = os.path.join(run_dir, "trace.json")
+    if not os.path.isfile(trace_path) and os.path.isdir(os.path.join(run_dir, "trace")):
+        from simcluster.train.timeline import merge_found  # the user's code under plain `docker compose up`
+        merge_found(run_dir)
     bubbles = {}
     if os.path.isfile(trace_path):
         from simcluster.train.timeline import bubble

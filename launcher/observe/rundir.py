@@ -4,7 +4,8 @@
 
 A run folder (``runs/<name>``, mounted at /runs/<name> in every container) holds ``metrics.jsonl``
 (one JSON object per step, the schema of train/metrics.py), ``cluster.log``, ``traffic/``,
-``trace.json``, ``report/`` and ``checkpoints/``. Every part of this project that reads
+``trace.json``, ``report/`` and ``checkpoints/``; the user's code adds the instruments' own
+``steps/rank-R.jsonl`` (launcher/instrument/clock.py), which ``step_rows`` joins to metrics.jsonl's. Every part of this project that reads
 metrics.jsonl (progress, summary, report, chaos, status, parity, benchmarks) reads it here.
 Stdlib only (the trainer's ranks import it too). Lines that are not a JSON object, such as the last
 line of a run killed mid-write, are skipped unless ``strict``.
@@ -19,6 +20,8 @@ import re
 from simcluster.train.config import ConfigError
 
 METRICS = "metrics.jsonl"
+STEPS = "steps"  # the instruments' step records of the user's code: steps/rank-R.jsonl (instrument/spec.py)
+TRAFFIC = "traffic"  # traffic/rank-R.jsonl: one summary per step and rank (train/traffic.py)
 TRACE = "trace.json"
 CLUSTER_LOG = "cluster.log"  # every line `launcher up` showed, its summary last
 
@@ -56,6 +59,81 @@ def read_metrics(run_dir: str, name: str = METRICS, since: float = 0.0, strict: 
         return []
 
 
+def _merged(rows: list[dict]) -> list[dict]:
+    """One row per step, in order of first appearance: rows of the same step (logged by several
+    ranks, or again after a restart) are merged, a later row's keys winning."""
+    out: dict = {}
+    for r in rows:
+        if isinstance(r.get("step"), int):
+            out.setdefault(r["step"], {}).update(r)
+    return list(out.values())
+
+
+def _rank_files(run_dir: str, folder: str) -> dict[int, str]:
+    found = {}
+    for path in glob.glob(os.path.join(run_dir, folder, "rank-*.jsonl")):
+        tail = os.path.basename(path)[len("rank-"):-len(".jsonl")]
+        if tail.isdigit():
+            found[int(tail)] = path
+    return dict(sorted(found.items()))
+
+
+def _read(path: str, since: float) -> list[dict]:
+    try:
+        if os.path.getmtime(path) < since:
+            return []
+        with open(path, "rb") as fh:
+            return _rows(fh.read(), path, strict=False)
+    except FileNotFoundError:
+        return []
+
+
+def traffic_totals(run_dir: str, since: float = 0.0) -> dict[int, dict]:
+    """step -> that step's traffic summed over every rank's traffic/rank-R.jsonl (the shape of
+    train/traffic.py summarize: {"bytes": {kind}, "messages": {kind}, "links": {link}}), for the
+    steps every rank recorded."""
+    files = _rank_files(run_dir, TRAFFIC)
+    per_step: dict[int, list[dict]] = {}
+    for path in files.values():
+        for r in _merged(_read(path, since)):
+            per_step.setdefault(r["step"], []).append(r)
+    out = {}
+    for step, recs in sorted(per_step.items()):
+        if len(recs) == len(files):
+            total: dict = {"bytes": {}, "messages": {}, "links": {}}
+            for rec in recs:
+                for part in total:
+                    for k, v in (rec.get(part) or {}).items():
+                        total[part][k] = total[part].get(k, 0) + v
+            out[step] = total
+    return out
+
+
+def step_rows(run_dir: str, since: float = 0.0, strict: bool = False) -> list[dict]:
+    """The run's steps, one merged row each: metrics.jsonl's rows (rows of one step merged) joined
+    with the instruments' step records of the user's code (steps/rank-R.jsonl): where metrics.jsonl
+    lacks them, ``step_time_s`` (the slowest rank's), ``rss_mb`` (a list, per rank) and ``traffic``
+    (every rank's summed). Steps are those of either source, in step order; files last written
+    before ``since`` are a previous run's and ignored. The trainer's folders hold metrics.jsonl
+    only, so for it this is read_metrics with the rows merged.
+
+    Raises:
+        ConfigError: strict and a line of metrics.jsonl is not JSON.
+    """
+    rows = {r["step"]: r for r in _merged(read_metrics(run_dir, since=since, strict=strict))}
+    per_rank = {rank: {r["step"]: r for r in _merged(_read(path, since))}
+                for rank, path in _rank_files(run_dir, STEPS).items()}
+    for step in sorted({s for recs in per_rank.values() for s in recs}):
+        recs = [recs[step] for recs in per_rank.values() if step in recs]
+        row = rows.setdefault(step, {"step": step})
+        row.setdefault("step_time_s", max(r.get("step_time_s", 0.0) for r in recs))
+        row.setdefault("rss_mb", [r.get("rss_mb") for r in recs])
+    for step, total in traffic_totals(run_dir, since).items():
+        if step in rows:
+            rows[step].setdefault("traffic", total)
+    return [rows[s] for s in sorted(rows)]
+
+
 def last_step(run_dir: str | None, since: float = 0.0) -> int | None:
     """The ``step`` of the last complete row of RUN_DIR/metrics.jsonl written since ``since``, or None."""
     path = os.path.join(run_dir or "", METRICS)
@@ -85,8 +163,8 @@ class MetricsTail:
     A file last written before ``since`` (UNIX time; a previous run's, in a reused run folder)
     gives no rows until this run's job writes it."""
 
-    def __init__(self, run_dir: str, since: float = 0.0):
-        self.path, self.offset, self.since = os.path.join(run_dir, METRICS), 0, since
+    def __init__(self, run_dir: str, since: float = 0.0, name: str = METRICS):
+        self.path, self.offset, self.since = os.path.join(run_dir, name), 0, since
 
     def rows(self) -> list[dict]:
         """The rows completed since the last call."""
@@ -106,17 +184,46 @@ class MetricsTail:
         return _rows(data[:end], self.path, strict=False)
 
 
+class StepsTail:
+    """The run's progress as it grows: new rows of metrics.jsonl (``MetricsTail``) and of rank 0's
+    step records (steps/rank-0.jsonl, the instruments of the user's code), each step given once,
+    in order, as soon as either source has it (a row of both is merged)."""
+
+    def __init__(self, run_dir: str, since: float = 0.0, total_steps: int | None = None):
+        self.metrics = MetricsTail(run_dir, since)
+        self.steps = MetricsTail(os.path.join(run_dir, STEPS), since, name="rank-0.jsonl")
+        self.last, self.total = 0, total_steps
+
+    def rows(self) -> list[dict]:
+        """The steps completed since the last call, past the last one given."""
+        new: dict = {}
+        for r in self.steps.rows() + self.metrics.rows():
+            if isinstance(r.get("step"), int) and r["step"] > self.last:
+                new.setdefault(r["step"], {}).update(r)
+        out = [new[s] for s in sorted(new)]
+        for r in out:
+            if isinstance(r.get("total_steps"), int):
+                self.total = r["total_steps"]
+            elif self.total:
+                r["total_steps"] = self.total
+        if out:
+            self.last = out[-1]["step"]
+        return out
+
+
 def newest_run(root: str) -> str:
-    """The folder under ROOT/runs whose metrics.jsonl changed last.
+    """The folder under ROOT/runs whose metrics.jsonl (or, for the user's code, steps/rank-0.jsonl) changed last.
 
     Raises:
         ConfigError: none has one, naming the fix.
     """
-    found = glob.glob(os.path.join(root, "runs", "**", METRICS), recursive=True)
+    found = glob.glob(os.path.join(root, "runs", "**", METRICS), recursive=True) \
+        + glob.glob(os.path.join(root, "runs", "**", STEPS, "rank-0.jsonl"), recursive=True)
     if not found:
         raise ConfigError(f"report: no run with a metrics.jsonl under {os.path.join(root, 'runs')}; "
                           f"run one first (python -m launcher up ...) or pass --run-dir DIR")
-    return os.path.dirname(max(found, key=os.path.getmtime))
+    newest = max(found, key=os.path.getmtime)
+    return os.path.dirname(newest) if newest.endswith(METRICS) else os.path.dirname(os.path.dirname(newest))
 
 
 _RANK_LINE = re.compile(r"^node-\d+ r(\d+)\s*\| (.*)$")  # observe/follow.py Stream.handle's prefix

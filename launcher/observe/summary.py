@@ -18,7 +18,7 @@ import posixpath
 from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT
 from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.launch import Launch
-from simcluster.launcher.observe.rundir import METRICS, read_metrics
+from simcluster.launcher.observe.rundir import METRICS, step_rows
 from simcluster.launcher.layout import RDZV_HOST, format_ranks, node_of, node_ranks
 from simcluster.train.metrics import traffic_text
 
@@ -28,12 +28,29 @@ def _final_metrics(run_dir: str, done: dict, since: float) -> dict:
     file written since ``since``: not a previous run's in a reused folder); and the ``traffic``
     totals of the last row that has them (``--traffic 1``). The file is read once."""
     out = {k: done.get(k) for k in ("final_loss", "tokens_per_s", "wall_s", "steps")}
-    rows = read_metrics(run_dir, since=since)
+    rows = step_rows(run_dir, since=since)
     if out["final_loss"] is None and rows:
-        out.update(final_loss=rows[-1].get("loss"), tokens_per_s=rows[-1].get("tokens_per_s"),
-                   steps=rows[-1].get("step"))
+        out.update(final_loss=next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), None),
+                   tokens_per_s=rows[-1].get("tokens_per_s"), steps=rows[-1].get("step"))
     out["traffic"] = next((r["traffic"] for r in reversed(rows) if r.get("traffic")), None)
+    times = sorted(r["step_time_s"] for r in rows[1:] if isinstance(r.get("step_time_s"), (int, float)))
+    out["step_time_s"] = times[len(times) // 2] if times else None
+    rss = [x for r in rows for x in (r.get("rss_mb") or []) if isinstance(x, (int, float))]
+    out["rss_mb"] = max(rss) if rss else None
     return out
+
+
+def _merge_trace(launch: Launch, run_dir: str) -> None:
+    """The user's code: merge the ranks' traced steps into RUN_DIR/trace.json (the trainer's rank 0
+    merges its own); a trace that cannot be merged does not fail the run."""
+    if launch.train is not None or not launch.instruments.trace_steps:
+        return
+    from simcluster.train.timeline import merge
+
+    try:
+        merge(run_dir, launch.world_size, launch.nproc_per_node)
+    except (OSError, ValueError):
+        pass
 
 
 def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: float, since: float = 0.0) -> bool:
@@ -41,6 +58,7 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     command's start; since: UNIX time the run started, older run-folder files are a previous
     run's); returns whether every node exited 0 and none was lost."""
     ok = all(codes.get(n) == 0 for n in launch.names) and not stream.lost
+    _merge_trace(launch, run_dir)
     m = _final_metrics(run_dir, stream.progress.done, since)
     show = stream.show
     show(f"== summary: {'OK' if ok else 'FAILED'} ==")
@@ -51,17 +69,21 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     if m["final_loss"] is not None:
         show(f"  final loss   {m['final_loss']}" + (f" after {m['steps']} steps" if m["steps"] is not None else ""))
     elif m["steps"] is not None:
-        show(f"  steps        {m['steps']} logged, without a loss")
+        show(f"  steps        {m['steps']}, without a loss" + ("" if launch.train is not None else
+             " (for one: simcluster.log(loss=...) or a \"loss\" in your metrics.jsonl)"))
     else:
         for i, line in enumerate(_no_metrics(launch, run_dir)):
             show(f"  {'metrics' if i == 0 else '':<12} {line}")
     if m["tokens_per_s"] is not None:
         show(f"  tokens/s     {m['tokens_per_s']}")
+    elif launch.train is None and m["step_time_s"] is not None:
+        show(f"  step time    {m['step_time_s']:.3f}s (median after step 1, slowest rank)"
+             + (f"; peak RSS {m['rss_mb']:.0f} MB (any rank)" if m["rss_mb"] else ""))
     if m["traffic"]:
         show(f"  traffic/step {traffic_text(m['traffic'])} (all ranks; per rank: {launch.run_dir}/traffic/)")
     if os.path.isfile(os.path.join(run_dir, "trace.json")):
         show(f"  trace        {launch.run_dir}/trace.json (open in https://ui.perfetto.dev)")
-    if os.path.isfile(os.path.join(run_dir, METRICS)):
+    if os.path.isfile(os.path.join(run_dir, METRICS)) or (launch.train is None and m["steps"] is not None):
         show(f"  report       {_report(launch, run_dir)}")
     if stream.per_rank:  # each line tells its rank (torchrun's [rankR]: prefix); a Slurm job's one file does not
         show(f"  rank output  {_rank_output(stream, launch.world_size)}"
@@ -88,8 +110,8 @@ def _no_metrics(launch: Launch, run_dir: str) -> list[str]:
         return [f"none: {launch.run_dir}/{METRICS} has no row with a \"step\""]
     if launch.train is not None:
         return [f"none: the trainer logged no step (no {METRICS})"]
-    return [f"none: the job wrote no {METRICS} (for loss, progress and a report,",
-            f"append {{\"step\": N, \"loss\": X}} per step to $SIMCLUSTER_OUTPUT_DIR/{METRICS}, as examples/ddp.py does)"]
+    return [f"none: the job made no optimizer step and wrote no {METRICS} (steps are counted at each",
+            "torch optimizer step or simcluster.step(); log a loss with simcluster.log(loss=...))"]
 
 
 def _rank_output(stream: Stream, world_size: int) -> str:

@@ -76,7 +76,7 @@ def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: 
     since: UNIX time the containers were started (an older metrics.jsonl is a previous run's);
     t0: time.monotonic() of the command's start. Returns (0 or 1, service -> exit code).
     """
-    watch = Watch(handle, start_late or {}, run_dir, since)
+    watch = Watch(handle, start_late or {}, run_dir, since, launch.instruments.total_steps)
     try:
         stream.follow(found, watch)
     finally:

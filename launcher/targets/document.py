@@ -72,6 +72,8 @@ def node_env(launch: Launch, omp_threads: int = 1) -> dict[str, str]:
     if launch.mesh:
         env.update(SIMCLUSTER_PP=str(launch.mesh.pp), SIMCLUSTER_DP=str(launch.mesh.dp),
                    SIMCLUSTER_TP=str(launch.mesh.tp))
+    if launch.train is None:  # the user's code: its instruments (launcher/instrument/spec.py)
+        env.update(launch.instruments.env())
     return env
 
 

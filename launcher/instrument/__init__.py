@@ -1,0 +1,1 @@
+"""Instruments loaded into the ranks of the user's own code."""

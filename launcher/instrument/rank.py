@@ -1,0 +1,63 @@
+"""The instruments of one rank of the user's code: installed by boot/sitecustomize.py, before it runs.
+
+    SIMCLUSTER_INSTRUMENT=1 RANK=0 SIMCLUSTER_OUTPUT_DIR=/tmp/r PYTHONPATH=launcher/instrument/boot python examples/ddp.py
+
+``install`` reads the job's instruments from the environment (instrument/spec.py), makes this
+rank's step clock (instrument/clock.py) and, once the user's code imports torch (never before:
+instrument/lazy.py), registers the clock as torch's global optimizer-step hook, pushes the
+traffic mode (``--traffic 1``), starts the profiler of a traced first step (``--trace-steps``)
+and, once ``torch.distributed.tensor`` is imported, the CPU bridges (on unless
+``--no-cpu-bridges``). Outside a rank of the cluster (no SIMCLUSTER_OUTPUT_DIR) nothing is written.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from simcluster.launcher.instrument.clock import Clock
+from simcluster.launcher.instrument.lazy import when_imported
+from simcluster.launcher.instrument.spec import Instruments
+from simcluster.launcher.layout import node_of
+
+CLOCK: Clock | None = None  # this rank's clock, once installed (simcluster.step and simcluster.log use it)
+
+
+def _warn(what: str, e: Exception) -> None:
+    print(f"[simcluster] {what} not installed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+
+def install(env=os.environ) -> Clock:
+    """Install this rank's instruments (idempotent); returns its clock."""
+    global CLOCK
+    if CLOCK is not None:
+        return CLOCK
+    inst = Instruments.from_env(env)
+    rank, out_dir = int(env.get("RANK", "0")), env.get("SIMCLUSTER_OUTPUT_DIR")
+    CLOCK = Clock(out_dir, rank)
+
+    def on_torch(_torch) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(CLOCK.on_optimizer_step)
+        if out_dir and inst.traffic:
+            try:
+                from simcluster.launcher.instrument.traffic import TrafficListener
+                CLOCK.listeners.append(TrafficListener(out_dir, rank, env))
+            except Exception as e:  # noqa: BLE001 - an instrument must never stop the user's code
+                _warn("traffic accounting", e)
+        if out_dir and inst.trace_steps:
+            from simcluster.launcher.instrument.trace import TraceListener
+            per_node = int(env.get("LOCAL_WORLD_SIZE", "1"))
+            CLOCK.listeners.append(TraceListener(out_dir, rank, node_of(rank, per_node), inst.trace_steps))
+
+    def on_dtensor(_mod) -> None:
+        try:
+            from simcluster.launcher.instrument.bridges import install as bridge
+            bridge()
+        except Exception as e:  # noqa: BLE001
+            _warn("CPU bridges", e)
+
+    when_imported("torch", on_torch)
+    if inst.cpu_bridges:
+        when_imported("torch.distributed.tensor", on_dtensor)
+    return CLOCK

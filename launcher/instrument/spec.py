@@ -1,0 +1,63 @@
+"""What to instrument in the ranks of the user's own code, and its one environment contract (stdlib only).
+
+    python -c "from simcluster.launcher.instrument.spec import Instruments; print(Instruments(traffic=True, trace_steps=(2,)).env())"
+
+The launcher resolves ``--traffic``, ``--trace-steps``, ``--total-steps`` and ``--no-cpu-bridges``
+of a script or module job into one frozen ``Instruments``; every engine's document carries it as
+the environment below (``targets/document.py node_env``), and each rank reads it back with
+``Instruments.from_env`` (``instrument/rank.py``). Step timing is always on; the rest is off by
+default except the CPU bridges (``instrument/bridges.py``).
+
+    SIMCLUSTER_TRAFFIC=1          count every communication per step (instrument/traffic.py)
+    SIMCLUSTER_TRACE_STEPS=2,3    profile these steps into one Perfetto trace (instrument/trace.py)
+    SIMCLUSTER_TOTAL_STEPS=N      the run's steps, for progress and ETA (else the logging API's)
+    SIMCLUSTER_CPU_BRIDGES=0      leave torch's CPU-only DTensor gaps unbridged
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ENABLE = "SIMCLUSTER_INSTRUMENT"  # set to "1" by the node wrapper for user code (not the built-in trainer)
+OWNER = "SIMCLUSTER_INSTRUMENT_PID"  # the pid that installed them: a child interpreter (spawn) is not a rank
+TRAFFIC, TRACE_STEPS, TOTAL_STEPS, CPU_BRIDGES = ("SIMCLUSTER_TRAFFIC", "SIMCLUSTER_TRACE_STEPS",
+                                                  "SIMCLUSTER_TOTAL_STEPS", "SIMCLUSTER_CPU_BRIDGES")
+BOOT_DIR = "boot"  # beside this file: the folder whose sitecustomize.py starts the instruments in a rank
+STEPS_DIR = "steps"  # RUN_DIR/steps/rank-R.jsonl: {"step", "step_time_s", "rss_mb", "time"} per step
+
+
+@dataclass(frozen=True)
+class Instruments:
+    """The instruments of a user-code job.
+
+    traffic: count bytes and messages of every communication per step, kind and node link.
+    trace_steps: the (1-based) steps each rank profiles with torch.profiler.
+    total_steps: the run's step count, for progress and ETA (None: unknown unless logged).
+    cpu_bridges: register DTensor sharding strategies torch lacks on CPU (on by default).
+    """
+
+    traffic: bool = False
+    trace_steps: tuple[int, ...] = ()
+    total_steps: int | None = None
+    cpu_bridges: bool = True
+
+    def env(self) -> dict[str, str]:
+        """The environment variables that carry these instruments (only those not at their default)."""
+        out = {}
+        if self.traffic:
+            out[TRAFFIC] = "1"
+        if self.trace_steps:
+            out[TRACE_STEPS] = ",".join(map(str, self.trace_steps))
+        if self.total_steps:
+            out[TOTAL_STEPS] = str(self.total_steps)
+        if not self.cpu_bridges:
+            out[CPU_BRIDGES] = "0"
+        return out
+
+    @classmethod
+    def from_env(cls, env) -> "Instruments":
+        """The instruments an environment (``os.environ``) names; malformed values count as unset."""
+        steps = tuple(int(s) for s in env.get(TRACE_STEPS, "").split(",") if s.strip().isdigit())
+        total = env.get(TOTAL_STEPS, "")
+        return cls(traffic=env.get(TRAFFIC) == "1", trace_steps=steps,
+                   total_steps=int(total) if total.isdigit() and int(total) > 0 else None,
+                   cpu_bridges=env.get(CPU_BRIDGES) != "0")

@@ -1,0 +1,36 @@
+"""``--trace-steps`` for the user's code: torch.profiler around the chosen steps of every rank.
+
+    python -m launcher up --mesh 2x2x2 --trace-steps 2 --script examples/manual_3d.py -- --steps 3
+    # open runs/manual_3d-mesh-2x2x2/trace.json in https://ui.perfetto.dev
+
+Step boundaries are the clock's (instrument/clock.py): the profiler starts at the boundary that
+begins a traced step (step 1: when torch is imported, so it holds the setup too) and stops at the
+one that ends it, writing RUN_DIR/trace/rank-R-step-S.json through the trainer's own
+``train.profiling.StepProfile`` with the events of USER_KEEP (gloo's send/recv and collectives,
+FSDP, DTensor's functional collectives, the optimizer, torch pipelining's actions, the layers'
+linear and attention ops and autograd's backward functions). ``launcher up`` (and ``launcher
+report`` for a run started with plain ``docker compose up``) merges them into RUN_DIR/trace.json,
+one process per node and one track per rank (train/timeline.py).
+"""
+from __future__ import annotations
+
+
+class TraceListener:
+    """Profiles the steps in ``steps`` on this rank (rank on node ``node``)."""
+
+    def __init__(self, out_dir: str, rank: int, node: int, steps: tuple[int, ...]):
+        self.out_dir, self.rank, self.node, self.steps = out_dir, rank, node, set(steps)
+        self.active = None
+        self.begin(1)
+
+    def begin(self, step: int) -> None:
+        if step in self.steps:
+            from simcluster.train.profiling import USER_KEEP, StepProfile
+
+            self.active = StepProfile(self.out_dir, self.rank, self.node, step, USER_KEEP)
+            self.active.start()
+
+    def end(self, step: int) -> None:
+        if self.active is not None and self.active.step == step:
+            self.active.stop()
+            self.active = None
