@@ -230,8 +230,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
                      nodes=args.nodes, nproc_per_node=args.nproc_per_node, against=args.against,
                      against_nodes=args.against_nodes, against_nproc_per_node=args.against_nproc_per_node,
                      run_dir=args.run_dir, mounts=tuple(args.mount), node=node_options(args, container_user()),
-                     timeout_s=args.timeout_s, metric=args.metric, metric_regex=args.metric_regex, rtol=args.rtol,
-                     quiet=args.quiet)
+                     timeout_s=args.timeout_s, total_steps=args.total_steps, cpu_bridges=not args.no_cpu_bridges,
+                     metric=args.metric, metric_regex=args.metric_regex, rtol=args.rtol, quiet=args.quiet)
     print(result_text(result), flush=True)
     return 0 if result.ok else 1
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 from simcluster.launcher.engine import LauncherError
 from simcluster.launcher.files import ROOT, host_abspath, repo_path
 from simcluster.launcher.launch import Launch, NodeOptions
-from simcluster.launcher.observe.rundir import METRICS, rank_lines, read_metrics, summary_lines
+from simcluster.launcher.observe.rundir import METRICS, rank_lines, step_rows, summary_lines
 from simcluster.launcher.observe.series import (Comparison, Series, compare_series, metric_pattern, series_from_lines,
                                                 series_from_rows)
 from simcluster.train.config import Config, ConfigError, parse_mesh
@@ -101,10 +101,11 @@ def _node_flags(node: NodeOptions) -> list[str]:
 def plan(*, script: str | None = None, module: str | None = None, code: str | None = None, args=(),
          mesh: str | None = None, nodes: int | None = None, nproc_per_node: int | None = None,
          against: str | None = None, against_nodes: int | None = None, against_nproc_per_node: int | None = None,
-         run_dir: str | None = None, mounts=(), node: NodeOptions | None = None,
-         timeout_s: float = Config.timeout_s) -> tuple[Side, Side]:
+         run_dir: str | None = None, mounts=(), node: NodeOptions | None = None, timeout_s: float = Config.timeout_s,
+         total_steps: int | None = None, cpu_bridges: bool = True) -> tuple[Side, Side]:
     """The two sides, every input checked as `launcher up` checks it (launcher/options.py resolve),
     before anything starts; nothing is written. Paths are relative to the current folder.
+    total_steps, cpu_bridges: the instruments' options of your code (`up --total-steps`, `--no-cpu-bridges`).
 
     Raises:
         ConfigError: a bad or missing layout (naming that side's flags), script, module, code
@@ -121,7 +122,9 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
     entry = [*(["--script", script] if script else []), *(["--module", module] if module else []),
              *(["--code", code] if code else [])]
     shared = [*entry, *(x for m in mounts for x in ("--mount", m)), *_node_flags(node or NodeOptions()),
-              *(["--timeout-s", repr(float(timeout_s))] if timeout_s != Config.timeout_s else [])]
+              *(["--timeout-s", repr(float(timeout_s))] if timeout_s != Config.timeout_s else []),
+              *(["--total-steps", str(total_steps)] if total_steps is not None else []),
+              *([] if cpu_bridges else ["--no-cpu-bridges"])]
     layouts = [("A", *_layout("A", mesh, nodes, nproc_per_node)),
                ("B", *_layout("B", against, against_nodes, against_nproc_per_node))]
     name = os.path.splitext(os.path.basename(script))[0] if script else module
@@ -216,8 +219,9 @@ def failure_text(side: Side) -> str:
 
 
 def read_series(side: Side, metric: str, metric_regex: str | None) -> Series:
-    """The metric's series of a finished side: its metrics.jsonl rows' ``metric``, or the lines its
-    ranks printed (cluster.log) that metric_regex matches.
+    """The metric's series of a finished side: ``metric`` of its step rows (rundir.step_rows:
+    metrics.jsonl, rows of one step merged, joined with the instruments' step records), or the
+    lines its ranks printed (cluster.log) that metric_regex matches.
 
     Raises:
         ConfigError: the series is empty or not numbers (naming the run, what it logged and a fix).
@@ -233,7 +237,7 @@ def read_series(side: Side, metric: str, metric_regex: str | None) -> Series:
                                   f"({len(lines)} rank lines in {repo_path(side.run_dir)}/cluster.log; its last: "
                                   f"{sample}); fix the regex")
             return series
-        rows = read_metrics(side.run_dir)
+        rows = step_rows(side.run_dir)
         series = series_from_rows(rows, metric)
     except ValueError as e:
         raise ConfigError(f"--metric{'-regex' if metric_regex else ''}: {where}: {e}") from None
@@ -243,7 +247,8 @@ def read_series(side: Side, metric: str, metric_regex: str | None) -> Series:
                           f"step to $SIMCLUSTER_OUTPUT_DIR/{METRICS}, or read printed lines with --metric-regex REGEX")
     if not series:
         keys = sorted({k for r in rows for k in r})
-        raise ConfigError(f"--metric {metric}: {where}'s {path} has no {metric!r} in its {len(rows)} rows; their keys: "
+        raise ConfigError(f"--metric {metric}: {where}'s steps ({path} and the instruments' steps/) have no "
+                          f"{metric!r} in their {len(rows)} rows; their keys: "
                           f"{', '.join(keys)}; pass one with --metric, e.g. --metric {next(iter(keys), 'loss')}")
     return series
 
@@ -253,7 +258,8 @@ def compare(*, metric: str = "loss", metric_regex: str | None = None, rtol: floa
     """Run the same code on layout A, then on layout B, and compare ``metric`` step by step.
 
     layout_and_code: plan()'s arguments (script/module/code, args, mesh/nodes/nproc_per_node,
-    against/against_nodes/against_nproc_per_node, run_dir, mounts, node, timeout_s), or node
+    against/against_nodes/against_nproc_per_node, run_dir, mounts, node, timeout_s, total_steps,
+    cpu_bridges), or node
     options by name (``mount_code=True``, ``image=...``). metric: a key of the runs' metrics.jsonl
     rows; metric_regex: read the metric from the lines the ranks printed instead (one group, or
     named groups step and value); rtol: the largest relative difference |A - B| / |B| allowed.

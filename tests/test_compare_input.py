@@ -117,19 +117,26 @@ def test_divergence_and_lengths_from_the_ranks_lines(tmp_path):
 
 def test_a_metric_run_a_lacks_exits_2_without_running_b(tmp_path):
     fake = Fake(A=(0, GOOD, [], []), B=(0, GOOD, [], []))
-    with pytest.raises(ConfigError, match=r"--metric lsos: run A \(mesh 2x2x2\)'s .*a-mesh-2x2x2/metrics.jsonl has "
-                                          r"no 'lsos' in its 3 rows; their keys: loss, step, total_steps; .*B was not "
-                                          r"run"):
+    with pytest.raises(ConfigError, match=r"--metric lsos: run A \(mesh 2x2x2\)'s steps \(.*a-mesh-2x2x2/metrics.jsonl "
+                                          r"and the instruments' steps/\) have no 'lsos' in their 3 rows; their keys: "
+                                          r"loss, step, total_steps; .*B was not run"):
         call(tmp_path, fake, metric="lsos")
     assert fake.ran == ["A"]
     with pytest.raises(ConfigError, match=r"run A \(mesh 2x2x2\) wrote no .*metrics.jsonl; append"):
         call(tmp_path, Fake(A=(0, None, [], []), B=(0, GOOD, [], [])))
 
 
+def test_rows_of_one_step_are_merged_a_later_row_winning(tmp_path):
+    """As summary and report read them (rundir.step_rows): e.g. simcluster.log rows of several ranks."""
+    rows = [{"step": 1, "loss": 9.0}, {"step": 1, "loss": 0.7218401, "lr": 0.1}] + GOOD[1:]
+    c = call(tmp_path, Fake(A=(0, rows, [], []), B=(0, GOOD, [], [])))
+    assert c.ok and c.rows[0].a == 0.7218401
+
+
 def test_a_metric_only_run_b_lacks_is_a_failed_comparison(tmp_path):
     rows_b = [{"step": r["step"], "val": 1.0} for r in GOOD]
-    with pytest.raises(RunFailed, match=r"run B \(1 node x 1 rank\)'s .* has no 'loss' in its 3 rows; their keys: "
-                                        r"step, val; .*; run A \(mesh 2x2x2\) logged 3 step\(s\) of it"):
+    with pytest.raises(RunFailed, match=r"run B \(1 node x 1 rank\)'s .* have no 'loss' in their 3 rows; their "
+                                        r"keys: step, val; .*; run A \(mesh 2x2x2\) logged 3 step\(s\) of it"):
         call(tmp_path, Fake(A=(0, GOOD, [], []), B=(0, rows_b, [], [])))
 
 
@@ -156,10 +163,11 @@ def test_a_folder_compare_did_not_make_is_refused(tmp_path):
 
 def test_node_options_by_name_apply_to_both_runs(tmp_path):
     fake = Fake(A=(0, GOOD, [], []), B=(0, GOOD, [], []))
-    assert call(tmp_path, fake, mount_code=True, cpus_per_node=1.5, timeout_s=30).ok
+    assert call(tmp_path, fake, mount_code=True, cpus_per_node=1.5, timeout_s=30, total_steps=3).ok
     for side in fake.sides:
         assert side.launch.node.mount_code and side.launch.node.cpus_per_node == 1.5 and side.launch.timeout_s == 30
         assert "--cpus-per-node 1.5 --mount-code" in side.up_line and "--timeout-s 30.0" in side.up_line
+        assert "--total-steps 3" in side.up_line
 
 
 def test_the_same_layout_twice_is_a_determinism_check(tmp_path, capsys):
