@@ -5,8 +5,8 @@ step, and a variant whose tp peers get different batch shards is caught at its f
     CI=true python -m pytest -q tests/test_compare.py    # fails instead
 
 Each compare is two cluster runs (mesh 2x2x2, then 2x2x1) of examples/manual_3d.py copied to a
-folder outside the repository, 3 steps: 70-130 s per test on this 2-core machine (the file: 153 s
-at load 6, 237 s at load 8).
+folder outside the repository, 3 steps: 40-130 s per test on this 2-core machine (the file: 117 s
+when quiet, 153 s at load 6, 237 s at load 8).
 Needs the image simcluster/trainer (bash images/build.sh); --mount-code runs this checkout's code.
 """
 from __future__ import annotations
