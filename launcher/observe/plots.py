@@ -97,6 +97,10 @@ def _color(name: str, cat: str) -> str | None:
         return COLORS["optimizer"]
     if name.startswith("gloo:"):
         return COLORS["comm"]
+    if name.startswith(("aten::linear", "aten::_scaled_dot_product", "aten::matmul")):  # the user's code's layers
+        return COLORS["forward"]
+    if name.startswith("autograd::engine::evaluate_function"):
+        return COLORS["backward"]
     return None
 
 

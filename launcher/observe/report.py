@@ -95,7 +95,7 @@ def make_report(run_dir: str) -> tuple[str, list[str]]:
         with open(trace_path, encoding="utf-8") as fh:
             events = json.load(fh).get("traceEvents", [])
         bubbles = bubble(events)
-        steps = sorted(bubbles) or [None]
+        steps = sorted(bubbles) or sorted({e["args"]["step"] for e in events if "step" in e.get("args", {})}) or [None]
         pngs.append(plots.plot_timeline(events, os.path.join(out, "timeline.png"), step=steps[0]))
     pngs = [p for p in pngs if p]
     summary = _summary(rows)
