@@ -1,4 +1,4 @@
-"""Command line of the launcher: generate | up | down | status | logs | chaos | report.
+"""Command line of the launcher: generate | up | down | status | logs | chaos | report | build | compare.
 
     python -m launcher generate --mesh 2x2x2 [--target compose|swarm|slurm|jobset|trainjob] [--out FILE] [--stdout] ...
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
@@ -9,10 +9,11 @@
     python -m launcher chaos (--kill | --pause | --disconnect) NODE --at-step N [--run-dir DIR | --file FILE]
     python -m launcher report [--run-dir DIR]     # PNGs + one HTML page of a run (default: the newest)
     python -m launcher build [--force]             # the trainer image, from this installation's code
+    python -m launcher compare --script FILE --mesh 2x2x2 --against 2x2x1 [--metric loss] [--rtol 1e-5] -- ARGS
 
 Installed with pip, the same commands are `simcluster ...` or `python -m simcluster ...`.
 
-Exit codes: 0 ok; 1 the run failed (a node exited non-zero, Docker error); 2 bad options
+Exit codes: 0 ok; 1 the run failed (a node exited non-zero, Docker error; compare: the runs differ); 2 bad options
 (mesh, preflight, node options), with the reason on stderr and no file written.
 """
 from __future__ import annotations
@@ -26,7 +27,8 @@ from simcluster.launcher.checks import out_problem
 from simcluster.launcher.engine import LauncherError
 from simcluster.launcher.files import ROOT, container_user, project_dir_for, repo_path, write_atomic
 from simcluster.launcher.launch import NodeOptions
-from simcluster.launcher.options import add_engine_args, add_job_args, add_node_args, resolve, split_job_argv
+from simcluster.launcher.options import (add_engine_args, add_job_args, add_node_args, node_options, resolve,
+                                         split_job_argv)
 from simcluster.train.cli import add_config_args
 from simcluster.train.config import ConfigError
 
@@ -123,7 +125,30 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--force", action="store_true", help="rebuild the base, the wheelhouse and every layer")
     rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
     rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
+    _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
+                                 "(exit 1 beyond --rtol)"))
     return parser
+
+
+def _compare_args(cp: argparse.ArgumentParser) -> None:
+    """`compare`: your code's flags, layout A (as `up`) and B (--against...), the metric, node options."""
+    add_job_args(cp)
+    cp.add_argument("--mesh", default=None, metavar="PPxDPxTP",
+                    help="layout A, a 3D mesh (or --nodes/--nproc-per-node)")
+    g = cp.add_argument_group("layout B and the comparison")
+    g.add_argument("--against", default=None, metavar="PPxDPxTP", help="layout B, a 3D mesh (may equal A: determinism)")
+    g.add_argument("--against-nodes", type=int, default=None, metavar="N", help="layout B: N nodes (with "
+                   "--against-nproc-per-node; 1 and 1: one process)")
+    g.add_argument("--against-nproc-per-node", type=int, default=None, metavar="M", help="layout B: M ranks per node")
+    g.add_argument("--metric", default="loss", help="key of your metrics.jsonl rows to compare (default loss)")
+    g.add_argument("--metric-regex", default=None, metavar="REGEX", help="read the metric from what the ranks print "
+                   "instead: one group (the value; n-th match = step n) or named groups step and value")
+    g.add_argument("--rtol", type=float, default=1e-5, metavar="R", help="largest |A - B| / |B| allowed (default 1e-5)")
+    g.add_argument("--run-dir", default=None, metavar="BASE", help="runs go to BASE/a-<layout>, BASE/b-<layout>, each "
+                   "emptied first (default runs/<script or module>-compare)")
+    g.add_argument("--timeout-s", type=float, default=60.0, metavar="S", help="each run's timeout (default 60)")
+    g.add_argument("--quiet", action="store_true", help="runs' lines only in their cluster.log; show the table")
+    add_node_args(cp)
 
 
 def parse_start_late(values: list[str]) -> dict[str, float]:
@@ -197,6 +222,20 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     return chaos(kind, str(getattr(args, kind)), args.at_step, args.run_dir, args.file, args.project, wait_s=args.wait_s)
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Two runs and the table (launcher/compare.py); 0 within --rtol, 1 beyond it or a run failed."""
+    from simcluster.launcher.compare import compare, result_text
+
+    result = compare(script=args.script, module=args.module, code=args.code, args=args.job_argv, mesh=args.mesh,
+                     nodes=args.nodes, nproc_per_node=args.nproc_per_node, against=args.against,
+                     against_nodes=args.against_nodes, against_nproc_per_node=args.against_nproc_per_node,
+                     run_dir=args.run_dir, mounts=tuple(args.mount), node=node_options(args, container_user()),
+                     timeout_s=args.timeout_s, total_steps=args.total_steps, cpu_bridges=not args.no_cpu_bridges,
+                     metric=args.metric, metric_regex=args.metric_regex, rtol=args.rtol, quiet=args.quiet)
+    print(result_text(result), flush=True)
+    return 0 if result.ok else 1
+
+
 def cmd_compose_run(args: argparse.Namespace) -> int:
     """status, logs, down: a Compose run's handle (a swarm run's stack is gone once its `up` ends)."""
     from simcluster.launcher.handle import Handle
@@ -215,12 +254,17 @@ def cmd_compose_run(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"generate": cmd_generate, "up": cmd_up, "build": cmd_build, "report": cmd_report, "chaos": cmd_chaos,
-            "status": cmd_compose_run, "logs": cmd_compose_run, "down": cmd_compose_run}
+            "status": cmd_compose_run, "logs": cmd_compose_run, "down": cmd_compose_run, "compare": cmd_compare}
 
 
 def main(argv: list[str] | None = None) -> int:
     own, job_argv = split_job_argv(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(fix_negative_values(own))
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(fix_negative_values(own, ("--mesh", "--against", "--rtol")))
+    if unknown:
+        hint = (f"; compare takes no trainer options: your code's arguments go after --, e.g. ... -- "
+                f"{' '.join(unknown)}" if args.command == "compare" else "")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     args.job_argv = job_argv
     try:
         return COMMANDS[args.command](args)

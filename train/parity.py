@@ -6,11 +6,14 @@
 Spawns the mesh with torchrun (``--standalone``), runs ``train.reference`` with the same seed,
 data and optimizer, prints a table of each step's loss and grad norm, and ends with one line
 ``max_rel_loss_diff=<float>``. Exits 1 when a step's relative loss difference exceeds the
-tolerance (1e-4 over all steps, 1e-6 on the first step), 2 on a bad config.
+tolerance (1e-4 over all steps, 1e-6 on the first step) or the runs hold different steps, 2 on a
+bad config. The step-by-step comparison and its table are launcher/observe/series.py's, the one
+``launcher compare`` uses.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -19,27 +22,20 @@ import tempfile
 from simcluster.train.cli import add_config_args, config_from_args
 from simcluster.train.config import ConfigError
 from simcluster.launcher.observe.rundir import read_metrics
+from simcluster.launcher.observe.series import Comparison, compare_series, series_from_rows, table_text
 from simcluster.train.preflight import preflight
 
 PARITY_DEFAULTS = {"model": "tiny", "steps": 10, "val_every": 0, "log_every": 1}
 
 
-def rel(a: float, b: float) -> float:
-    """|a - b| / |b| (absolute difference when b is 0)."""
-    return abs(a - b) / abs(b) if b else abs(a - b)
-
-
-def compare(mesh_recs: list[dict], ref_recs: list[dict]) -> list[dict]:
-    """Per-step rows: step, both losses and grad norms, and their relative differences.
-
-    Raises:
-        ValueError: the runs do not hold the same steps.
-    """
-    if [r["step"] for r in mesh_recs] != [r["step"] for r in ref_recs]:
-        raise ValueError(f"step mismatch: mesh has {len(mesh_recs)} steps, reference {len(ref_recs)}")
-    return [{"step": m["step"], "loss": m["loss"], "ref_loss": r["loss"], "rel_loss": rel(m["loss"], r["loss"]),
-             "grad_norm": m["grad_norm"], "ref_grad_norm": r["grad_norm"],
-             "rel_grad_norm": rel(m["grad_norm"], r["grad_norm"])} for m, r in zip(mesh_recs, ref_recs)]
+def compare(mesh_recs: list[dict], ref_recs: list[dict], tolerance: float) -> tuple[Comparison, Comparison]:
+    """(loss, grad norm) of the mesh run against the reference, step by step (observe/series.py);
+    the loss within ``tolerance``, the grad norm shown only (its tolerance is infinite)."""
+    loss = compare_series(series_from_rows(mesh_recs, "loss"), series_from_rows(ref_recs, "loss"), tolerance, "loss",
+                          ("loss", "ref_loss"))
+    norm = compare_series(series_from_rows(mesh_recs, "grad_norm"), series_from_rows(ref_recs, "grad_norm"), math.inf,
+                          "grad_norm", ("grad_norm", "ref_norm"))
+    return loss, norm
 
 
 def torchrun_cmd(world_size: int, train_args: list[str]) -> list[str]:
@@ -86,19 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     from simcluster.train.reference import run_reference
 
     torch.set_num_threads(1)
-    rows = compare(read_metrics(mesh_dir), run_reference(run, os.path.join(run_dir, "reference")))
-    print(f"{'step':>5} {'loss':>12} {'ref_loss':>12} {'rel_diff':>9} {'grad_norm':>11} {'ref_norm':>11} {'rel_diff':>9}")
-    for r in rows:
-        print(f"{r['step']:>5} {r['loss']:>12.7f} {r['ref_loss']:>12.7f} {r['rel_loss']:>9.1e} "
-              f"{r['grad_norm']:>11.6f} {r['ref_grad_norm']:>11.6f} {r['rel_grad_norm']:>9.1e}")
-    worst = max(r["rel_loss"] for r in rows)
-    ok = worst <= args.tolerance and rows[0]["rel_loss"] <= args.first_step_tolerance
-    print(f"max_rel_grad_norm_diff={max(r['rel_grad_norm'] for r in rows):.3e}")
-    print(f"max_rel_loss_diff={worst:.3e}")
-    if not ok:
-        print(f"error: parity failed: tolerance {args.tolerance:g} (first step {args.first_step_tolerance:g})",
-              file=sys.stderr)
-    return 0 if ok else 1
+    loss, norm = compare(read_metrics(mesh_dir), run_reference(run, os.path.join(run_dir, "reference")), args.tolerance)
+    print(table_text([loss, norm]))
+    first_ok = bool(loss.rows) and loss.rows[0].rel <= args.first_step_tolerance
+    print(f"max_rel_grad_norm_diff={norm.max_rel:.3e}")
+    print(f"max_rel_loss_diff={loss.max_rel:.3e}")
+    if not (loss.ok and first_ok):
+        why = loss.problems() or [f"step {loss.rows[0].step}: rel diff {loss.rows[0].rel:.1e} > first-step "
+                                  f"tolerance {args.first_step_tolerance:g}"]
+        print(f"error: parity failed: tolerance {args.tolerance:g} (first step {args.first_step_tolerance:g}): "
+              + "; ".join(why), file=sys.stderr)
+    return 0 if loss.ok and first_ok else 1
 
 
 if __name__ == "__main__":

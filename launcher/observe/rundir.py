@@ -15,6 +15,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 from simcluster.train.config import ConfigError
 
@@ -223,3 +224,29 @@ def newest_run(root: str) -> str:
                           f"run one first (python -m launcher up ...) or pass --run-dir DIR")
     newest = max(found, key=os.path.getmtime)
     return os.path.dirname(newest) if newest.endswith(METRICS) else os.path.dirname(os.path.dirname(newest))
+
+
+_RANK_LINE = re.compile(r"^node-\d+ r(\d+)\s*\| (.*)$")  # observe/follow.py Stream.handle's prefix
+
+
+def rank_lines(run_dir: str) -> list[tuple[int, str]]:
+    """(rank, text) of each line a rank printed, from RUN_DIR/cluster.log in order: the text as the
+    rank printed it (the ``node-K rR |`` prefix taken off); [] without a cluster.log."""
+    try:
+        with open(os.path.join(run_dir, CLUSTER_LOG), encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except FileNotFoundError:
+        return []
+    return [(int(m.group(1)), m.group(2)) for line in lines if (m := _RANK_LINE.match(line))]
+
+
+def summary_lines(run_dir: str) -> list[str]:
+    """The lines of RUN_DIR/cluster.log's last summary, from its ``== summary: OK|FAILED ==`` line
+    on; [] without one."""
+    try:
+        with open(os.path.join(run_dir, CLUSTER_LOG), encoding="utf-8", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except FileNotFoundError:
+        return []
+    start = max((i for i, line in enumerate(lines) if line.startswith("== summary:")), default=None)
+    return [] if start is None else lines[start:]

@@ -1,0 +1,321 @@
+"""Parity of your own code across two layouts of the simulated cluster: ``launcher compare``.
+
+    python -m launcher compare --script examples/manual_3d.py --mesh 2x2x2 --against 2x2x1 -- --steps 3
+    python -m launcher compare --script train.py --mesh 2x2x2 --against-nodes 1 --against-nproc-per-node 1 -- ARGS
+    python -c "from simcluster.launcher.compare import compare; print(compare(script='examples/manual_3d.py', \
+mesh='2x2x2', against='2x2x1', args=['--steps', '3'], mount_code=True).ok)"
+
+The same code runs on layout A (``--mesh`` or ``--nodes/--nproc-per-node``), then on layout B
+(``--against`` or ``--against-nodes/--against-nproc-per-node``), each a ``launcher up`` run into
+its own fresh folder (BASE/a-<layout>, BASE/b-<layout>; BASE: ``--run-dir``, default
+runs/<script or module>-compare); then one metric is compared step by step (observe/series.py,
+the comparison train.parity uses too). A and B may be the same layout: two runs of one layout
+must agree too (a determinism check). ``compare`` returns the Comparison; the CLI (cli.py) prints
+``result_text`` and exits 0 when it is ok, 1 when not.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import shutil
+from dataclasses import dataclass, fields
+
+from simcluster.launcher.engine import LauncherError
+from simcluster.launcher.files import ROOT, host_abspath, repo_path
+from simcluster.launcher.launch import Launch, NodeOptions
+from simcluster.launcher.observe.rundir import METRICS, rank_lines, step_rows, summary_lines
+from simcluster.launcher.observe.series import (Comparison, Series, compare_series, metric_pattern, series_from_lines,
+                                                series_from_rows)
+from simcluster.train.config import Config, ConfigError, parse_mesh
+
+
+class RunFailed(LauncherError):
+    """A side's run failed (a rank raised, a node was lost) or logged no value of the metric that
+    the other side logged: the message names the side, its layout and its summary's failing rank."""
+
+
+@dataclass(frozen=True)
+class Side:
+    """One of the two runs: name "A" or "B", its layout (``mesh 2x2x2``, ``1 node x 1 rank``), its
+    Launch, and the ``generate`` line of its compose file's header."""
+
+    name: str
+    layout: str
+    launch: Launch
+    command: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.layout})"
+
+    @property
+    def run_dir(self) -> str:
+        """Its host run folder, absolute."""
+        return host_abspath(self.launch.run_dir)
+
+    @property
+    def up_line(self) -> str:
+        """The ``launcher up`` line that runs this side alone."""
+        return "python -m launcher up" + self.command.removeprefix("python -m launcher generate")
+
+
+def _layout(side: str, mesh: str | None, nodes: int | None, nproc: int | None) -> tuple[list[str], str, str]:
+    """(the `up` flags, the layout's words, its folder name) of one side's layout flags.
+
+    Raises:
+        ConfigError: neither or both of a mesh and nodes x ranks, or a bad value, naming the side's flags.
+    """
+    m, n, p = ("--mesh", "--nodes", "--nproc-per-node") if side == "A" else (
+        "--against", "--against-nodes", "--against-nproc-per-node")
+    fix = (f"give {side}'s layout as {m} PPxDPxTP (e.g. {m} {'2x2x2' if side == 'A' else '2x2x1'}) or {n} N {p} M "
+           f"(e.g. {n} 1 {p} 1: one process)")
+    if mesh is not None and (nodes is not None or nproc is not None):
+        raise ConfigError(f"{m}: {side}'s layout is either {m} or {n} with {p}, not both; {fix}")
+    if mesh is not None:
+        try:
+            spec = parse_mesh(mesh)
+        except ConfigError as e:
+            raise ConfigError(f"{m}: {e}") from None
+        return ["--mesh", str(spec)], f"mesh {spec}", f"mesh-{spec}"
+    if nodes is None or nproc is None or nodes < 1 or nproc < 1:
+        if nodes is None and nproc is None:
+            raise ConfigError(f"{m}: {fix}")
+        raise ConfigError(f"{n}: {fix} (got {n} {nodes}, {p} {nproc})")
+    words = f"{nodes} node{'s' * (nodes > 1)} x {nproc} rank{'s' * (nproc > 1)}"
+    return ["--nodes", str(nodes), "--nproc-per-node", str(nproc)], words, f"nodes-{nodes}x{nproc}"
+
+
+def _node_flags(node: NodeOptions) -> list[str]:
+    """The `up` flags of the node options that differ from the defaults (each field is its flag)."""
+    out: list[str] = []
+    for f in fields(NodeOptions):
+        value = getattr(node, f.name)
+        if value != f.default:
+            flag = "--" + f.name.replace("_", "-")
+            out += [flag] if value is True else [flag, str(value)]
+    return out
+
+
+def plan(*, script: str | None = None, module: str | None = None, code: str | None = None, args=(),
+         mesh: str | None = None, nodes: int | None = None, nproc_per_node: int | None = None,
+         against: str | None = None, against_nodes: int | None = None, against_nproc_per_node: int | None = None,
+         run_dir: str | None = None, mounts=(), node: NodeOptions | None = None, timeout_s: float = Config.timeout_s,
+         total_steps: int | None = None, cpu_bridges: bool = True) -> tuple[Side, Side]:
+    """The two sides, every input checked as `launcher up` checks it (launcher/options.py resolve),
+    before anything starts; nothing is written. Paths are relative to the current folder.
+    total_steps, cpu_bridges: the instruments' options of your code (`up --total-steps`, `--no-cpu-bridges`).
+
+    Raises:
+        ConfigError: a bad or missing layout (naming that side's flags), script, module, code
+            folder, mount, node option or timeout; the built-in trainer (use train.parity).
+    """
+    from simcluster.launcher.cli import build_parser
+    from simcluster.launcher.files import container_user
+    from simcluster.launcher.options import resolve
+    from simcluster.launcher.targets.check import check_target
+
+    if script is None and code is None and module in (None, "train", "simcluster.train"):
+        raise ConfigError("--script: compare runs your own code: give --script FILE or --module NAME; the built-in "
+                          "trainer's parity check is python -m train.parity --mesh 2x2x2 --steps 10")
+    entry = [*(["--script", script] if script else []), *(["--module", module] if module else []),
+             *(["--code", code] if code else [])]
+    shared = [*entry, *(x for m in mounts for x in ("--mount", m)), *_node_flags(node or NodeOptions()),
+              *(["--timeout-s", repr(float(timeout_s))] if timeout_s != Config.timeout_s else []),
+              *(["--total-steps", str(total_steps)] if total_steps is not None else []),
+              *([] if cpu_bridges else ["--no-cpu-bridges"])]
+    layouts = [("A", *_layout("A", mesh, nodes, nproc_per_node)),
+               ("B", *_layout("B", against, against_nodes, against_nproc_per_node))]
+    name = os.path.splitext(os.path.basename(script))[0] if script else module
+    base = os.path.abspath(run_dir) if run_dir is not None else os.path.join(ROOT, "runs", f"{name}-compare")
+    parser = build_parser()
+    sides = []
+    for side, flags, words, folder in layouts:
+        parsed = parser.parse_args(["up", *flags, *shared, "--run-dir", os.path.join(base, f"{side.lower()}-{folder}")])
+        parsed.job_argv = tuple(args)
+        launch, command = resolve(parsed, user=container_user(), parser=parser)
+        check_target("compose", launch, local=True)
+        sides.append(Side(side, words, launch, command))
+    return sides[0], sides[1]
+
+
+def check_options(metric: str, metric_regex: str | None, rtol: float) -> None:
+    """--metric, --metric-regex and --rtol, before anything starts.
+
+    Raises:
+        ConfigError: naming the flag and a fix.
+    """
+    if not (rtol >= 0 and math.isfinite(rtol)):
+        raise ConfigError(f"--rtol: must be a finite number >= 0 (the largest relative difference allowed), got "
+                          f"{rtol}; e.g. --rtol 1e-5 (0: bit-identical)")
+    if not metric or not metric.strip():
+        raise ConfigError("--metric: empty; name a key of your metrics.jsonl rows, e.g. --metric loss")
+    if metric_regex is not None:
+        try:
+            metric_pattern(metric_regex)
+        except ValueError as e:
+            raise ConfigError(f"--metric-regex: {e}") from None
+
+
+def check_folders(sides: tuple[Side, Side]) -> None:
+    """Each side's run folder is absent, empty or an earlier run's (it holds a compose.yml): compare
+    empties it before its run, and never a folder it did not make.
+
+    Raises:
+        ConfigError: naming the folder and the fix.
+    """
+    for side in sides:
+        d = side.run_dir
+        if os.path.isdir(d) and os.listdir(d) and not os.path.isfile(os.path.join(d, "compose.yml")):
+            raise ConfigError(f"--run-dir: {repo_path(d)} holds files but is no run folder (no compose.yml); compare "
+                              f"empties {side.name}'s folder before running it: pass another --run-dir")
+
+
+class ComposeRun:
+    """Runs one side with `launcher up`'s ComposeRunner; quiet: its lines go to its cluster.log only."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+
+    def check(self, sides: tuple[Side, Side]) -> None:
+        """No cluster of either run folder is still up (before either starts).
+
+        Raises:
+            ConfigError: naming the folder and `launcher down`.
+        """
+        from simcluster.launcher import engine
+        from simcluster.launcher.drills import shaping
+        from simcluster.launcher.handle import Handle
+
+        for side in sides:
+            shaping.check(side.launch, "up", "compose", {})
+            project = Handle.for_run(side.run_dir).project
+            if any(c.status != "exited" for c in engine.containers(project).values()):
+                raise ConfigError(f"--run-dir: the cluster of {side.name}'s folder {repo_path(side.run_dir)} is still "
+                                  f"up; stop it with python -m launcher down --run-dir {repo_path(side.run_dir)}")
+
+    def __call__(self, side: Side) -> int:
+        """Run the side to its end; `up`'s exit code (0, 1, 130)."""
+        from simcluster.launcher.run.base import UpOptions
+        from simcluster.launcher.run.compose import ComposeRunner
+
+        runner, opts = ComposeRunner(), UpOptions()
+        runner.check(side.launch, opts)
+        if not self.quiet:
+            return runner.up(side.launch, side.command, opts)
+        with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
+            return runner.up(side.launch, side.command, opts)
+
+
+def failure_text(side: Side) -> str:
+    """Why a side's run failed, from its summary: the failed and lost ranks' lines, else the nodes'
+    non-zero exits."""
+    lines = [ln.strip() for ln in summary_lines(side.run_dir)]
+    picked = [ln for ln in lines if ln.startswith(("FAILED rank", "LOST", "then failed", "no rank printed",
+                                                     "killed by up"))]
+    picked = picked or [ln for ln in lines if ln.startswith("node-") and " exit 0" not in ln]
+    return "; ".join(picked) if picked else "no summary in its cluster.log"
+
+
+def read_series(side: Side, metric: str, metric_regex: str | None) -> Series:
+    """The metric's series of a finished side: ``metric`` of its step rows (rundir.step_rows:
+    metrics.jsonl, rows of one step merged, joined with the instruments' step records), or the
+    lines its ranks printed (cluster.log) that metric_regex matches.
+
+    Raises:
+        ConfigError: the series is empty or not numbers (naming the run, what it logged and a fix).
+    """
+    where = f"run {side.label}"
+    try:
+        if metric_regex is not None:
+            lines = [text for _, text in rank_lines(side.run_dir)]
+            series = series_from_lines(lines, metric_pattern(metric_regex))
+            if not series:
+                sample = "; ".join(repr(t) for t in lines[-3:]) or "none"
+                raise ConfigError(f"--metric-regex: no line of {where}'s ranks matches {metric_regex!r} "
+                                  f"({len(lines)} rank lines in {repo_path(side.run_dir)}/cluster.log; its last: "
+                                  f"{sample}); fix the regex")
+            return series
+        rows = step_rows(side.run_dir)
+        series = series_from_rows(rows, metric)
+    except ValueError as e:
+        raise ConfigError(f"--metric{'-regex' if metric_regex else ''}: {where}: {e}") from None
+    path = f"{repo_path(side.run_dir)}/{METRICS}"
+    if not rows:
+        raise ConfigError(f"--metric {metric}: {where} wrote no {path}; append {{\"step\": N, \"{metric}\": X}} per "
+                          f"step to $SIMCLUSTER_OUTPUT_DIR/{METRICS}, or read printed lines with --metric-regex REGEX")
+    if not series:
+        keys = sorted({k for r in rows for k in r})
+        raise ConfigError(f"--metric {metric}: {where}'s steps ({path} and the instruments' steps/) have no "
+                          f"{metric!r} in their {len(rows)} rows; their keys: "
+                          f"{', '.join(keys)}; pass one with --metric, e.g. --metric {next(iter(keys), 'loss')}")
+    return series
+
+
+def compare(*, metric: str = "loss", metric_regex: str | None = None, rtol: float = 1e-5, quiet: bool = False,
+            runner=None, **layout_and_code) -> Comparison:
+    """Run the same code on layout A, then on layout B, and compare ``metric`` step by step.
+
+    layout_and_code: plan()'s arguments (script/module/code, args, mesh/nodes/nproc_per_node,
+    against/against_nodes/against_nproc_per_node, run_dir, mounts, node, timeout_s, total_steps,
+    cpu_bridges), or node
+    options by name (``mount_code=True``, ``image=...``). metric: a key of the runs' metrics.jsonl
+    rows; metric_regex: read the metric from the lines the ranks printed instead (one group, or
+    named groups step and value); rtol: the largest relative difference |A - B| / |B| allowed.
+    quiet: each run's lines only in its cluster.log; runner: what runs a side (default ComposeRun).
+
+    Raises:
+        ConfigError: bad input (before anything starts), or run A logged no such metric (B is not run).
+        RunFailed: a run failed (naming the side and its failing rank), or B logged no such metric.
+        KeyboardInterrupt: interrupted (the running cluster was stopped).
+        LauncherError: Docker or Compose failed.
+    """
+    names = {f.name for f in fields(NodeOptions)}
+    node_kw = {k: layout_and_code.pop(k) for k in list(layout_and_code) if k in names}
+    if node_kw:
+        layout_and_code["node"] = dataclasses.replace(layout_and_code.get("node") or NodeOptions(), **node_kw)
+    check_options(metric, metric_regex, rtol)
+    sides = plan(**layout_and_code)
+    check_folders(sides)
+    runner = runner or ComposeRun(quiet)
+    runner.check(sides)
+    if sides[0].layout == sides[1].layout:
+        print(f"compare: A and B are the same layout ({sides[0].layout}): two runs must agree (determinism)",
+              flush=True)
+    for side in sides:  # fresh folders: no earlier run's metrics, logs or resume state
+        try:
+            if os.path.exists(side.run_dir):
+                shutil.rmtree(side.run_dir)
+        except OSError as e:
+            raise ConfigError(f"--run-dir: cannot empty {repo_path(side.run_dir)} for run {side.name}: {e}; remove "
+                              f"it yourself or pass another --run-dir") from None
+    series = []
+    for side in sides:
+        print(f"compare: run {side.label} into {repo_path(side.run_dir)}\n  = {side.up_line}", flush=True)
+        code = runner(side)
+        if code == 130:
+            raise KeyboardInterrupt
+        if code != 0:
+            rest = "; B was not run" if side.name == "A" else ""
+            raise RunFailed(f"compare: run {side.label} failed (exit {code}): {failure_text(side)}{rest}; can your "
+                            f"code take this layout ({side.launch.world_size} ranks)? Its log: "
+                            f"{repo_path(side.run_dir)}/cluster.log")
+        try:
+            series.append(read_series(side, metric, metric_regex))
+        except ConfigError as e:
+            if side.name == "A":
+                raise ConfigError(f"{e} (B was not run)") from None
+            raise RunFailed(f"{e}; run {sides[0].label} logged {len(series[0])} step(s) of it") from None
+        if quiet:
+            print(f"compare: run {side.label} ok, {len(series[-1])} step(s) of {metric}", flush=True)
+    return compare_series(series[0], series[1], rtol, metric, (sides[0].label, sides[1].label))
+
+
+def result_text(c: Comparison) -> str:
+    """What `launcher compare` prints at the end: the table, how it ended, and the verdict line."""
+    head = f"compare {c.metric} step by step: rel_diff = |A - B| / |B|, rtol {c.rtol:g}"
+    verdict = (f"compare: OK: {c.metric} of {c.labels[0]} and {c.labels[1]} agree within rtol {c.rtol:g} at all "
+               f"{len(c.rows)} steps" if c.ok else f"compare: FAILED: {c.metric} differs beyond rtol {c.rtol:g} or "
+               f"in its steps (above)")
+    return "\n".join([head, c.table(), *c.verdict(), verdict])
