@@ -13,7 +13,6 @@ each against ``plain`` with the load average beside it (these machines are share
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -22,6 +21,7 @@ import tempfile
 
 from simcluster.launcher.files import SOURCE
 from simcluster.launcher.instrument.spec import Instruments
+from simcluster.launcher.observe.rundir import read_metrics
 
 SETTINGS = ("plain", "steps", "traffic", "trace")
 
@@ -38,8 +38,7 @@ def run_once(script: str, nproc: int, args: list[str], setting: str, out: str, s
                                trace_steps=tuple(range(3, steps + 1)) if setting == "trace" else ()).env())
     subprocess.run(["torchrun", "--standalone", f"--nproc-per-node={nproc}", script, "--out-dir", out, *args],
                    env=env, check=True, capture_output=True, timeout=1800)
-    with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as fh:
-        rows = [json.loads(line) for line in fh if line.strip()]
+    rows = read_metrics(out)
     return statistics.median(r["step_time_s"] for r in rows[2:])
 
 
