@@ -148,6 +148,9 @@ def _compare_args(cp: argparse.ArgumentParser) -> None:
                    "emptied first (default runs/<script or module>-compare)")
     g.add_argument("--timeout-s", type=float, default=60.0, metavar="S", help="each run's timeout (default 60)")
     g.add_argument("--quiet", action="store_true", help="runs' lines only in their cluster.log; show the table")
+    g.add_argument("--traffic", type=int, default=0, metavar="0|1", help="1: both runs record their traffic "
+                   "(as up --traffic 1)")
+    g.add_argument("--trace-steps", default=None, metavar="STEPS", help="both runs trace these steps, e.g. 2 or 2,3")
     add_node_args(cp)
 
 
@@ -231,7 +234,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                      against_nodes=args.against_nodes, against_nproc_per_node=args.against_nproc_per_node,
                      run_dir=args.run_dir, mounts=tuple(args.mount), node=node_options(args, container_user()),
                      timeout_s=args.timeout_s, total_steps=args.total_steps, cpu_bridges=not args.no_cpu_bridges,
-                     metric=args.metric, metric_regex=args.metric_regex, rtol=args.rtol, quiet=args.quiet)
+                     traffic=args.traffic, trace_steps=args.trace_steps, metric=args.metric, metric_regex=args.metric_regex, rtol=args.rtol, quiet=args.quiet)
     print(result_text(result), flush=True)
     return 0 if result.ok else 1
 

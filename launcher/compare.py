@@ -102,10 +102,12 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
          mesh: str | None = None, nodes: int | None = None, nproc_per_node: int | None = None,
          against: str | None = None, against_nodes: int | None = None, against_nproc_per_node: int | None = None,
          run_dir: str | None = None, mounts=(), node: NodeOptions | None = None, timeout_s: float = Config.timeout_s,
-         total_steps: int | None = None, cpu_bridges: bool = True) -> tuple[Side, Side]:
+         total_steps: int | None = None, cpu_bridges: bool = True, traffic: int = 0,
+         trace_steps: str | None = None) -> tuple[Side, Side]:
     """The two sides, every input checked as `launcher up` checks it (launcher/options.py resolve),
     before anything starts; nothing is written. Paths are relative to the current folder.
-    total_steps, cpu_bridges: the instruments' options of your code (`up --total-steps`, `--no-cpu-bridges`).
+    total_steps, cpu_bridges, traffic, trace_steps: the instruments' options of your code, for both
+    runs (`up --total-steps`, `--no-cpu-bridges`, `--traffic 1`, `--trace-steps 2`).
 
     Raises:
         ConfigError: a bad or missing layout (naming that side's flags), script, module, code
@@ -124,7 +126,8 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
     shared = [*entry, *(x for m in mounts for x in ("--mount", m)), *_node_flags(node or NodeOptions()),
               *(["--timeout-s", repr(float(timeout_s))] if timeout_s != Config.timeout_s else []),
               *(["--total-steps", str(total_steps)] if total_steps is not None else []),
-              *([] if cpu_bridges else ["--no-cpu-bridges"])]
+              *([] if cpu_bridges else ["--no-cpu-bridges"]),
+              *(["--traffic", str(traffic)] if traffic else []), *(["--trace-steps", trace_steps] if trace_steps else [])]
     layouts = [("A", *_layout("A", mesh, nodes, nproc_per_node)),
                ("B", *_layout("B", against, against_nodes, against_nproc_per_node))]
     name = os.path.splitext(os.path.basename(script))[0] if script else module

@@ -3,11 +3,11 @@ same model as one process (losses within 1e-5 relative at every step).
 
     python -m pytest -q tests/test_examples_host.py
 
-One process is the reference; torchrun --standalone runs 2x2x2 (8 ranks) with GPipe and 2x1x2
-(4 ranks) with 1F1B over 4 microbatches, so that 1F1B really interleaves forwards and backwards
-(with 2 microbatches on 2 stages it is GPipe's order) and the global batch is microbatched
-differently from the reference. OMP_NUM_THREADS=1: 8 ranks share the machine's cores. About 40 s
-on 2 cores (reference 4 s, 2x2x2 18 s, 2x1x2 14 s, the stage_range check 4 s of torch import).
+One process is the reference; torchrun --standalone runs 2x1x2 (4 ranks) with 1F1B over 4
+microbatches, so that 1F1B really interleaves forwards and backwards (with 2 microbatches on 2
+stages it is GPipe's order) and the global batch is microbatched differently from the reference.
+2x2x2 with GPipe runs on containers (tests/test_user_code.py). About 22 s on 2 cores (reference
+4 s, 2x1x2 14 s, the stage_range check 4 s of torch import).
 """
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def reference(tmp_path_factory) -> list[float]:
     return [r["loss"] for r in run(tmp_path_factory.mktemp("ref"))]
 
 
-@pytest.mark.parametrize("mesh,schedule,microbatches", [("2x2x2", "gpipe", 2), ("2x1x2", "1f1b", 4)])
+# 2x2x2 with GPipe runs on containers (tests/test_user_code.py); here 1F1B in an order GPipe does not take
+@pytest.mark.parametrize("mesh,schedule,microbatches", [("2x1x2", "1f1b", 4)])
 def test_pipelining_matches_one_process(reference, tmp_path, mesh, schedule, microbatches):
     pp, dp, tp = (int(n) for n in mesh.split("x"))
     rows = run(tmp_path, "--pp", str(pp), "--dp", str(dp), "--tp", str(tp), "--schedule", schedule,
