@@ -193,3 +193,23 @@ def test_swarm_up_2x2x2_parity(trainer_image, tmp_path):
         assert not dc.services.list(filters=label)
     assert _engine_state() == before, "the swarm state, docker_gwbridge or ingress changed"
     print(f"swarm up: {wall:.1f}s", file=sys.stderr)
+
+
+def test_swarm_up_your_code_with_its_instruments(trainer_image, tmp_path):
+    """examples/ddp.py on a swarm stack with --traffic 1 --trace-steps 2: the stack file carries the
+    instruments, the node wrapper loads them in the ranks, up merges the trace (about 20 s)."""
+    need(_swarm_problem())
+    run_dir = tmp_path / "swarm-ddp"
+    proc = launcher("up", "--target", "swarm", "--nodes", "2", "--nproc-per-node", "1", "--traffic", "1",
+                    "--trace-steps", "2", "--script", str(ROOT / "examples" / "ddp.py"), "--run-dir", str(run_dir),
+                    "--mount-code", "--", "--steps", "3", env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-4000:] + proc.stderr[-3000:]
+    for rank in (0, 1):
+        steps = [json.loads(x)["step"] for x in (run_dir / "steps" / f"rank-{rank}.jsonl").read_text().splitlines()]
+        traffic = [json.loads(x) for x in (run_dir / "traffic" / f"rank-{rank}.jsonl").read_text().splitlines()]
+        assert steps == [1, 2, 3] and [t["step"] for t in traffic] == [1, 2, 3]
+        assert traffic[1]["links"] == {"span": sum(traffic[1]["bytes"].values())}  # the two nodes' all-reduces
+    trace = json.loads((run_dir / "trace.json").read_text())["traceEvents"]
+    assert {e["tid"] for e in trace if e.get("ph") == "X" and e["tid"] < 1000} == {0, 1}
+    assert "traffic/step world_all_reduce" in out and f"trace        {run_dir}/trace.json" in out
