@@ -4,8 +4,11 @@ node's exit code and reason, lost nodes and the ranks that failed with their tra
     python -m launcher up --mesh 2x1x1 --model tiny --steps 3     # ends with "== summary: OK =="
 
 Rules: a row is shown only when its value is known. ``final loss`` and ``tokens/s`` come from the
-trainer's ``done`` line, else from metrics.jsonl's last row; a job that logged no step gets one
-``metrics`` row saying where they would come from. ``rank output`` counts the ranks whose output
+trainer's ``done`` line, else from the run's step rows (rundir.step_rows: metrics.jsonl joined
+with the instruments' records of the user's code); the user's code without tokens/s gets a ``step
+time`` row (the median after step 1 of the slowest rank, and the peak RSS of any rank); its traced
+steps are merged into trace.json here; a job that logged no step gets one ``metrics`` row saying
+where they would come from. ``rank output`` counts the ranks whose output
 reached the launcher (torchrun prefixes each line of rank R with ``[rankR]:``): a rank that printed
 nothing is named as such, not as missing, and only ranks that printed are checked for their node
 (MISPLACED). A failed rank is named with its exception and last frames (launcher/observe/failures.py).
