@@ -210,3 +210,21 @@ def test_cpu_bridges_are_on_in_a_rank_unless_turned_off(tmp_path, flag, bridged)
     proc = subprocess.run([sys.executable, "b.py"], cwd=tmp_path, env=rank_env(tmp_path / "run", **flag),
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == f"bridged {bridged}" and proc.stderr == "", proc.stdout + proc.stderr
+
+
+def test_report_merges_the_trace_of_a_run_started_without_up(tmp_path):
+    """A traced run of the user's code started with plain `docker compose up` leaves only the ranks'
+    trace/rank-R-step-S.json: `launcher report` merges them into trace.json and draws the timeline."""
+    from simcluster.launcher.observe.report import make_report
+
+    (tmp_path / "s.py").write_text(SCRIPT)
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "s.py"], cwd=tmp_path, env=rank_env(out, SIMCLUSTER_TRACE_STEPS="2"),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr  # kineto's USDT lines silenced too
+    assert os.listdir(out / "trace") == ["rank-0-step-2.json"] and not (out / "trace.json").exists()
+    page, pngs = make_report(str(out))
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    assert {e["args"]["step"] for e in events if e.get("ph") == "X"} == {2}
+    assert any(e["name"].startswith("Optimizer.step") for e in events)
+    assert str(out / "report" / "timeline.png") in pngs and os.path.isfile(page)

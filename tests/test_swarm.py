@@ -12,6 +12,7 @@ and afterwards no stack, service, container or network of it is left and the swa
 from __future__ import annotations
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -197,14 +198,20 @@ def test_swarm_up_2x2x2_parity(trainer_image, tmp_path):
 
 def test_swarm_up_your_code_with_its_instruments(trainer_image, tmp_path):
     """examples/ddp.py on a swarm stack with --traffic 1 --trace-steps 2: the stack file carries the
-    instruments, the node wrapper loads them in the ranks, up merges the trace (about 20 s)."""
+    instruments, the node wrapper loads them in the ranks, up merges the trace. The script writes
+    its metrics.jsonl elsewhere, so progress and the steps row come from the instruments alone,
+    the ETA from --total-steps (about 20 s)."""
     need(_swarm_problem())
     run_dir = tmp_path / "swarm-ddp"
     proc = launcher("up", "--target", "swarm", "--nodes", "2", "--nproc-per-node", "1", "--traffic", "1",
-                    "--trace-steps", "2", "--script", str(ROOT / "examples" / "ddp.py"), "--run-dir", str(run_dir),
-                    "--mount-code", "--", "--steps", "3", env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
+                    "--trace-steps", "2", "--total-steps", "3", "--script", str(ROOT / "examples" / "ddp.py"),
+                    "--run-dir", str(run_dir), "--mount-code", "--", "--steps", "3", "--out-dir", "/tmp/own",
+                    env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=600)
     out = proc.stdout
     assert proc.returncode == 0, out[-4000:] + proc.stderr[-3000:]
+    assert not (run_dir / "metrics.jsonl").exists()
+    assert re.search(r"^launcher\s*\| progress: step 3/3 \(100%\)", out, re.M), out[-3000:]
+    assert "  steps        3, without a loss (for one: simcluster.log(loss=...)" in out, out[-3000:]
     for rank in (0, 1):
         steps = [json.loads(x)["step"] for x in (run_dir / "steps" / f"rank-{rank}.jsonl").read_text().splitlines()]
         traffic = [json.loads(x) for x in (run_dir / "traffic" / f"rank-{rank}.jsonl").read_text().splitlines()]
