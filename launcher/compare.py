@@ -113,7 +113,7 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
         ConfigError: a bad or missing layout (naming that side's flags), script, module, code
             folder, mount, node option or timeout; the built-in trainer (use train.parity).
     """
-    from simcluster.launcher.cli import build_parser
+    from simcluster.launcher.parser import build_parser
     from simcluster.launcher.files import container_user
     from simcluster.launcher.options import resolve
     from simcluster.launcher.targets.check import check_target

@@ -2,7 +2,7 @@
 divergence, the table text. Pure (stdlib only); ``launcher compare`` and ``train.parity`` share it.
 
     python -c "from simcluster.launcher.observe.series import compare_series as c; \
-print(c([(1, 0.5), (2, 0.4)], [(1, 0.5), (2, 0.41)], 1e-5).table())"
+print(c([(1, 0.5), (2, 0.3)], [(1, 0.5), (2, 0.31)], 1e-5).table())"
 
 A series is a sequence of (step, value) pairs. ``compare_series(a, b, rtol)`` aligns them by step
 (a step given twice keeps its first value), computes ``rel = |a - b| / |b|`` at each common step (b

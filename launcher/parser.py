@@ -1,0 +1,113 @@
+"""The launcher's flags as one argparse tree: every command's subparser (cli.py dispatches on it).
+
+    python -c "from simcluster.launcher.parser import build_parser; build_parser().parse_args(['up', '--help'])"
+
+Its own module so that the Python API (launcher/compare.py resolves each side as `up` would) and
+the CLI share one parser without importing each other. The flags' groups live beside what they
+feed: job, node and engine options in options.py, the trainer's own in train/cli.py.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from simcluster.launcher.options import add_engine_args, add_job_args, add_node_args
+from simcluster.train.cli import add_config_args
+
+
+def _target_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run-dir", default=None, help="run folder of an `up` run (default: the newest under runs/)")
+    p.add_argument("--file", "-f", dest="file", default=None, help="a compose file instead (e.g. docker-compose.yml)")
+    p.add_argument("--project", "-p", default=None, help="compose project name (default: from the run or the file's folder)")
+
+
+def _prog() -> str:
+    """How the user started us: ``python -m launcher`` (a checkout), ``python -m simcluster``, ``simcluster``."""
+    arg0 = sys.argv[0] if sys.argv and sys.argv[0] else "simcluster"
+    if os.path.basename(arg0) == "__main__.py":
+        return "python -m " + os.path.basename(os.path.dirname(os.path.abspath(arg0)))
+    return os.path.basename(arg0)
+
+
+def build_parser(doc: str = "") -> argparse.ArgumentParser:
+    """The launcher's whole argparse tree, one subparser per command; doc: the help text (cli.py's
+    docstring: its first paragraph the description, the rest the epilog)."""
+    parser = argparse.ArgumentParser(prog=_prog(), description=doc.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n\n".join(doc.split("\n\n")[1:]))
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="write the compose file of a mesh (default compose/mesh-PPxDPxTP.yml)")
+    gen.add_argument("--out", default=None, help="output file (default, in the repo: compose/mesh-PPxDPxTP.yml; "
+                     "swarm/mesh-PPxDPxTP.yml; slurm/mesh-PPxDPxTP.sbatch; k8s/mesh-PPxDPxTP-jobset.yaml, k8s/mesh-PPxDPxTP-trainjob.yaml)")
+    gen.add_argument("--stdout", action="store_true", help="print the YAML that would go to --out; write nothing")
+    add_config_args(gen)
+    add_job_args(gen)
+    add_node_args(gen)
+    add_engine_args(gen)
+    up = sub.add_parser("up", help="run a training job on a fresh cluster, stream its logs, summarise, down")
+    add_config_args(up)
+    add_job_args(up)
+    add_node_args(up)
+    add_engine_args(up)
+    up.add_argument("--build", action="store_true", help="run images/build.sh even if the image exists")
+    up.add_argument("--keep", action="store_true", help="leave the stopped containers (no `down` at the end)")
+    up.add_argument("--quiet", action="store_true", help="hide per-step lines; show progress lines instead")
+    up.add_argument("--progress-every", type=float, default=10.0, metavar="S", help="seconds between progress lines")
+    up.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                    help="after a failure restart the whole cluster up to N times, resuming from the run's newest "
+                         "checkpoint (use with --ckpt-every; default 0)")
+    up.add_argument("--start-late", action="append", default=[], metavar="NODE=S",
+                    help="start NODE's container S seconds after the others (late-join drill; repeatable)")
+    st = sub.add_parser("status", help="table: node, ranks, state, last step")
+    _target_args(st)
+    lg = sub.add_parser("logs", help="the cluster's logs (compose logs)")
+    _target_args(lg)
+    lg.add_argument("--follow", action="store_true", help="keep following")
+    lg.add_argument("--tail", default="all", help="lines per container (default all)")
+    lg.add_argument("services", nargs="*", help="services, e.g. node-0 rendezvous (default all)")
+    dn = sub.add_parser("down", help="stop and remove the cluster's containers and network")
+    _target_args(dn)
+    ch = sub.add_parser("chaos", help="at step N of a run, kill / pause / disconnect one node (fault drills)")
+    _target_args(ch)
+    fault = ch.add_mutually_exclusive_group(required=True)
+    fault.add_argument("--kill", metavar="NODE", help="docker kill the node's container")
+    fault.add_argument("--stop", metavar="NODE", help="docker stop the node's container (SIGTERM)")
+    fault.add_argument("--pause", metavar="NODE", help="docker pause (freeze) the node's container")
+    fault.add_argument("--freeze", metavar="RANK", type=int,
+                       help="SIGSTOP one rank's process inside its node (the node's heartbeat goes on)")
+    fault.add_argument("--disconnect", metavar="NODE", help="docker network disconnect the node's container")
+    ch.add_argument("--at-step", type=int, default=1, metavar="N", help="wait until the run reached step N (default 1)")
+    ch.add_argument("--wait-s", type=float, default=3600.0, metavar="S", help="give up after S seconds (default 3600)")
+    bd = sub.add_parser("build", help="build the trainer image from this installation's code (images/build.sh, "
+                        "package data when installed: no checkout needed)")
+    bd.add_argument("--force", action="store_true", help="rebuild the base, the wheelhouse and every layer")
+    rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
+    rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
+    _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
+                                 "(exit 1 beyond --rtol)"))
+    return parser
+
+
+def _compare_args(cp: argparse.ArgumentParser) -> None:
+    """`compare`: your code's flags, layout A (as `up`) and B (--against...), the metric, node options."""
+    add_job_args(cp)
+    cp.add_argument("--mesh", default=None, metavar="PPxDPxTP",
+                    help="layout A, a 3D mesh (or --nodes/--nproc-per-node)")
+    g = cp.add_argument_group("layout B and the comparison")
+    g.add_argument("--against", default=None, metavar="PPxDPxTP", help="layout B, a 3D mesh (may equal A: determinism)")
+    g.add_argument("--against-nodes", type=int, default=None, metavar="N", help="layout B: N nodes (with "
+                   "--against-nproc-per-node; 1 and 1: one process)")
+    g.add_argument("--against-nproc-per-node", type=int, default=None, metavar="M", help="layout B: M ranks per node")
+    g.add_argument("--metric", default="loss", help="key of your metrics.jsonl rows to compare (default loss)")
+    g.add_argument("--metric-regex", default=None, metavar="REGEX", help="read the metric from what the ranks print "
+                   "instead: one group (the value; n-th match = step n) or named groups step and value")
+    g.add_argument("--rtol", type=float, default=1e-5, metavar="R", help="largest |A - B| / |B| allowed (default 1e-5)")
+    g.add_argument("--run-dir", default=None, metavar="BASE", help="runs go to BASE/a-<layout>, BASE/b-<layout>, each "
+                   "emptied first (default runs/<script or module>-compare)")
+    g.add_argument("--timeout-s", type=float, default=60.0, metavar="S", help="each run's timeout (default 60)")
+    g.add_argument("--quiet", action="store_true", help="runs' lines only in their cluster.log; show the table")
+    g.add_argument("--traffic", type=int, default=0, metavar="0|1", help="1: both runs record their traffic "
+                   "(as up --traffic 1)")
+    g.add_argument("--trace-steps", default=None, metavar="STEPS", help="both runs trace these steps, e.g. 2 or 2,3")
+    add_node_args(cp)
