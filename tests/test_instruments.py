@@ -104,7 +104,7 @@ def test_the_clock_counts_the_first_optimizer_and_then_explicit_marks(tmp_path):
 
 
 def test_sitecustomize_is_a_no_op_outside_a_rank(tmp_path):
-    (tmp_path / "s.py").write_text(SCRIPT)
+    (tmp_path / "s.py").write_text("print('ran')\n")  # the clock would have made steps/ at its start
     for drop, extra in (("RANK", {}), (None, {"SIMCLUSTER_INSTRUMENT_PID": "1"}), ("SIMCLUSTER_INSTRUMENT", {})):
         out = tmp_path / f"run-{drop}"
         env = rank_env(out, **extra)
@@ -119,6 +119,7 @@ def test_torch_is_not_imported_by_the_instruments(tmp_path):
     proc = subprocess.run([sys.executable, "plain.py"], cwd=tmp_path, env=rank_env(tmp_path / "run"),
                           capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "False" and proc.stderr == "", proc.stderr
+    assert (tmp_path / "run" / "steps").is_dir()  # installed all the same: the clock made its folder
 
 
 def test_another_sitecustomize_still_runs(tmp_path):

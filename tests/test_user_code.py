@@ -80,19 +80,20 @@ def one_process(script: Path, out: Path, *args: str) -> list[float]:
 
 
 def test_torch_pipelining_example_on_2x2x2(tmp_path):
-    """examples/pipelining.py (PipelineStage + ScheduleGPipe over the pp group), unchanged, on two
-    containers: its loss equals one process's at every step, and its instruments record the
-    schedule's p2p as pp traffic whose bytes per link are the closed form."""
+    """examples/pipelining.py (PipelineStage + Schedule1F1B over the pp group, 4 microbatches: an
+    order GPipe does not take), unchanged, on two containers: its loss equals one process's at
+    every step, and its instruments record the schedule's p2p as pp traffic whose bytes per link
+    are the closed form."""
     script = tmp_path / "mycode" / "pipelining.py"
     script.parent.mkdir()
     shutil.copy(ROOT / "examples" / "pipelining.py", script)
     run = tmp_path / "pipe"
-    args = ("--steps", "4", "--schedule", "gpipe", "--microbatches", "2")
+    args = ("--steps", "4", "--schedule", "1f1b", "--microbatches", "4")
     proc = up(run, "--mesh", "2x2x2", "--traffic", "1", "--trace-steps", "2", "--script", str(script), "--", *args)
     out = proc.stdout
     assert proc.returncode == 0, out[-5000:] + proc.stderr[-2000:]
     traffic = instrumented(run, 8, 4, out)
-    closed = pipeline_bytes(dp=2, tp=2, batch=16, microbatches=2, dim=32)
+    closed = pipeline_bytes(dp=2, tp=2, batch=16, microbatches=4, dim=32)
     for step in range(2, 5):
         links, kinds = traffic[step]["links"], traffic[step]["bytes"]
         assert links["0->1"] == links["1->0"] == closed and kinds["pp_send"] == 2 * closed, traffic[step]
