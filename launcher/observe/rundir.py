@@ -49,7 +49,11 @@ def read_metrics(run_dir: str, name: str = METRICS, since: float = 0.0, strict: 
     Raises:
         ConfigError: strict and a line is not JSON (naming the file and line).
     """
-    path = os.path.join(run_dir, name)
+    return _read(os.path.join(run_dir, name), since, strict)
+
+
+def _read(path: str, since: float = 0.0, strict: bool = False) -> list[dict]:
+    """The JSON rows of one file (read_metrics' rule: [] when missing or older than ``since``)."""
     try:
         if os.path.getmtime(path) < since:
             return []
@@ -76,16 +80,6 @@ def _rank_files(run_dir: str, folder: str) -> dict[int, str]:
         if tail.isdigit():
             found[int(tail)] = path
     return dict(sorted(found.items()))
-
-
-def _read(path: str, since: float) -> list[dict]:
-    try:
-        if os.path.getmtime(path) < since:
-            return []
-        with open(path, "rb") as fh:
-            return _rows(fh.read(), path, strict=False)
-    except FileNotFoundError:
-        return []
 
 
 def traffic_totals(run_dir: str, since: float = 0.0) -> dict[int, dict]:
@@ -229,24 +223,24 @@ def newest_run(root: str) -> str:
 _RANK_LINE = re.compile(r"^node-\d+ r(\d+)\s*\| (.*)$")  # observe/follow.py Stream.handle's prefix
 
 
+def _log_lines(run_dir: str) -> list[str]:
+    """RUN_DIR/cluster.log's lines; [] without one."""
+    try:
+        with open(os.path.join(run_dir, CLUSTER_LOG), encoding="utf-8", errors="replace") as fh:
+            return fh.read().splitlines()
+    except FileNotFoundError:
+        return []
+
+
 def rank_lines(run_dir: str) -> list[tuple[int, str]]:
     """(rank, text) of each line a rank printed, from RUN_DIR/cluster.log in order: the text as the
     rank printed it (the ``node-K rR |`` prefix taken off); [] without a cluster.log."""
-    try:
-        with open(os.path.join(run_dir, CLUSTER_LOG), encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().splitlines()
-    except FileNotFoundError:
-        return []
-    return [(int(m.group(1)), m.group(2)) for line in lines if (m := _RANK_LINE.match(line))]
+    return [(int(m.group(1)), m.group(2)) for line in _log_lines(run_dir) if (m := _RANK_LINE.match(line))]
 
 
 def summary_lines(run_dir: str) -> list[str]:
     """The lines of RUN_DIR/cluster.log's last summary, from its ``== summary: OK|FAILED ==`` line
     on; [] without one."""
-    try:
-        with open(os.path.join(run_dir, CLUSTER_LOG), encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().splitlines()
-    except FileNotFoundError:
-        return []
+    lines = _log_lines(run_dir)
     start = max((i for i, line in enumerate(lines) if line.startswith("== summary:")), default=None)
     return [] if start is None else lines[start:]
