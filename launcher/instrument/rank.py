@@ -33,6 +33,7 @@ def install(env=os.environ) -> Clock:
         return CLOCK
     inst = Instruments.from_env(env)
     rank, out_dir = int(env.get("RANK", "0")), env.get("SIMCLUSTER_OUTPUT_DIR")
+    per_node = int(env.get("LOCAL_WORLD_SIZE", "1"))  # torchrun's: the ranks of this node
     CLOCK = Clock(out_dir, rank)
 
     def on_torch(_torch) -> None:
@@ -42,12 +43,11 @@ def install(env=os.environ) -> Clock:
         if out_dir and inst.traffic:
             try:
                 from simcluster.launcher.instrument.traffic import TrafficListener
-                CLOCK.listeners.append(TrafficListener(out_dir, rank, env))
+                CLOCK.listeners.append(TrafficListener(out_dir, rank, per_node, CLOCK.restart, env))
             except Exception as e:  # noqa: BLE001 - an instrument must never stop the user's code
                 _warn("traffic accounting", e)
         if out_dir and inst.trace_steps:
             from simcluster.launcher.instrument.trace import TraceListener
-            per_node = int(env.get("LOCAL_WORLD_SIZE", "1"))
             CLOCK.listeners.append(TraceListener(out_dir, rank, node_of(rank, per_node), inst.trace_steps))
 
     def on_dtensor(_mod) -> None:

@@ -26,15 +26,16 @@ def groups_from_env(rank: int, env) -> dict[str, tuple[int, ...]]:
 
 
 class TrafficListener:
-    """Pushes a TrafficMode now; at each step's end writes that step's summary for this rank."""
+    """Pushes a TrafficMode now; at each step's end writes that step's summary for this rank.
 
-    def __init__(self, out_dir: str, rank: int, env=os.environ):
+    per_node: the ranks of a node (LOCAL_WORLD_SIZE); restart: the clock's restart count (a
+    restarted job appends to its traffic files, a fresh one starts them anew)."""
+
+    def __init__(self, out_dir: str, rank: int, per_node: int, restart: int, env=os.environ):
         from simcluster.train.traffic import TrafficLog, TrafficMode
 
-        per_node = int(env.get("LOCAL_WORLD_SIZE", env.get("WORLD_SIZE", "1")))
         self.mode = TrafficMode(rank, per_node, groups_from_env(rank, env))
-        restarted = env.get("SIMCLUSTER_RESTART_COUNT", "0") not in ("", "0")
-        self.log = TrafficLog(out_dir, rank, keep_until=1 if restarted else 0)
+        self.log = TrafficLog(out_dir, rank, keep_until=1 if restart else 0)
         self.mode.__enter__()
 
     def begin(self, step: int) -> None:
