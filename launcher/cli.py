@@ -58,24 +58,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_start_late(values: list[str]) -> dict[str, float]:
-    """``["node-1=20"]`` -> {"node-1": 20.0}.
-
-    Raises:
-        ConfigError: not NODE=SECONDS with SECONDS >= 0.
-    """
-    out = {}
-    for v in values:
-        name, _, sec = v.partition("=")
-        try:
-            out[name] = float(sec)
-        except ValueError:
-            raise ConfigError(f"--start-late {v!r}: expected NODE=SECONDS, e.g. node-1=20") from None
-        if not name or out[name] < 0:
-            raise ConfigError(f"--start-late {v!r}: expected NODE=SECONDS, e.g. node-1=20")
-    return out
-
-
 def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -> list[str]:
     """``--mesh -1x2x2`` -> ``--mesh=-1x2x2`` so argparse passes it on (to fail in parse_mesh)."""
     out: list[str] = []
@@ -91,22 +73,10 @@ def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from simcluster.launcher.drills import shaping
-    from simcluster.launcher.run import RUNNERS, runner
-    from simcluster.launcher.run.base import UpOptions
-    from simcluster.launcher.targets.check import check_target
+    """`up`: the Python API's one run (launcher/api.py up), printing as it goes; its exit code."""
+    from simcluster.launcher.api import up
 
-    launch, command = resolve(args, user=container_user(), parser=build_parser())
-    if args.target not in RUNNERS:
-        raise ConfigError(f"--target {args.target}: `up` runs {', '.join(RUNNERS)} here; for {args.target} use "
-                          f"`python -m launcher generate --target {args.target}` and the engine's own tools")
-    opts = UpOptions(build=args.build, keep=args.keep, quiet=args.quiet, progress_every=args.progress_every,
-                     max_restarts=args.max_restarts, start_late=parse_start_late(args.start_late))
-    shaping.check(launch, "up", args.target, opts.start_late)
-    check_target(args.target, launch, local=True)
-    engine_runner = runner(args.target)
-    engine_runner.check(launch, opts)
-    return engine_runner.up(launch, command, opts)
+    return up(args)[1]
 
 
 def cmd_build(args: argparse.Namespace) -> int:

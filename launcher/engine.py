@@ -422,7 +422,8 @@ def compose(project: str, file: str, *args: str, check: bool = False, **kwargs) 
     cmd = [*compose_cli(), "-p", project, "-f", file, *args]
     proc = subprocess.run(cmd, **kwargs)
     if check and proc.returncode != 0:
-        raise LauncherError(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}")
+        said = proc.stderr.decode("utf-8", "replace").strip() if isinstance(proc.stderr, bytes) else ""
+        raise LauncherError(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}" + (f": {said}" if said else ""))
     return proc
 
 

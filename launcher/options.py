@@ -26,7 +26,7 @@ from simcluster.train.config import Config, ConfigError
 
 SHARED = ("mesh", "run_dir", "timeout_s")  # Config fields that are launcher options for any job
 INSTRUMENTS = ("traffic", "trace_steps", "profile_step")  # trainer flags that instrument the user's code too
-UP_ONLY = ("build", "keep", "quiet", "progress_every", "max_restarts", "start_late")  # not in `generate`
+UP_ONLY = ("build", "keep", "quiet", "progress_every", "max_restarts", "start_late", "wall_timeout_s")  # not in `generate`
 
 
 def split_job_argv(argv: list[str]) -> tuple[list[str], tuple[str, ...]]:

@@ -59,6 +59,9 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                          "checkpoint (use with --ckpt-every; default 0)")
     up.add_argument("--start-late", action="append", default=[], metavar="NODE=S",
                     help="start NODE's container S seconds after the others (late-join drill; repeatable)")
+    up.add_argument("--wall-timeout-s", type=float, default=None, metavar="S",
+                    help="kill the whole run, restarts included, after S seconds; it fails as timed out (default: "
+                         "no limit; --timeout-s is the job's own, ending a run whose peers went silent)")
     st = sub.add_parser("status", help="table: node, ranks, state, last step")
     _target_args(st)
     lg = sub.add_parser("logs", help="the cluster's logs (compose logs)")
@@ -86,6 +89,7 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
     _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
                                  "(exit 1 beyond --rtol)"))
+    parser.commands = sub.choices  # command -> its subparser (the Python API parses `up`'s keywords with it)
     return parser
 
 

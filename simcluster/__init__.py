@@ -11,12 +11,34 @@ this package). In a checkout the folders are this folder's siblings, so the pack
 path takes in the checkout's root: ``simcluster.launcher`` is ``<checkout>/launcher``.
 
 API for your code on the cluster: ``simcluster.log(step=..., loss=...)`` and ``simcluster.step()``.
+API for your tests (launcher/api.py, imported on first use: the ranks never load it):
+``simcluster.run(script="train.py", mesh="2x2x2", args=[...], **up_options) -> Run``,
+``simcluster.compare(...)`` (launcher/compare.py), the faults ``Kill``, ``Stop``, ``Pause``,
+``Disconnect``, ``Freeze`` (launcher/drills/faults.py) for ``run(chaos=...)``, and the errors
+``ConfigError`` (bad input: the CLI's exit-2 message) and ``LauncherError`` (Docker failed).
+The pytest plugin (``pip install "simcluster[pytest]"``): launcher/testing/plugin.py.
 """
 import os as _os
 
 _HERE = _os.path.dirname(_os.path.abspath(__file__))
 if not _os.path.isdir(_os.path.join(_HERE, "launcher")):  # a checkout: launcher/ and train/ beside this folder
     __path__.append(_os.path.dirname(_HERE))
+
+
+_LAZY = {"run": "simcluster.launcher.api", "Run": "simcluster.launcher.api", "FailedRank": "simcluster.launcher.api",
+         "compare": "simcluster.launcher.compare", "Kill": "simcluster.launcher.drills.faults",
+         "Stop": "simcluster.launcher.drills.faults", "Pause": "simcluster.launcher.drills.faults",
+         "Disconnect": "simcluster.launcher.drills.faults", "Freeze": "simcluster.launcher.drills.faults",
+         "ConfigError": "simcluster.train.config", "LauncherError": "simcluster.launcher.engine"}
+
+
+def __getattr__(name):
+    """The test API's names, imported on first use (PEP 562), so ``import simcluster`` stays light."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'simcluster' has no attribute {name!r}")
 
 
 def log(step=None, *, total_steps=None, **metrics):

@@ -80,7 +80,7 @@ def test_rendezvous_names_silent_and_missing_nodes():
 
 
 def test_start_late_option_and_restart_launch(tmp_path):
-    from simcluster.launcher.cli import parse_start_late
+    from simcluster.launcher.api import parse_start_late
     from simcluster.launcher.jobs import resolve_training
     from simcluster.launcher.launch import NodeOptions
     from simcluster.launcher.run.compose import restart_launch

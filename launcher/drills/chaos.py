@@ -39,6 +39,10 @@ FAULTS = ("kill", "stop", "pause", "disconnect", "freeze")
 START_WAIT_S = 120.0  # how long chaos waits for a first container of the run (`launcher up` starting it)
 
 
+def _print(text: str, error: bool = False) -> None:
+    print(text, file=sys.stderr if error else sys.stdout, flush=True)
+
+
 def _started_at(container) -> float:
     text = container.attrs["State"].get("StartedAt", "")
     try:
@@ -107,7 +111,7 @@ def apply_fault(kind: str, container, rank: int | None = None) -> str:
 
 
 def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: str | None = None,
-          project: str | None = None, wait_s: float = 3600.0, poll_s: float = 0.5) -> int:
+          project: str | None = None, wait_s: float = 3600.0, poll_s: float = 0.5, say=None) -> int:
     """Wait for step at_step of the run, then apply ``kind`` to ``node`` (for ``freeze``, node is
     a global rank: its process is stopped in its node's container); returns the exit code.
 
@@ -117,36 +121,39 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
     naming ``launcher up``; once they exist it waits (up to --wait-s) only while the node's
     container has not ended, and exits 1 when it ends, or all containers go, before the step.
 
+    say: where its lines go, ``say(text, error)`` (default: printed, errors to stderr; simcluster.run
+    keeps them in Run.chaos).
+
     Raises:
         ConfigError: no compose.yml in the run folder after that start window (or no --file).
     """
+    say = say or _print
     rank = int(node) if kind == "freeze" else None
     t0 = time.monotonic()
     deadline, appear_by = t0 + wait_s, t0 + min(wait_s, START_WAIT_S)
     until = time.strftime("%H:%M:%S", time.localtime(time.time() + wait_s))
     named = f"run folder {run_dir}" if run_dir else f"compose file {file}" if file else "the newest run under runs/"
-    print(f"chaos: waiting for step {at_step} of {named} to {kind} {node}; giving up at {until} (--wait-s "
-          f"{wait_s:g})", flush=True)
+    say(f"chaos: waiting for step {at_step} of {named} to {kind} {node}; giving up at {until} (--wait-s "
+          f"{wait_s:g})", False)
     target = _find_target(run_dir, file, project, appear_by)
-    print(f"chaos: that is project {target.project} (run folder {target.run_dir or '?'})", flush=True)
+    say(f"chaos: that is project {target.project} (run folder {target.run_dir or '?'})", False)
     ever_running = seen = said = said_node = False
     while True:
         found = engine.containers(target.project, target.stack)
         target = target.with_labels(found)
         if not found:
             if seen:
-                print(f"chaos: the containers of project {target.project} are gone before step {at_step} (the run "
-                      f"ended); nothing done", file=sys.stderr, flush=True)
+                say(f"chaos: the containers of project {target.project} are gone before step {at_step} (the run "
+                      f"ended); nothing done", True)
                 return 1
             if time.monotonic() > appear_by:
-                print(f"chaos: no container of project {target.project} appeared within {appear_by - t0:g} s: "
+                say(f"chaos: no container of project {target.project} appeared within {appear_by - t0:g} s: "
                       f"nothing runs in {target.run_dir or target.file}; start it with `python -m launcher up "
-                      f"--run-dir {target.run_dir or 'DIR'} ...` and run chaos while it runs; nothing done",
-                      file=sys.stderr, flush=True)
+                      f"--run-dir {target.run_dir or 'DIR'} ...` and run chaos while it runs; nothing done", True)
                 return 1
             if not said:
-                print(f"chaos: no container of project {target.project} exists yet; waiting up to "
-                      f"{appear_by - t0:g} s for `python -m launcher up` to start it", flush=True)
+                say(f"chaos: no container of project {target.project} exists yet; waiting up to "
+                      f"{appear_by - t0:g} s for `python -m launcher up` to start it", False)
                 said = True
             time.sleep(poll_s)
             continue
@@ -157,8 +164,8 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
         nodes = sorted(s for s in found if s.startswith("node-"))
         first = found[nodes[0]] if nodes else None
         if victim is None and not said_node:  # not created yet (--start-late), or no such node
-            print(f"chaos: no container {node} in project {target.project} yet (it has {', '.join(nodes) or 'no node'})"
-                  f"; waiting", flush=True)
+            say(f"chaos: no container {node} in project {target.project} yet (it has {', '.join(nodes) or 'no node'})"
+                  f"; waiting", False)
             said_node = True
         if victim is not None and victim.status == "running":
             ever_running = True
@@ -168,14 +175,13 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
                 step, source = log_step(first), "the log of " + nodes[0]
             if step is not None and step >= at_step:
                 did = apply_fault(kind, victim, rank)
-                print(f"chaos: {kind} {node} (container {victim.short_id}) at step {step} ({source}) "
-                      f"t={time.time():.3f}: {did}", flush=True)
+                say(f"chaos: {kind} {node} (container {victim.short_id}) at step {step} ({source}) "
+                      f"t={time.time():.3f}: {did}", False)
                 return 0
         elif ever_running or (victim is not None and victim.status in ("exited", "dead")):
-            print(f"chaos: {node} is {victim.status if victim else 'gone'} before step {at_step}; nothing done",
-                  file=sys.stderr, flush=True)
+            say(f"chaos: {node} is {victim.status if victim else 'gone'} before step {at_step}; nothing done", True)
             return 1
         if time.monotonic() > deadline:
-            print(f"chaos: step {at_step} not reached within --wait-s {wait_s:g}; nothing done", file=sys.stderr, flush=True)
+            say(f"chaos: step {at_step} not reached within --wait-s {wait_s:g}; nothing done", True)
             return 1
         time.sleep(poll_s)

@@ -64,6 +64,7 @@ class Stream:
         self.lost_s: float | None = None  # seconds after start of the first LOST line
         self.lost_t: float | None = None  # its UNIX time
         self.forced: list[str] = []  # containers up kills because they outlived the rendezvous
+        self.timed_out: float | None = None  # the --wall-timeout-s (s) once up has killed the run for it
         self.reasons: dict[str, str] = {}  # node -> why it stopped, from the rendezvous' report lines
         self.traces: dict[int, RankTrace] = {}  # rank -> its latest traceback or C++ abort, as it streams by
 
@@ -158,10 +159,13 @@ class Watch:
     Container states come from the engine's event stream (engine.Events), not from polling."""
 
     def __init__(self, target: Handle, late: dict[str, float], run_dir: str, since: float,
-                 total_steps: int | None = None):
+                 total_steps: int | None = None, deadline: tuple[float, float] | None = None):
         """since: UNIX time the containers were started (an older metrics.jsonl is a previous run's);
-        total_steps: the job's steps when the launcher knows them (--total-steps), for the ETA."""
+        total_steps: the job's steps when the launcher knows them (--total-steps), for the ETA;
+        deadline: (time.monotonic() by which the whole `up` must end, the --wall-timeout-s it comes
+        from): past it every container of the run is killed and the run fails as timed out."""
         self.target, self.t0 = target, time.monotonic()
+        self.deadline = deadline
         self.metrics = StepsTail(run_dir, since=since, total_steps=total_steps)
         self.late = dict(late)  # service -> seconds after start
         self.rdzv_gone: float | None = None
@@ -202,6 +206,12 @@ class Watch:
             self.nodes_gone = self.nodes_gone or now  # the rendezvous itself may be the one frozen
         late_kill = (self.rdzv_gone is not None and now - self.rdzv_gone >= KILL_AFTER_RDZV_S) or \
             (self.nodes_gone is not None and now - self.nodes_gone >= KILL_AFTER_NODES_S)
+        if self.deadline and now >= self.deadline[0] and not stream.timed_out:
+            stream.timed_out = self.deadline[1]
+            stream.show(f"{'launcher':<{stream.width}}| --wall-timeout-s {self.deadline[1]:g} passed; killing every "
+                        f"container of the run")
+            for container in engine.containers(self.target.project, self.target.stack).values():
+                engine.kill(container)
         victims = sorted(svc for svc, st in state.items()
                          if st in ("running", "paused") and svc not in stream.forced and (late_kill or svc in lost))
         if victims:

@@ -24,6 +24,7 @@ STEPS = "steps"  # the instruments' step records of the user's code: steps/rank-
 TRAFFIC = "traffic"  # traffic/rank-R.jsonl: one summary per step and rank (train/traffic.py)
 TRACE = "trace.json"
 CLUSTER_LOG = "cluster.log"  # every line `launcher up` showed, its summary last
+SUMMARY = "summary.json"  # the summary as data (observe/summary.py _record), written once the run has ended
 
 
 def _rows(data: bytes, path: str, strict: bool, first_line: int = 1) -> list[dict]:
@@ -129,15 +130,38 @@ def step_rows(run_dir: str, since: float = 0.0, strict: bool = False) -> list[di
 
 
 def last_step(run_dir: str | None, since: float = 0.0) -> int | None:
-    """The ``step`` of the last complete row of RUN_DIR/metrics.jsonl written since ``since``, or None."""
-    path = os.path.join(run_dir or "", METRICS)
-    if not run_dir or not os.path.isfile(path) or os.path.getmtime(path) < since:
+    """The step the run has reached: the larger of the ``step`` of the last complete row of
+    RUN_DIR/metrics.jsonl and of rank 0's step records (steps/rank-0.jsonl, the instruments of the
+    user's code: steps counted at optimizer steps, so a script need not log its own), of files
+    written since ``since``; None when neither has one."""
+    found = []
+    for path in (os.path.join(run_dir or "", METRICS), os.path.join(run_dir or "", STEPS, "rank-0.jsonl")):
+        if not run_dir or not os.path.isfile(path) or os.path.getmtime(path) < since:
+            continue
+        with open(path, "rb") as fh:
+            fh.seek(max(0, os.path.getsize(path) - 4096))
+            rows = _rows(fh.read(), path, strict=False)
+        found += [r["step"] for r in rows if isinstance(r.get("step"), int)][-1:]
+    return max(found) if found else None
+
+
+def write_summary(run_dir: str, record: dict) -> None:
+    """Write RUN_DIR/summary.json (the ended run's summary as data) whole or not at all."""
+    path = os.path.join(run_dir, SUMMARY)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def read_summary(run_dir: str) -> dict | None:
+    """RUN_DIR/summary.json of the folder's last ended run, or None (none ended yet, or unreadable)."""
+    try:
+        with open(os.path.join(run_dir, SUMMARY), encoding="utf-8") as fh:
+            record = json.load(fh)
+    except (OSError, ValueError):
         return None
-    with open(path, "rb") as fh:
-        fh.seek(max(0, os.path.getsize(path) - 4096))
-        rows = _rows(fh.read(), path, strict=False)
-    steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
-    return steps[-1] if steps else None
+    return record if isinstance(record, dict) else None
 
 
 def last_summary(run_dir: str | None) -> tuple[float, str | None] | None:
@@ -236,6 +260,19 @@ def rank_lines(run_dir: str) -> list[tuple[int, str]]:
     """(rank, text) of each line a rank printed, from RUN_DIR/cluster.log in order: the text as the
     rank printed it (the ``node-K rR |`` prefix taken off); [] without a cluster.log."""
     return [(int(m.group(1)), m.group(2)) for line in _log_lines(run_dir) if (m := _RANK_LINE.match(line))]
+
+
+def log_lines(run_dir: str, node: str | None = None, rank: int | None = None) -> list[str]:
+    """RUN_DIR/cluster.log's lines as `up` showed them (``node-1 r4 | text``), or only those of
+    one node (its agent's and its ranks' lines), or only what one rank printed (the text, its
+    prefix taken off; rank wins over node); [] without a cluster.log."""
+    if rank is not None:
+        return [text for r, text in rank_lines(run_dir) if r == rank]
+    lines = _log_lines(run_dir)
+    if node is None:
+        return lines
+    own = re.compile(rf"^{re.escape(node)}(?: r\d+)?\s*\| ")
+    return [line for line in lines if own.match(line)]
 
 
 def summary_lines(run_dir: str) -> list[str]:

@@ -21,7 +21,7 @@ import posixpath
 from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT
 from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.launch import Launch
-from simcluster.launcher.observe.rundir import METRICS, step_rows
+from simcluster.launcher.observe.rundir import METRICS, step_rows, write_summary
 from simcluster.launcher.layout import RDZV_HOST, format_ranks, node_of, node_ranks
 from simcluster.train.metrics import traffic_text
 
@@ -60,7 +60,7 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     """Print the summary of an ended run (codes: service -> exit code; wall: seconds since the
     command's start; since: UNIX time the run started, older run-folder files are a previous
     run's); returns whether every node exited 0 and none was lost."""
-    ok = all(codes.get(n) == 0 for n in launch.names) and not stream.lost
+    ok = all(codes.get(n) == 0 for n in launch.names) and not stream.lost and not stream.timed_out
     _merge_trace(launch, run_dir)
     m = _final_metrics(run_dir, stream.progress.done, since)
     show = stream.show
@@ -99,12 +99,34 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     for lost in stream.lost:
         show(f"  LOST         {lost}" + (f" (named {stream.lost_s:.1f}s after start, t={stream.lost_t:.3f})"
                                              if stream.lost_s else ""))
-    if stream.forced:
+    if stream.timed_out:
+        show(f"  TIMED OUT    after {stream.timed_out:g}s (--wall-timeout-s): up killed every container")
+    elif stream.forced:
         show(f"  killed by up {', '.join(stream.forced)} (lost, or still up after the rendezvous ended)")
+    tracebacks = stream.tracebacks()
     if not ok:
-        _show_failures(show, launch, stream.tracebacks())
+        _show_failures(show, launch, tracebacks)
     stream.log.close()
+    write_summary(run_dir, _record(launch, stream, codes, ok, wall, m, tracebacks))
     return ok
+
+
+def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, m: dict,
+            tracebacks: dict[int, list[str]]) -> dict:
+    """The summary as data (RUN_DIR/summary.json, rundir.read_summary; what ``simcluster.run``'s Run
+    reads): ok, timed_out (the --wall-timeout-s, or null), wall_s, steps, final_loss, each node's
+    exit code, the rendezvous', the lost nodes' lines, the containers up killed, and each rank that
+    printed a traceback: rank, node, its node's exit code, the traceback's last lines (the
+    exception last) and whether it only saw a peer's connection close (peer_failed)."""
+    def failed(rank: int, lines: list[str]) -> dict:
+        node = launch.names[node_of(rank, launch.nproc_per_node)]
+        return {"rank": rank, "node": node, "exit": codes.get(node), "lines": lines,
+                "peer_failed": bool(PEER_FAILED.search(lines[-1]))}
+
+    return {"ok": ok, "timed_out": stream.timed_out, "wall_s": round(wall, 3), "steps": m["steps"],
+            "final_loss": m["final_loss"], "nodes": {n: codes.get(n) for n in launch.names},
+            "rendezvous": codes.get(RDZV_HOST), "lost": list(stream.lost), "killed_by_up": list(stream.forced),
+            "failed": [failed(r, lines) for r, lines in sorted(tracebacks.items()) if not ok]}
 
 
 def _no_metrics(launch: Launch, run_dir: str) -> list[str]:

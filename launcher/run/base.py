@@ -29,7 +29,9 @@ from simcluster.train.config import ConfigError
 class UpOptions:
     """What ``launcher up`` adds to a Launch: build (rebuild the image), keep (leave the stopped
     containers), quiet (progress lines instead of step lines), progress_every (s), max_restarts
-    (whole-cluster restarts after a failure), start_late (node -> seconds after the others)."""
+    (whole-cluster restarts after a failure), start_late (node -> seconds after the others),
+    wall_timeout_s (the whole `up`, restarts included, is killed and fails after S seconds; None:
+    no limit)."""
 
     build: bool = False
     keep: bool = False
@@ -37,6 +39,11 @@ class UpOptions:
     progress_every: float = 10.0
     max_restarts: int = 0
     start_late: dict = field(default_factory=dict)
+    wall_timeout_s: float | None = None
+
+    def deadline(self, t0: float) -> tuple[float, float] | None:
+        """(the time.monotonic() by which `up`, started at t0, must end, wall_timeout_s), or None."""
+        return None if self.wall_timeout_s is None else (t0 + self.wall_timeout_s, self.wall_timeout_s)
 
 
 class Runner:
@@ -54,7 +61,7 @@ class Runner:
         Raises:
             ConfigError: an option of ``unsupported`` given, each with why.
         """
-        given = [k for k in self.unsupported if getattr(opts, k) not in (False, 0, {})]
+        given = [k for k in self.unsupported if getattr(opts, k) not in (False, 0, {}, None)]
         if given:
             raise ConfigError("\n  ".join([f"--target {self.name}:", *(f"--{k.replace('_', '-')}: "
                                                                        f"{self.unsupported[k]}" for k in given)]))
@@ -70,13 +77,15 @@ def open_stream(launch: Launch, run_dir: str, opts: UpOptions) -> Stream:
 
 
 def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: dict, run_dir: str, since: float,
-                         t0: float, start_late: dict | None = None) -> tuple[int, dict]:
+                         t0: float, start_late: dict | None = None,
+                         deadline: tuple[float, float] | None = None) -> tuple[int, dict]:
     """Follow the containers found (service -> container) until all ended, then summarise.
 
     since: UNIX time the containers were started (an older metrics.jsonl is a previous run's);
-    t0: time.monotonic() of the command's start. Returns (0 or 1, service -> exit code).
+    t0: time.monotonic() of the command's start; deadline: UpOptions.deadline's, past which every
+    container is killed (the run times out). Returns (0 or 1, service -> exit code).
     """
-    watch = Watch(handle, start_late or {}, run_dir, since, launch.instruments.total_steps)
+    watch = Watch(handle, start_late or {}, run_dir, since, launch.instruments.total_steps, deadline)
     try:
         stream.follow(found, watch)
     finally:

@@ -26,6 +26,7 @@ import dataclasses
 import os
 import signal
 import sys
+import threading
 import time
 from datetime import datetime
 
@@ -84,7 +85,8 @@ class ComposeRunner(Runner):
         make_run_dir(run_dir, launch.node.user)
         print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); "
               f"run folder {launch.run_dir}; project {target.project}", flush=True)
-        signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also stops the cluster
+        if threading.current_thread() is threading.main_thread():  # the API may run `up` in another thread
+            signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also stops the cluster
         attempt_launch, code = launch, 1
         for attempt in range(opts.max_restarts + 1):
             if attempt:
@@ -96,7 +98,8 @@ class ComposeRunner(Runner):
             write_atomic(target.file, render(attempt_launch, command, repo_path(target.file),
                                              project_dir_for(target.file)))
             code, codes = _attempt(attempt_launch, target, run_dir, opts, t0)
-            final = code in (0, 130) or attempt == opts.max_restarts or any(c == 2 for c in codes.values())
+            timed_out = opts.wall_timeout_s is not None and time.monotonic() - t0 >= opts.wall_timeout_s
+            final = code in (0, 130) or attempt == opts.max_restarts or any(c == 2 for c in codes.values()) or timed_out
             if code != 130 and not (final and opts.keep):  # exit 2: a configuration error, a restart would fail alike
                 _force_down(target, capture_output=True)
             if final:
@@ -121,11 +124,12 @@ def _attempt(launch: Launch, target: Handle, run_dir: str, opts: UpOptions, t0: 
         first = [s for s in [RDZV_HOST, *launch.names] if s not in start_late]
         since = time.time()
         shaping.clear(run_dir)
-        compose(target.project, target.file, "up", "-d", *(first if start_late else []), check=True)
+        compose(target.project, target.file, "up", "-d", *(first if start_late else []), check=True,
+                capture_output=opts.quiet)  # --quiet: compose's own lines only in an error
         if launch.node.inter_node_bandwidth:  # the nodes wait for their marker before starting ranks
             shaping.apply(launch, engine.containers(target.project), run_dir, stream.show)
         return follow_and_summarise(stream, launch, target, engine.containers(target.project), run_dir, since, t0,
-                                    start_late)
+                                    start_late, opts.deadline(t0))
     except KeyboardInterrupt:
         print("\nlauncher: interrupted; stopping the cluster", file=sys.stderr, flush=True)
         kill_all(target)

@@ -74,6 +74,7 @@ SLURM_ONLY_NOT = {  # `up` options only the Compose runner implements, with what
                     "auto); use --target compose for whole-cluster restarts here",
     "start_late": "every node of an allocation starts together; use --target compose for late-join drills",
     "keep": "the simulation is always removed; the run folder keeps the job's output",
+    "wall_timeout_s": "a Slurm job's wall-clock limit is its own (sbatch --time); use --target compose or swarm",
 }
 
 

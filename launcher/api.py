@@ -1,0 +1,279 @@
+"""The Python API of one run: ``simcluster.run(...) -> Run``; `launcher up` is a thin layer over it.
+
+    python -c "import simcluster; r = simcluster.run(script='examples/ddp.py', nodes=2, nproc_per_node=2, \
+args=['--steps', '3'], mount_code=True); print(r.ok, r.values('loss'))"
+
+``run`` takes `up`'s flags as keyword arguments (``steps=3`` is ``--steps 3``, ``mount_code=True``
+is ``--mount-code``, ``mount=["a:/b"]`` repeats ``--mount``) and parses them with `up`'s own parser
+and checks (launcher/parser.py, options.py resolve): the same errors, raised as ConfigError with
+the CLI's message (exit 2 there), before anything starts. ``up`` is what both run: the command's
+``cmd_up`` calls it with the parsed flags. A run's outcome is read back from its folder
+(observe/rundir.py: cluster.log, summary.json, metrics.jsonl, the instruments' records).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import os
+import signal
+import threading
+from dataclasses import dataclass
+
+from simcluster.launcher.drills import faults as _faults
+from simcluster.launcher.launch import Launch
+from simcluster.launcher.observe import rundir
+from simcluster.train.config import ConfigError
+
+CHAOS_JOIN_S = 10.0  # how long a run waits, after its cluster ended, for its chaos threads to say why they stopped
+
+
+@dataclass(frozen=True)
+class FailedRank:
+    """A rank that printed a traceback in a failed run: its global rank, its node, the node's
+    exit code (the container's: 1 for a rank's exception, 137 for a kill), the traceback's last
+    lines (the exception line last; launcher/observe/failures.py's rules) and whether it only saw a
+    peer's connection close (peer_failed: a consequence, not the cause)."""
+
+    rank: int
+    node: str
+    exit: int | None
+    lines: tuple[str, ...]
+    peer_failed: bool = False
+
+    @property
+    def error(self) -> str:
+        """The exception line, e.g. ``ValueError: boom``."""
+        return self.lines[-1] if self.lines else ""
+
+    def __str__(self) -> str:
+        return "\n".join([f"rank {self.rank} on {self.node} (exit {self.exit}): {self.error}",
+                          *(f"    {line}" for line in self.lines[:-1])])
+
+
+@dataclass(frozen=True)
+class Run:
+    """One ended run of the simulated cluster, read from its folder.
+
+    run_dir: the host run folder (absolute); launch: what ran (launcher/launch.py); exit_code:
+    `up`'s (0 every node exited 0, 1 the run failed or timed out); chaos: what its faults said.
+    """
+
+    run_dir: str
+    launch: Launch
+    exit_code: int
+    chaos: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def summary(self) -> str:
+        """The summary `launcher up` printed (``== summary: OK ==`` and its rows)."""
+        return "\n".join(rundir.summary_lines(self.run_dir))
+
+    @property
+    def record(self) -> dict:
+        """The summary as data (RUN_DIR/summary.json; observe/summary.py writes it); {} when none."""
+        return rundir.read_summary(self.run_dir) or {}
+
+    @property
+    def timed_out(self) -> bool:
+        """Killed by ``wall_timeout_s``."""
+        return bool(self.record.get("timed_out"))
+
+    @property
+    def failed(self) -> list[FailedRank]:
+        """Each rank that printed a traceback (or a C++ abort) in a failed run, the cause first:
+        ranks that only saw a peer's connection close come last; [] for a run that succeeded."""
+        ranks = [FailedRank(r["rank"], r["node"], r.get("exit"), tuple(r.get("lines") or ()), r.get("peer_failed", False))
+                 for r in self.record.get("failed", [])]
+        return sorted(ranks, key=lambda f: (f.peer_failed, f.rank))
+
+    @property
+    def metrics(self) -> list[dict]:
+        """The run's steps, one merged row each, in step order: metrics.jsonl's rows joined with the
+        instruments' records of your code (``step_time_s``, ``rss_mb``, ``traffic``; rundir.step_rows)."""
+        return rundir.step_rows(self.run_dir)
+
+    def values(self, key: str = "loss") -> list:
+        """``key``'s value of each step that has one, in step order (e.g. the losses)."""
+        return [row[key] for row in self.metrics if row.get(key) is not None]
+
+    @property
+    def traffic(self) -> dict[int, dict]:
+        """step -> bytes, messages (by kind: pp_send, tp_all_reduce, ...) and bytes per link, every
+        rank's summed (rundir.traffic_totals; recorded with ``traffic=1``); {} without."""
+        return rundir.traffic_totals(self.run_dir)
+
+    def logs(self, rank: int | None = None, node: str | None = None) -> list[str]:
+        """cluster.log's lines: all, one node's (``node="node-1"``), or what one rank printed (``rank=3``)."""
+        return rundir.log_lines(self.run_dir, node=node, rank=rank)
+
+    def __repr__(self) -> str:
+        return f"Run({self.launch.shape}, ok={self.ok}, exit_code={self.exit_code}, run_dir={self.run_dir!r})"
+
+
+def _up_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """(the launcher's parser, its `up` subparser), both raising ConfigError instead of exiting."""
+    from simcluster.launcher.parser import build_parser
+
+    parser = build_parser()
+    up = parser.commands["up"]
+
+    def error(message: str):
+        raise ConfigError(message)
+
+    parser.error = up.error = error
+    return parser, up
+
+
+def _flags(parser: argparse.ArgumentParser, options: dict) -> list[str]:
+    """Keyword arguments -> `up`'s flags (True: a switch; a list: the flag repeated; a dict: NAME=VALUE).
+
+    Raises:
+        ConfigError: a keyword that is no `up` option (the close ones named) or a switch given a non-bool.
+    """
+    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
+    out: list[str] = []
+    for name, value in options.items():
+        action = actions.get(name)
+        if action is None:
+            close = difflib.get_close_matches(name, actions, n=3)
+            raise ConfigError(f"unknown keyword argument {name!r} (on the command line: unrecognized arguments: "
+                              f"--{name.replace('_', '-')}){'; did you mean ' + ', '.join(close) if close else ''}? "
+                              f"run() takes `launcher up`'s options by name, e.g. steps=3 for --steps 3 (all: "
+                              f"python -m launcher up --help)")
+        flag = max(action.option_strings, key=len)
+        if value is None:
+            continue
+        if action.nargs == 0:
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name}: a switch ({flag}): pass True or False, got {value!r}")
+            out += [flag] if value else []
+        elif isinstance(value, dict):
+            out += [x for k, v in value.items() for x in (flag, f"{k}={v}")]
+        elif isinstance(value, (list, tuple)) and isinstance(action, argparse._AppendAction):
+            out += [x for v in value for x in (flag, str(v))]
+        else:
+            out += [f"{flag}={value}"]
+    return out
+
+
+def parse(**options) -> argparse.Namespace:
+    """`up`'s flags from keyword arguments, parsed as the command line is; ``args``: your code's own.
+
+    Raises:
+        ConfigError: an unknown keyword, or a value `up` refuses (argparse's message).
+    """
+    job_argv = options.pop("args", ())
+    if isinstance(job_argv, str):
+        raise ConfigError(f"args: a list of your code's arguments, e.g. args=['--steps', '3'], not the string {job_argv!r}")
+    parser, up = _up_parser()
+    args = parser.parse_args(["up", *_flags(up, options)])
+    args.job_argv = tuple(map(str, job_argv))
+    return args
+
+
+def parse_start_late(values: list[str]) -> dict[str, float]:
+    """``["node-1=20"]`` -> {"node-1": 20.0}.
+
+    Raises:
+        ConfigError: not NODE=SECONDS with SECONDS >= 0.
+    """
+    out = {}
+    for v in values:
+        name, _, sec = v.partition("=")
+        try:
+            out[name] = float(sec)
+        except ValueError:
+            raise ConfigError(f"--start-late {v!r}: expected NODE=SECONDS, e.g. node-1=20") from None
+        if not name or out[name] < 0:
+            raise ConfigError(f"--start-late {v!r}: expected NODE=SECONDS, e.g. node-1=20")
+    return out
+
+
+def up(args: argparse.Namespace, chaos: tuple = (), chaos_lines: list[str] | None = None) -> tuple[Launch, int]:
+    """Resolve, check and run one `launcher up` (the command's flags, parsed), with faults from
+    drills/faults.py applied during it; (its Launch, its exit code: 0, 1, 130 interrupted).
+
+    Raises:
+        ConfigError: bad options (every check of the CLI; nothing started, nothing written).
+        LauncherError: Docker or Compose failed.
+    """
+    from simcluster.launcher.parser import build_parser
+    from simcluster.launcher.drills import shaping
+    from simcluster.launcher.files import container_user, host_abspath
+    from simcluster.launcher.options import resolve
+    from simcluster.launcher.run import RUNNERS, runner
+    from simcluster.launcher.run.base import UpOptions
+    from simcluster.launcher.targets.check import check_target
+
+    launch, command = resolve(args, user=container_user(), parser=build_parser())
+    if args.target not in RUNNERS:
+        raise ConfigError(f"--target {args.target}: `up` runs {', '.join(RUNNERS)} here; for {args.target} use "
+                          f"`python -m launcher generate --target {args.target}` and the engine's own tools")
+    if args.wall_timeout_s is not None and not args.wall_timeout_s > 0:
+        raise ConfigError(f"--wall-timeout-s: must be > 0 seconds, got {args.wall_timeout_s}; e.g. --wall-timeout-s 600")
+    opts = UpOptions(build=args.build, keep=args.keep, quiet=args.quiet, progress_every=args.progress_every,
+                     max_restarts=args.max_restarts, start_late=parse_start_late(args.start_late),
+                     wall_timeout_s=args.wall_timeout_s)
+    shaping.check(launch, "up", args.target, opts.start_late)
+    check_target(args.target, launch, local=True)
+    if errors := _faults.check(chaos, launch.names, launch.world_size):
+        raise ConfigError("\n  ".join(["invalid launch:", *errors]))
+    if chaos and args.target != "compose":
+        raise ConfigError(f"chaos: faults are applied to Compose runs; drop chaos or use target='compose'")
+    engine_runner = runner(args.target)
+    engine_runner.check(launch, opts)
+    wait_s = opts.wall_timeout_s or 3600.0
+    threads = [_faults.start(f, host_abspath(launch.run_dir), wait_s, chaos_lines if chaos_lines is not None else [])
+               for f in chaos]
+    try:
+        return launch, engine_runner.up(launch, command, opts)
+    finally:
+        for t in threads:
+            t.join(CHAOS_JOIN_S)
+
+
+def run(script: str | None = None, module: str | None = None, code: str | None = None, mesh: str | None = None,
+        nodes: int | None = None, nproc_per_node: int | None = None, args=(), run_dir: str | None = None,
+        chaos=None, echo: bool = False, **options) -> Run:
+    """Run one job on a fresh simulated cluster to its end, and return its Run.
+
+    The built-in trainer when neither script nor module is given (its options by name: model="tiny",
+    steps=3); else your torchrun script or module with ``args``, on ``mesh`` ("2x2x2": nodes = pp,
+    SIMCLUSTER_PP/DP/TP set) or ``nodes`` x ``nproc_per_node``. options: any other `launcher up`
+    flag by name (timeout_s: the job's timeout; wall_timeout_s: the whole run's; max_restarts,
+    cpus_per_node, memory_per_node, mount_code, traffic, trace_steps, image, ...). chaos: a fault
+    or a list of them (``Kill("node-1", at_step=3)``; drills/faults.py). echo: print what
+    `launcher up` prints (default: only its cluster.log gets it). Paths are relative to the cwd.
+
+    Raises:
+        ConfigError: bad input, with the CLI's message (a mesh and nodes both given, a missing
+            script, an unknown keyword, ...); nothing is started or written.
+        LauncherError: no Docker engine, or Docker or Compose failed.
+        KeyboardInterrupt: interrupted (Ctrl-C); the cluster was stopped and removed first.
+    """
+    given = dict(script=script, module=module, code=code, mesh=mesh, nodes=nodes, nproc_per_node=nproc_per_node,
+                 run_dir=run_dir)
+    options.setdefault("quiet", not echo)
+    parsed = parse(args=args, **{k: v for k, v in given.items() if v is not None}, **options)
+    faults = _faults.as_faults(chaos)
+    lines: list[str] = []
+    main = threading.current_thread() is threading.main_thread()
+    sigterm = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        with contextlib.ExitStack() as stack:
+            if not echo:
+                stack.enter_context(contextlib.redirect_stdout(stack.enter_context(open(os.devnull, "w"))))
+            launch, code = up(parsed, faults, lines)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, sigterm)
+    from simcluster.launcher.files import host_abspath
+
+    if code == 130:
+        raise KeyboardInterrupt
+    return Run(host_abspath(launch.run_dir), launch, code, tuple(lines))
