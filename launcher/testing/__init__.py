@@ -1,0 +1,1 @@
+"""Testing your code on the simulated cluster from pytest: the plugin (plugin.py) behind ``pip install "simcluster[pytest]"``."""
