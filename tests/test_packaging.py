@@ -91,6 +91,12 @@ def test_the_installed_launcher_is_torch_free_and_not_shadowed(installed):
     test = subprocess.run([str(py), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"], cwd=project,
                           capture_output=True, text=True, timeout=300)
     assert test.returncode == 0 and "1 passed" in test.stdout, test.stdout + test.stderr
+    # the plugin registered through the pytest11 entry point: its mark and fixture are there, unasked
+    markers = subprocess.run([str(py), "-m", "pytest", "--markers"], cwd=project, capture_output=True, text=True)
+    assert "@pytest.mark.simcluster(**defaults)" in markers.stdout, markers.stdout + markers.stderr
+    fixtures = subprocess.run([str(py), "-m", "pytest", "--fixtures", "tests"], cwd=project, capture_output=True,
+                              text=True)
+    assert "simcluster -- " in fixtures.stdout and "simcluster_image [session scope]" in fixtures.stdout, fixtures.stdout
 
 
 @pytest.mark.docker

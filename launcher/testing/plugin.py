@@ -71,7 +71,7 @@ def simcluster_docker(pytestconfig: pytest.Config) -> None:
     from simcluster.launcher.engine import LauncherError
 
     try:
-        engine.client()
+        engine.info()  # raises LauncherError naming the fix when no engine answers
         engine.compose_cli()
     except LauncherError as e:
         if _missing_docker(pytestconfig) == "fail":
