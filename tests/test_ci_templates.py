@@ -26,12 +26,13 @@ import pytest
 import yaml
 
 from conftest import copy_working_tree, need
+from simcluster.launcher.files import code_digest
+from simcluster.launcher.layout import IMAGE, LABEL
 
 ROOT = Path(__file__).resolve().parent.parent
 GITHUB = ROOT / "examples" / "ci" / "github-actions.yml"
 GITLAB = ROOT / "examples" / "ci" / "gitlab-ci.yml"
 USER_PROJECT = ROOT / "examples" / "user-project"
-IMAGE = "simcluster/trainer:latest"
 # shellcheck and pyflakes run inside actionlint only where they are on PATH: off, so the verdict is the
 # same on every machine.
 ACTIONLINT = ["actionlint", "-no-color", "-shellcheck=", "-pyflakes="]
@@ -43,8 +44,8 @@ SKIPPED = {"actions/checkout@v4": "the copy of examples/user-project is the chec
 # What GitHub gives every step that the run: steps read (the rest of this process's environment stays).
 RUNNER_ENV = {"CI": "true", "GITHUB_OUTPUT": "github_output"}  # (the file: under the test's tmp_path)
 # ${{ ... }} expressions in the env: of the workflow, its job or a run: step (run: lines hold none),
-# by their first operand -> what the test puts there.
-EXPRESSIONS = {"vars.SIMCLUSTER_SPEC": "the wheel of this checkout, with its [pytest] extra"}
+# by their first operand -> what the test puts there ({wheel}: the wheel built from this checkout).
+EXPRESSIONS = {"vars.SIMCLUSTER_SPEC": "{wheel}[pytest]"}
 
 
 def _tool(name: str) -> str:
@@ -86,10 +87,12 @@ def test_the_gitlab_schema_accepts_the_job_and_rejects_a_broken_copy(tmp_path):
 def test_the_gitlab_script_is_the_github_run_commands():
     """One set of commands: the GitLab job's script items are the workflow's run: steps, but for the
     one writing GitHub's step output (the cache key; GitLab's key is in its cache: section), and both
-    read the same SIMCLUSTER_SPEC default and image tarball."""
+    read the same SIMCLUSTER_SPEC default and image tarball; the image step names the package's image
+    and its code-digest label."""
     gh_doc, gl_job = yaml.safe_load(GITHUB.read_text()), yaml.safe_load(GITLAB.read_text())["simcluster-tests"]
     runs = [s["run"].strip() for s in _workflow_job()["steps"] if "run" in s]
     assert len(runs) == 4 and "GITHUB_OUTPUT" in runs[1]
+    assert f'"{LABEL}code-digest"' in runs[2] and f"save -o \"$SIMCLUSTER_IMAGE_TAR\" {IMAGE}" in runs[2]  # the package's
     assert [r for r in runs if "GITHUB_OUTPUT" not in r] == [s.strip() for s in gl_job["script"]]
     gl_vars = yaml.safe_load(GITLAB.read_text())["variables"]
     assert gh_doc["env"]["SIMCLUSTER_IMAGE_TAR"] == gl_vars["SIMCLUSTER_IMAGE_TAR"]
@@ -159,10 +162,8 @@ def test_the_workflow_steps_run_here(trainer_image, tmp_path):
     """The workflow's run: steps in order with bash -eo pipefail, in a copy of examples/user-project,
     on a fresh venv's PATH, SIMCLUSTER_SPEC = this checkout's wheel: the install, the cache key, the
     image step (the image already holds this code: reused, not rebuilt, and saved), the user's tests."""
-    from simcluster.launcher.files import code_digest
-
     assert USER_PROJECT.is_dir(), f"{USER_PROJECT} is missing: the example user project the templates test"
-    label = subprocess.run(["docker", "image", "inspect", "-f", '{{index .Config.Labels "io.simcluster.code-digest"}}',
+    label = subprocess.run(["docker", "image", "inspect", "-f", f'{{{{index .Config.Labels "{LABEL}code-digest"}}}}',
                             IMAGE], capture_output=True, text=True, timeout=60).stdout.strip()
     need(None if label == code_digest() else f"{IMAGE} holds other code than this checkout (the image step would "
          f"rebuild and retag it): bash images/build.sh")
@@ -170,7 +171,8 @@ def test_the_workflow_steps_run_here(trainer_image, tmp_path):
     project = tmp_path / "project"
     shutil.copytree(USER_PROJECT, project, ignore=shutil.ignore_patterns("runs", "__pycache__", ".pytest_cache"))
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    values = dict.fromkeys(EXPRESSIONS, f"{_wheel(tmp_path, version)}[pytest]")
+    wheel = _wheel(tmp_path, version)
+    values = {first: value.format(wheel=wheel) for first, value in EXPRESSIONS.items()}
     doc = yaml.safe_load(GITHUB.read_text())
     job = _workflow_job()
     assert job["defaults"]["run"]["shell"] == "bash"  # GitHub's bash: bash --noprofile --norc -eo pipefail
