@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +33,20 @@ def noise(text: str) -> list[str]:
 def compose_env(cli: str) -> dict[str, str]:
     """This process's environment with the launcher's Compose set to cli (COMPOSE_V1 or COMPOSE_V2)."""
     return {**os.environ, "SIMCLUSTER_COMPOSE": cli}
+
+
+def copy_working_tree(dest: Path) -> Path:
+    """Copy this checkout's tracked and new (not ignored) files to dest and return dest: a source tree
+    for `pip install` / `pip wheel` with no build/ folder of an earlier build (whose stale modules
+    setuptools would pack)."""
+    root = Path(__file__).resolve().parent.parent
+    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=root, capture_output=True,
+                           text=True, check=True).stdout.splitlines()
+    for name in names:
+        if (root / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(root / name, dest / name)
+    return dest
 
 
 def pytest_configure(config):
