@@ -80,8 +80,19 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from simcluster.launcher.run.image import build_image
+    """Build the image; --check: 0 when it holds this installation's code, else 1; --cache-key: print its key."""
+    from simcluster.launcher.layout import IMAGE
+    from simcluster.launcher.run.image import build_image, cache_key, image_state
 
+    if args.check and args.cache_key:
+        raise ConfigError("build: --check or --cache-key, not both; e.g. simcluster build --check")
+    if args.cache_key:
+        print(cache_key())
+        return 0
+    if args.check:
+        ok, line = image_state(IMAGE)
+        print(f"image: {line}")
+        return 0 if ok else 1
     build_image(force=args.force)
     return 0
 

@@ -85,6 +85,10 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     bd = sub.add_parser("build", help="build the trainer image from this installation's code (images/build.sh, "
                         "package data when installed: no checkout needed)")
     bd.add_argument("--force", action="store_true", help="rebuild the base, the wheelhouse and every layer")
+    bd.add_argument("--check", action="store_true", help="build nothing: exit 0 when the image holds this "
+                    "installation's code (its code-digest label), 1 when it is missing or holds other code")
+    bd.add_argument("--cache-key", action="store_true", help="build nothing: print a key naming this installation's "
+                    "image (version, code, Dockerfile, requirements) for a CI cache of `docker save`")
     rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
     rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
     _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "

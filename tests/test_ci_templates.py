@@ -27,7 +27,8 @@ import yaml
 
 from conftest import copy_working_tree, need
 from simcluster.launcher.files import code_digest
-from simcluster.launcher.layout import IMAGE, LABEL
+from simcluster.launcher.layout import IMAGE
+from simcluster.launcher.run.image import image_state
 
 ROOT = Path(__file__).resolve().parent.parent
 GITHUB = ROOT / "examples" / "ci" / "github-actions.yml"
@@ -92,7 +93,7 @@ def test_the_gitlab_script_is_the_github_run_commands():
     gh_doc, gl_job = yaml.safe_load(GITHUB.read_text()), yaml.safe_load(GITLAB.read_text())["simcluster-tests"]
     runs = [s["run"].strip() for s in _workflow_job()["steps"] if "run" in s]
     assert len(runs) == 4 and "GITHUB_OUTPUT" in runs[1]
-    assert f'"{LABEL}code-digest"' in runs[2] and f"save -o \"$SIMCLUSTER_IMAGE_TAR\" {IMAGE}" in runs[2]  # the package's
+    assert "simcluster build --check" in runs[2] and f"save -o \"$SIMCLUSTER_IMAGE_TAR\" {IMAGE}" in runs[2]  # the package's
     assert [r for r in runs if "GITHUB_OUTPUT" not in r] == [s.strip() for s in gl_job["script"]]
     gl_vars = yaml.safe_load(GITLAB.read_text())["variables"]
     assert gh_doc["env"]["SIMCLUSTER_IMAGE_TAR"] == gl_vars["SIMCLUSTER_IMAGE_TAR"]
@@ -163,10 +164,8 @@ def test_the_workflow_steps_run_here(trainer_image, tmp_path):
     on a fresh venv's PATH, SIMCLUSTER_SPEC = this checkout's wheel: the install, the cache key, the
     image step (the image already holds this code: reused, not rebuilt, and saved), the user's tests."""
     assert USER_PROJECT.is_dir(), f"{USER_PROJECT} is missing: the example user project the templates test"
-    label = subprocess.run(["docker", "image", "inspect", "-f", f'{{{{index .Config.Labels "{LABEL}code-digest"}}}}',
-                            IMAGE], capture_output=True, text=True, timeout=60).stdout.strip()
-    need(None if label == code_digest() else f"{IMAGE} holds other code than this checkout (the image step would "
-         f"rebuild and retag it): bash images/build.sh")
+    current, line = image_state(IMAGE)
+    need(None if current else f"{line} (the image step would rebuild and retag it): bash images/build.sh")
     image_before = _image_id()
     project = tmp_path / "project"
     shutil.copytree(USER_PROJECT, project, ignore=shutil.ignore_patterns("runs", "__pycache__", ".pytest_cache"))
@@ -185,8 +184,8 @@ def test_the_workflow_steps_run_here(trainer_image, tmp_path):
         key = (tmp_path / RUNNER_ENV["GITHUB_OUTPUT"]).read_text()
         assert re.fullmatch(rf"key=simcluster-image-{re.escape(version)}-[0-9a-f]{{16}}\n", key), key
         image_log = outputs["Load the cached image or build it"]
-        assert f"image: {IMAGE} holds the installed code ({code_digest()[:12]})" in image_log, image_log
-        assert "image: building" not in image_log and "image: loading" not in image_log, image_log
+        assert image_log.count(f"image: {IMAGE} holds this installation's code ({code_digest()[:12]})") == 2, image_log
+        assert "missing" not in image_log and "holds other code" not in image_log, image_log  # kept: not loaded, not built
         assert _image_id() == image_before, "the image step retagged the trainer image"
         with tarfile.open(tar) as archive:  # what the cache would keep: docker save's archive of the image
             manifest = json.load(archive.extractfile("manifest.json"))
@@ -197,3 +196,22 @@ def test_the_workflow_steps_run_here(trainer_image, tmp_path):
         assert counts.get("passed", 0) >= 3 and "failed" not in counts and "error" not in counts, tests_log[-3000:]
     finally:
         tar.unlink(missing_ok=True)  # 1 GB: pytest keeps the last tmp folders
+
+
+def test_build_check_and_cache_key_name_the_image_of_this_installation(trainer_image):
+    """`simcluster build --check` (0: the image holds this installation's code, else 1) and
+    `--cache-key`, the two commands the templates' image step is made of; neither builds anything."""
+    def build(*flags: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "launcher", "build", *flags], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+
+    current, line = image_state(IMAGE)
+    check = build("--check")
+    assert (check.returncode, check.stdout.strip()) == (0 if current else 1, f"image: {line}"), check
+    key = build("--cache-key")
+    assert key.returncode == 0 and re.fullmatch(
+        rf"simcluster-image-{re.escape(tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version'])}"
+        r"-[0-9a-f]{16}", key.stdout.strip()), key
+    assert image_state("simcluster/no-such-image:x") == (False, "simcluster/no-such-image:x is missing; build it: "
+                                                              "simcluster build")
+    assert build("--check", "--cache-key").returncode == 2

@@ -33,6 +33,42 @@ def build_image(force: bool = False) -> None:
         raise LauncherError(f"{script} failed; see its output above")
 
 
+def image_state(image: str) -> tuple[bool, str]:
+    """(whether image holds this installation's code, by its io.simcluster.code-digest label; a line saying so)."""
+    labels, want = engine.image_labels(image), files.code_digest()
+    if labels is None:
+        return False, f"{image} is missing; build it: simcluster build"
+    have = labels.get(LABEL + "code-digest")
+    if have != want:
+        return False, (f"{image} holds other code (digest {have[:12] if have else 'none'}, this installation's "
+                       f"{want[:12]}); rebuild it: simcluster build")
+    return True, f"{image} holds this installation's code ({want[:12]})"
+
+
+def cache_key() -> str:
+    """``simcluster-image-VERSION-HASH``: the image of this installation (its version; the hash of its
+    code digest, Dockerfile and requirements.txt), the key of a CI cache of ``docker save``."""
+    import hashlib
+    from importlib.metadata import PackageNotFoundError, version
+
+    h = hashlib.sha256(files.code_digest().encode())
+    for name in ("Dockerfile", "requirements.txt"):
+        with open(os.path.join(files.IMAGES, name), "rb") as fh:
+            h.update(fh.read())
+    pyproject = os.path.join(files.SOURCE, "pyproject.toml")
+    if os.path.isfile(pyproject):  # a checkout: its own version, whatever metadata lies about
+        import tomllib
+
+        with open(pyproject, "rb") as fh:
+            ours = tomllib.load(fh)["project"]["version"]
+    else:
+        try:
+            ours = version("simcluster")
+        except PackageNotFoundError:
+            ours = "unknown"
+    return f"simcluster-image-{ours}-{h.hexdigest()[:16]}"
+
+
 def ensure_image(image: str, build: bool, mount_code: bool = False) -> None:
     """Build the trainer image if it is missing (or build is set); warn when the image's code (its
     io.simcluster.code-digest label) differs from this installation's (unless mount_code).
@@ -40,9 +76,8 @@ def ensure_image(image: str, build: bool, mount_code: bool = False) -> None:
     Raises:
         LauncherError: the build failed.
     """
-    labels = engine.image_labels(image)
-    if labels is not None and not build:
-        if not mount_code and labels.get(LABEL + "code-digest") != files.code_digest():
+    if engine.image_labels(image) is not None and not build:
+        if not mount_code and not image_state(image)[0]:
             print(f"launcher: WARNING: this installation's train/ or launcher/ code ({files.SOURCE}) differs from "
                   f"the copy in {image}; the containers run the image's copy. Use --build (rebuild) or --mount-code "
                   f"(mount this code).", file=sys.stderr, flush=True)
