@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import copy_working_tree
+
 ROOT = Path(__file__).resolve().parent.parent
 SHADOWS = {"train.py": "raise RuntimeError(\"the user's train.py was imported\")\n",
            "launcher.py": "raise RuntimeError(\"the user's launcher.py was imported\")\n",
@@ -44,13 +46,7 @@ def test_simcluster_imports_beside_my_train():
 def installed(tmp_path_factory):
     """(python of a fresh venv with this working tree pip-installed, a user project folder)."""
     tmp = tmp_path_factory.mktemp("pkg")
-    src = tmp / "src"  # the tracked and new files only: no build/ left over from another build
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for name in files:
-        if (ROOT / name).is_file():
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, src / name)
+    src = copy_working_tree(tmp / "src")  # the tracked and new files only: no build/ left over from another build
     venv.create(tmp / "venv", with_pip=True)
     py = tmp / "venv" / "bin" / "python"
     proc = subprocess.run([str(py), "-m", "pip", "install", "-q", str(src), "pytest==9.0.3"], capture_output=True,
