@@ -7,7 +7,6 @@ shadow it; the image builds from the installed package alone.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import venv
