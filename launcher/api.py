@@ -224,7 +224,7 @@ def up(args: argparse.Namespace, chaos: tuple = (), chaos_lines: list[str] | Non
     if errors := _faults.check(chaos, launch.names, launch.world_size):
         raise ConfigError("\n  ".join(["invalid launch:", *errors]))
     if chaos and args.target != "compose":
-        raise ConfigError(f"chaos: faults are applied to Compose runs; drop chaos or use target='compose'")
+        raise ConfigError("chaos: faults are applied to Compose runs; drop chaos or use target='compose'")
     engine_runner = runner(args.target)
     engine_runner.check(launch, opts)
     wait_s = opts.wall_timeout_s or 3600.0

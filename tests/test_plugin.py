@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-import simcluster
 from simcluster.launcher.handle import Handle
 
 ROOT = Path(__file__).resolve().parent.parent
