@@ -84,6 +84,10 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     bd.add_argument("--force", action="store_true", help="rebuild the base, the wheelhouse and every layer")
     rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
     rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
+    pl = sub.add_parser("plan", help="predict per rank memory, traffic per kind and link, and the bubble of a "
+                        "trainer run from its shapes and schedule; starts nothing (needs torch)")
+    add_config_args(pl)
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON (bytes, FLOPs) instead of the table")
     _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
                                  "(exit 1 beyond --rtol)"))
     return parser
