@@ -98,13 +98,8 @@ def _tracked_step(trainer, step: int) -> dict:
     return {k.name if hasattr(k, "name") else str(k): int(v) for k, v in peak[dev].items()}
 
 
-def measure_rank(run: TrainRun, rank: int, steps: int = 2, memory: bool = False) -> dict:
-    """{"rank", "traffic": the accounting's rows (one per step), "held": held_bytes, "memory":
-    MemTracker's peak snapshot of the last step (with memory=True)}, from a forked child.
-
-    Raises:
-        RuntimeError: the child failed (its traceback in the message).
-    """
+def _fork(run: TrainRun, rank: int, steps: int, memory: bool) -> tuple[int, int]:
+    """Fork the child of one rank; returns (its pid, the read end of its pipe)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns
@@ -118,12 +113,34 @@ def measure_rank(run: TrainRun, rank: int, steps: int = 2, memory: bool = False)
             fh.write(payload)
         os._exit(code)
     os.close(w)
+    return pid, r
+
+
+def _collect(run: TrainRun, rank: int, pid: int, r: int) -> dict:
     with os.fdopen(r) as fh:
         data = json.loads(fh.read() or '{"error": "no output"}')
     os.waitpid(pid, 0)
     if "error" in data:
         raise RuntimeError(f"rank {rank} of {run.mesh} {run.config.schedule}: {data['error']}")
     return data
+
+
+def measure_ranks(run: TrainRun, ranks: list[int] | None = None, steps: int = 2, memory: bool = False,
+                  jobs: int = 2) -> list[dict]:
+    """For each rank (default all): {"rank", "traffic": the accounting's rows (one per step; run
+    with traffic=1), "held": held_bytes, "memory": MemTracker's peak snapshot of the last step
+    (memory=True)}, each from a forked child, ``jobs`` at a time. run.config.run_dir gets the
+    traffic files.
+
+    Raises:
+        RuntimeError: a child failed (its traceback in the message).
+    """
+    ranks = list(range(run.mesh.world_size)) if ranks is None else list(ranks)
+    out = []
+    for i in range(0, len(ranks), jobs):
+        started = [(rank, *_fork(run, rank, steps, memory)) for rank in ranks[i:i + jobs]]
+        out += [_collect(run, rank, pid, r) for rank, pid, r in started]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory", action="store_true", help="MemTracker around the last step")
     args = p.parse_args(argv)
     run = preflight(config_from_args(args))
-    for rank in range(run.mesh.world_size):
-        print(json.dumps(measure_rank(run, rank, memory=args.memory)), flush=True)
+    for row in measure_ranks(run, memory=args.memory):
+        print(json.dumps(row), flush=True)
     return 0
 
 
