@@ -10,7 +10,8 @@
     python -m launcher report [--run-dir DIR]     # PNGs + one HTML page of a run (default: the newest)
     python -m launcher build [--force]             # the trainer image, from this installation's code
     python -m launcher compare --script FILE --mesh 2x2x2 --against 2x2x1 [--metric loss] [--rtol 1e-5] -- ARGS
-    python -m launcher plan --mesh 2x2x2 --model small [--schedule 1f1b] [--microbatches N] [--json]   # no cluster
+    python -m launcher plan --mesh 2x2x2 --model small [--schedule 1f1b] [--microbatches N] [--hardware NAME] [--json]
+    python -m launcher plan --search --world-size 8 --model small [--hardware local] [--memory-per-rank GB]
 
 Installed with pip, the same commands are `simcluster ...` or `python -m simcluster ...`.
 
@@ -145,20 +146,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """The trainer's run, preflighted as `up` would, planned from its shapes (train/plan, torch)."""
-    import json
-
-    from simcluster.train.cli import config_from_args
-    from simcluster.train.preflight import preflight
-
-    run = preflight(config_from_args(args))
+    """The trainer's run, preflighted as `up` would, planned from its shapes (train/plan; torch is
+    imported there only)."""
     try:
-        from simcluster.train.plan.predict import plan, to_dict, to_text
+        from simcluster.train.plan.command import run
     except ImportError as e:
         raise ConfigError(f"plan: needs torch ({e}); pip install 'simcluster[torch]'") from None
-    result = plan(run)
-    print(json.dumps(to_dict(result), indent=1) if args.json else to_text(result), flush=True)
-    return 0
+    return run(args)
 
 
 def cmd_compose_run(args: argparse.Namespace) -> int:

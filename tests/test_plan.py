@@ -110,3 +110,30 @@ def test_plan_command_table_json_and_bad_input(capsys):
         assert main(["plan", *args]) == 2
         err = capsys.readouterr().err
         assert "preflight failed" in err and message in err, err
+
+
+def test_hardware_models_step_time_and_search(tmp_path, monkeypatch, capsys):
+    """Named targets carry their sources; `local` is read from its cache file; the step time's parts
+    add up and H100 beats A100; the search ranks runnable candidates only, fastest first."""
+    from simcluster.train.plan.hardware import HARDWARE, cache_path, hardware
+    from simcluster.train.plan.search import search
+    from simcluster.train.plan.steptime import step_time
+
+    for hw in HARDWARE.values():
+        assert hw.sources and all(hw.sources) and 0 < hw.flops < hw.bf16_flops
+    monkeypatch.setenv("SIMCLUSTER_CACHE", str(tmp_path))
+    local = hardware("local", recalibrate=True)  # a few seconds: matmul, copy, a gloo ping-pong
+    assert local.flops > 1e8 and local.intra_bw > 1e6 and 0 < local.latency_s < 1 and local.shared_cores >= 1
+    assert Path(cache_path()).is_file() and hardware("local") == local  # read back, not measured again
+    p = plan(preflight(Config(model="tiny", mesh="2x2x2")))
+    h100, a100 = step_time(p, HARDWARE["h100-sxm-8x"])[0], step_time(p, HARDWARE["a100-80g-8x"])[0]
+    assert h100.total == pytest.approx(h100.compute + h100.communication + h100.bubble + h100.optimizer)
+    assert 0 < h100.total < a100.total and h100.bubble > 0
+    found, refused = search(Config(model="tiny"), 4, HARDWARE["h100-sxm-8x"], memory_per_rank=1e12)
+    assert found and [c.step.total for c in found] == sorted(c.step.total for c in found) and all(c.fits for c in found)
+    assert {c.mesh for c in found} <= {"1x1x4", "1x2x2", "1x4x1", "2x1x2", "2x2x1", "4x1x1"}
+    assert "4x1x1 1f1b" not in refused and all(refused.values())
+    assert main(["plan", "--mesh", "2x2x2", "--model", "tiny", "--hardware", "nvl72"]) == 2
+    assert "choose one of h100-sxm-8x, a100-80g-8x, local" in capsys.readouterr().err
+    assert main(["plan", "--search", "--world-size", "8", "--mesh", "2x2x2"]) == 2
+    assert "drop --mesh" in capsys.readouterr().err

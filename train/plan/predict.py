@@ -63,9 +63,9 @@ def plan(run: TrainRun) -> Plan:
     orders = rank_orders(run.config.schedule, mesh.pp, m, run.local_stages)
     ranks = []
     for rank in range(mesh.world_size):
-        pp_rank, _, tp_rank = mesh.coords(rank)
+        pp_rank = mesh.coords(rank)[0]
         stages = tuple(stage_ids(pp_rank, mesh.pp, run.local_stages, run.layout))
-        costs = {s: stage_cost(run, s, tp_rank) for s in stages}
+        costs = {s: stage_cost(run, s) for s in stages}
         act = peak_activations(orders[pp_rank], m, run.n_stages, {s: c.saved_bytes for s, c in costs.items()},
                                {s: c.output_bytes for s, c in costs.items()}, {s: c.input_bytes for s, c in costs.items()})
         held = state_bytes(run, rank)
@@ -75,7 +75,7 @@ def plan(run: TrainRun) -> Plan:
                               m * sum(c.fwd_flops + c.bwd_flops for c in costs.values())))
     durations = {}
     for s in range(run.n_stages):
-        c = stage_cost(run, s, 0)
+        c = stage_cost(run, s)
         durations.update({("F", s): c.fwd_flops, ("B", s): c.bwd_flops, ("I", s): c.bwd_flops / 2,
                           ("W", s): c.bwd_flops / 2})
     bubble = simulate(orders, durations).bubble if mesh.pp > 1 else 0.0

@@ -32,7 +32,6 @@ from torch.utils.flop_counter import FlopCounterMode
 from simcluster.train.config import ModelArgs, TrainRun
 from simcluster.train.model import build_model, loss_fn, prune_to_stage
 from simcluster.train.parallel import SEED_TP_PLAN, TP_PLAN
-from simcluster.train.pipeline import stage_io
 from simcluster.train.split import split_layers
 
 F32 = 4
@@ -114,19 +113,18 @@ def state_bytes(run: TrainRun, rank: int) -> dict[str, int]:
     return {"params": params, "grads": params, "optimizer": 2 * params + F32 * len(shards), "gathered": gathered}
 
 
-def _tp_local_module(run: TrainRun, stage: int, tp_rank: int) -> torch.nn.Module:
+def _tp_local_module(model: ModelArgs, n_stages: int, stage: int, tp: int) -> torch.nn.Module:
     """The stage's module (call inside a FakeTensorMode) with each tensor-parallel weight replaced
-    by this rank's local piece: a plain module computing what one tp rank computes between the
-    all-reduces."""
-    m = build_model(run.model)
-    prune_to_stage(m, split_layers(run.model.n_layers, run.n_stages)[stage], is_first=stage == 0,
-                   is_last=stage == run.n_stages - 1)
+    by tp rank 0's local piece: a plain module computing what one tp rank computes between the
+    all-reduces. (Every tp rank's piece has the same shape: preflight lets tp divide n_heads and
+    ffn_dim, train/preflight.py shape_errors.)"""
+    m = build_model(model)
+    prune_to_stage(m, split_layers(model.n_layers, n_stages)[stage], is_first=stage == 0, is_last=stage == n_stages - 1)
     for fqn, p in list(m.named_parameters()):
-        dim = _tp_dim(fqn, run.model.kind)
-        if dim is not None and run.mesh.tp > 1:
+        dim = _tp_dim(fqn, model.kind)
+        if dim is not None and tp > 1:
             owner = m.get_submodule(fqn.rsplit(".", 1)[0])
-            local = _chunk(tuple(p.shape), dim, run.mesh.tp, tp_rank)
-            setattr(owner, fqn.rsplit(".", 1)[1], torch.nn.Parameter(torch.empty(local)))
+            setattr(owner, fqn.rsplit(".", 1)[1], torch.nn.Parameter(torch.empty(_chunk(tuple(p.shape), dim, tp, 0))))
     return m
 
 
@@ -145,13 +143,21 @@ class StageCost:
     bwd_flops: int
 
 
-@functools.lru_cache(maxsize=64)
-def stage_cost(run: TrainRun, stage: int, tp_rank: int = 0) -> StageCost:
-    """StageCost of ``stage`` as tp rank ``tp_rank`` runs it, from one fake-tensor forward and backward."""
+def stage_cost(run: TrainRun, stage: int) -> StageCost:
+    """StageCost of ``stage`` on any of its tp ranks, from one fake-tensor forward and backward."""
+    return _stage_cost(run.model, run.n_stages, stage, run.mesh.tp, run.microbatch_size, run.config.seq_len)
+
+
+@functools.lru_cache(maxsize=256)
+def _stage_cost(model: ModelArgs, n_stages: int, stage: int, tp: int, mb: int, seq_len: int) -> StageCost:
+    lm = model.kind == "llama"
+    prefix = (mb, seq_len) if lm else (mb,)
     with FakeTensorMode(allow_non_fake_inputs=True):
-        m = _tp_local_module(run, stage, tp_rank)
-        meta_in, _ = stage_io(run, stage, run.n_stages)
-        inp = torch.empty(meta_in.shape, dtype=meta_in.dtype, requires_grad=meta_in.dtype.is_floating_point)
+        m = _tp_local_module(model, n_stages, stage, tp)
+        if stage == 0 and lm:
+            inp = torch.zeros(prefix, dtype=torch.int64)
+        else:
+            inp = torch.empty(*prefix, model.dim, requires_grad=True)
         params = {p.untyped_storage()._cdata for p in m.parameters()} | {inp.untyped_storage()._cdata}
         seen: dict[int, int] = {}
 
@@ -164,10 +170,8 @@ def stage_cost(run: TrainRun, stage: int, tp_rank: int = 0) -> StageCost:
         with saved_tensors_hooks(pack, lambda t: t), FlopCounterMode(display=False) as fwd:
             out = m(inp)
             output_bytes = out.numel() * out.element_size()
-            if stage == run.n_stages - 1:
-                mb = run.microbatch_size
-                target = torch.zeros((mb, run.config.seq_len) if run.model.kind == "llama" else (mb,), dtype=torch.int64)
-                out = loss_fn(out, target)
+            if stage == n_stages - 1:
+                out = loss_fn(out, torch.zeros(prefix, dtype=torch.int64))
         with FlopCounterMode(display=False) as bwd:
             out.backward(torch.ones_like(out))
     input_bytes = inp.numel() * inp.element_size() if inp.dtype.is_floating_point else 0
