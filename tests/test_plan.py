@@ -74,7 +74,7 @@ def test_every_schedule_on_2x2x2_traffic_equals(corpus, tmp_path, schedule):
 
 # MemTracker cannot follow the split backward of interleaved-zb, zbv and dualpipev (torch 2.13:
 # "A leaf node was passed to _will_engine_execute_node but we are currently running autograd.grad()").
-@pytest.mark.parametrize("mesh,schedule", [("2x2x2", "1f1b"), ("2x1x2", "interleaved-1f1b")])
+@pytest.mark.parametrize("mesh,schedule", [("2x2x2", "1f1b"), ("2x1x1", "interleaved-1f1b")])
 def test_peak_activations_within_10_percent_of_memtracker(corpus, tmp_path, mesh, schedule):
     run = tiny(corpus, tmp_path, mesh, schedule)
     predicted = {r.rank: r for r in plan(run).ranks}
@@ -129,10 +129,10 @@ def test_hardware_models_step_time_and_search(tmp_path, monkeypatch, capsys):
     h100, a100 = step_time(p, HARDWARE["h100-sxm-8x"])[0], step_time(p, HARDWARE["a100-80g-8x"])[0]
     assert h100.total == pytest.approx(h100.compute + h100.communication + h100.bubble + h100.optimizer)
     assert 0 < h100.total < a100.total and h100.bubble > 0
-    found, refused = search(Config(model="tiny"), 4, HARDWARE["h100-sxm-8x"], memory_per_rank=1e12)
+    found, refused = search(Config(model="tiny"), 2, HARDWARE["h100-sxm-8x"], memory_per_rank=1e12)
     assert found and [c.step.total for c in found] == sorted(c.step.total for c in found) and all(c.fits for c in found)
-    assert {c.mesh for c in found} <= {"1x1x4", "1x2x2", "1x4x1", "2x1x2", "2x2x1", "4x1x1"}
-    assert "4x1x1 1f1b" not in refused and all(refused.values())
+    assert {c.mesh for c in found} == {"1x1x2", "1x2x1", "2x1x1"} and all(refused.values())
+    assert {"2x1x1 1f1b", "2x1x1 zbv"} <= {f"{c.mesh} {c.schedule}" for c in found}
     assert main(["plan", "--mesh", "2x2x2", "--model", "tiny", "--hardware", "nvl72"]) == 2
     assert "choose one of h100-sxm-8x, a100-80g-8x, local" in capsys.readouterr().err
     assert main(["plan", "--search", "--world-size", "8", "--mesh", "2x2x2"]) == 2

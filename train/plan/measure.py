@@ -1,7 +1,7 @@
 """The measured side: one rank of the real trainer on torch's fake process group, in a forked child,
 with the traffic accounting on (and optionally torch's MemTracker) around its steps.
 
-    python -m simcluster.train.plan.measure --mesh 2x2x2 --model tiny --schedule zbv   # one JSON line per rank
+    python -m simcluster.train.plan.measure --mesh 2x2x2 --model tiny --schedule zbv [--memory]   # a JSON line per rank
 
 The fake process group (``torch.testing._internal.distributed.fake_pg``) runs one rank alone: every
 collective and send/recv is dispatched as in a real run (so ``train.traffic.TrafficMode`` records
@@ -15,6 +15,7 @@ in a child forked from this process, so no rank sees another's process group or 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     add_config_args(p)
     p.add_argument("--memory", action="store_true", help="MemTracker around the last step")
     args = p.parse_args(argv)
-    run = preflight(config_from_args(args))
+    run = preflight(dataclasses.replace(config_from_args(args), traffic=1))
     for row in measure_ranks(run, memory=args.memory):
         print(json.dumps(row), flush=True)
     return 0
