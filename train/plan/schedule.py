@@ -46,11 +46,18 @@ def rank_orders(schedule: str, pp: int, microbatches: int, local_stages: int) ->
                 kind = kinds.get(sub.computation_type.name) if sub is not None else None
                 if kind:
                     acts.append((kind, sub.stage_index, sub.microbatch_index))
-        if layout == "single":  # the renumbering above (torch 2.13 Schedule1F1B)
-            seen = {"F": 0, "B": 0}
-            acts = [(k, s, (seen.__setitem__(k, seen[k] + 1) or seen[k] - 1)) for k, s, _ in acts]
-        out.append(tuple(acts))
+        out.append(tuple(_renumbered(acts) if layout == "single" else acts))
     return tuple(out)
+
+
+def _renumbered(acts: list[Act]) -> list[Act]:
+    """Each kind's microbatches numbered 0, 1, ... in order (the repair above, torch 2.13 Schedule1F1B)."""
+    count: dict[str, int] = {}
+    out = []
+    for kind, stage, _ in acts:
+        out.append((kind, stage, count.get(kind, 0)))
+        count[kind] = count.get(kind, 0) + 1
+    return out
 
 
 def in_flight(order: tuple[Act, ...]) -> tuple[dict[int, int], list[dict[int, int]]]:

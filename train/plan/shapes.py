@@ -32,7 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from simcluster.train.config import ModelArgs, TrainRun
 from simcluster.train.model import build_model, loss_fn, prune_to_stage
 from simcluster.train.parallel import SEED_TP_PLAN, TP_PLAN
-from simcluster.train.split import split_layers
+from simcluster.train.split import split_layers, stage_ids
 
 F32 = 4
 # ParallelStyle -> {parameter name: the dim it shards (None: replicated)}
@@ -40,7 +40,7 @@ STYLE_DIMS = {ColwiseParallel: {"weight": 0, "bias": 0}, RowwiseParallel: {"weig
 
 
 @dataclass(frozen=True)
-class Shard1:
+class ParamShard:
     """One parameter as one rank holds it.
 
     fqn: the full model's name; group: its FSDP group ("layers.3", or "" for the root);
@@ -79,10 +79,8 @@ def stage_param_shapes(model: ModelArgs, stage: int, n_stages: int) -> tuple[tup
     return tuple((fqn, tuple(p.shape)) for fqn, p in m.named_parameters())
 
 
-def shard_table(run: TrainRun, rank: int, stage: int | None = None) -> list[Shard1]:
+def shard_table(run: TrainRun, rank: int, stage: int | None = None) -> list[ParamShard]:
     """Every parameter of the stages ``rank`` holds (or of one ``stage``), sharded as that rank holds it."""
-    from simcluster.train.split import stage_ids
-
     mesh = run.mesh
     pp_rank, dp_rank, tp_rank = mesh.coords(rank)
     stages = [stage] if stage is not None else stage_ids(pp_rank, mesh.pp, run.local_stages, run.layout)
@@ -94,7 +92,7 @@ def shard_table(run: TrainRun, rank: int, stage: int | None = None) -> list[Shar
             local = _chunk(tp_local, 0, mesh.dp, dp_rank) if mesh.dp > 1 else tp_local
             padded = math.ceil(tp_local[0] / mesh.dp) * math.prod(tp_local[1:])
             group = ".".join(fqn.split(".")[:2]) if fqn.startswith("layers.") else ""
-            out.append(Shard1(fqn, group, full, tp_local, local, padded))
+            out.append(ParamShard(fqn, group, full, tp_local, local, padded))
     return out
 
 
