@@ -49,7 +49,7 @@ def row(spec: str, model: str, memory: bool, corpus: str, run_dir: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.plan", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="tiny")
-    p.add_argument("--configs", default=",".join(DEFAULT), help="MESH:SCHEDULE[:MICROBATCHES],...")
+    p.add_argument("--configs", dest="specs", default=",".join(DEFAULT), help="MESH:SCHEDULE[:MICROBATCHES],...")
     p.add_argument("--memory", action="store_true", help="MemTracker on every rank too (slower)")
     a = p.parse_args(argv)
     tmp = tempfile.mkdtemp(prefix="bench-plan-")
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         fh.write("the quick brown fox jumps over the lazy dog\n" * 2000)
     print("| mesh | schedule | microbatches | traffic per kind and link | params, grads, AdamW | "
           "peak activations vs MemTracker (all ranks) |\n|---|---|---|---|---|---|", flush=True)
-    for spec in a.configs.split(","):
+    for spec in a.specs.split(","):
         print(row(spec, a.model, a.memory, corpus, f"{tmp}/run"), flush=True)
     return 0
 
