@@ -1,4 +1,4 @@
-"""Command line of the launcher: generate | up | down | status | logs | chaos | report | build | compare.
+"""Command line of the launcher: generate | up | down | status | logs | chaos | report | build | compare | plan.
 
     python -m launcher generate --mesh 2x2x2 [--target compose|swarm|slurm|jobset|trainjob] [--out FILE] [--stdout] ...
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
@@ -10,6 +10,8 @@
     python -m launcher report [--run-dir DIR]     # PNGs + one HTML page of a run (default: the newest)
     python -m launcher build [--force]             # the trainer image, from this installation's code
     python -m launcher compare --script FILE --mesh 2x2x2 --against 2x2x1 [--metric loss] [--rtol 1e-5] -- ARGS
+    python -m launcher plan --mesh 2x2x2 --model small [--schedule 1f1b] [--microbatches N] [--hardware NAME] [--json]
+    python -m launcher plan --search --world-size 8 --model small [--hardware local] [--memory-per-rank GB]
 
 Installed with pip, the same commands are `simcluster ...` or `python -m simcluster ...`.
 
@@ -124,6 +126,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """The trainer's run, preflighted as `up` would, planned from its shapes (train/plan; torch is
+    imported there only)."""
+    try:
+        from simcluster.train.plan.command import run
+    except ImportError as e:
+        raise ConfigError(f"plan: needs torch ({e}); pip install 'simcluster[torch]'") from None
+    return run(args)
+
+
 def cmd_compose_run(args: argparse.Namespace) -> int:
     """status, logs, down: a Compose run's handle (a swarm run's stack is gone once its `up` ends)."""
     from simcluster.launcher.handle import Handle
@@ -142,7 +154,8 @@ def cmd_compose_run(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"generate": cmd_generate, "up": cmd_up, "build": cmd_build, "report": cmd_report, "chaos": cmd_chaos,
-            "status": cmd_compose_run, "logs": cmd_compose_run, "down": cmd_compose_run, "compare": cmd_compare}
+            "status": cmd_compose_run, "logs": cmd_compose_run, "down": cmd_compose_run, "compare": cmd_compare,
+            "plan": cmd_plan}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -91,6 +91,18 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                     "image (version, code, Dockerfile, requirements) for a CI cache of `docker save`")
     rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
     rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
+    pl = sub.add_parser("plan", help="predict per rank memory, traffic per kind and link, and the bubble of a "
+                        "trainer run from its shapes and schedule; starts nothing (needs torch)")
+    add_config_args(pl)
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON (bytes, FLOPs) instead of the table")
+    pl.add_argument("--hardware", default=None, metavar="NAME", help="predict the step time on h100-sxm-8x, "
+                    "a100-80g-8x or local (this machine, calibrated once and cached)")
+    pl.add_argument("--recalibrate", action="store_true", help="measure the local hardware model again")
+    pl.add_argument("--search", action="store_true", help="rank every mesh and schedule of --world-size by "
+                    "predicted step time (default --hardware local)")
+    pl.add_argument("--world-size", type=int, default=None, metavar="N", help="ranks for --search")
+    pl.add_argument("--memory-per-rank", type=float, default=None, metavar="GB",
+                    help="mark (search) or warn about (plan) ranks needing more than GB (1e9 bytes)")
     _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
                                  "(exit 1 beyond --rtol)"))
     parser.commands = sub.choices  # command -> its subparser (the Python API parses `up`'s keywords with it)

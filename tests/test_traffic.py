@@ -3,8 +3,9 @@
     OMP_NUM_THREADS=1 python -m pytest -q tests/test_traffic.py
 
 Runs torchrun locally (no Docker): 2x1x2 (pipeline + TP) and 2x2x1 (pipeline + FSDP), tiny
-model, 3 steps, with ``--traffic 1 --trace-steps 2,3``. Expected values are computed here from
-the model shape, mesh, microbatches and the 1F1B schedule, not read from the code under test.
+model, 3 steps, with ``--traffic 1 --trace-steps 2,3``. Expected values are the planner's closed
+forms (train/plan/traffic.py), from the model shape, mesh, microbatches and the 1F1B schedule, not
+read from the accounting under test; tests/test_plan.py checks them on every schedule and mesh.
 """
 from __future__ import annotations
 
@@ -18,9 +19,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-F32 = 4
-# tiny preset: dim 64, 8 layers, 4 heads, ffn 128, vocab 256; seq 64, global batch 16
-DIM, LAYERS, FFN, VOCAB, SEQ, BATCH = 64, 8, 128, 256, 64, 16
 
 
 def run_torchrun(mesh: str, run_dir: Path, *flags: str) -> subprocess.CompletedProcess:
@@ -34,43 +32,14 @@ def run_torchrun(mesh: str, run_dir: Path, *flags: str) -> subprocess.CompletedP
     return proc
 
 
-def fsdp_shard_floats(shapes: list[tuple[int, ...]], dp: int) -> int:
-    """Floats of this rank's FSDP2 shard of a parameter group: dim 0 padded to a multiple of dp."""
-    return sum(math.ceil(s[0] / dp) * math.prod(s[1:]) for s in shapes)
-
-
-def block_shapes(tp: int) -> list[tuple[int, ...]]:
-    """One block's parameters as this rank holds them after TP (column splits rows, row splits columns)."""
-    return [(3 * DIM // tp, DIM), (DIM, DIM // tp), (2 * FFN // tp, DIM), (DIM, FFN // tp), (DIM,), (DIM,)]
-
-
 def expected(mesh: str, rank: int) -> dict:
-    """Closed-form bytes and messages of one rank in one steady step (1F1B, default microbatches = pp)."""
-    pp, dp, tp = map(int, mesh.split("x"))
-    world, m = pp * dp * tp, pp
-    mb = BATCH // dp // m
-    act = mb * SEQ * DIM * F32  # one microbatch's hidden states (forward) or their grads (backward)
-    stage = rank // (dp * tp)
-    blocks = LAYERS // pp
-    b, n = {}, {}
-    # 1F1B, 2 stages: stage 0 sends m activations and receives m grads; stage 1 the reverse
-    b["pp_send"] = b["pp_recv"] = m * act
-    n["pp_send"] = n["pp_recv"] = m
-    if tp > 1:  # Megatron TP: all-reduce after wo and w2 forward, of the input grads of wqkv and w13 backward
-        n["tp_all_reduce"] = 4 * blocks * m
-        b["tp_all_reduce"] = n["tp_all_reduce"] * act
-    if dp > 1:  # FSDP2, reshard_after_forward=False: one all-gather and one reduce-scatter per group a step
-        root = [(VOCAB, DIM)] if stage == 0 else [(DIM,), (VOCAB, DIM)]
-        shard = blocks * fsdp_shard_floats(block_shapes(tp), dp) + fsdp_shard_floats(root, dp)
-        n["fsdp_all_gather"] = n["fsdp_reduce_scatter"] = blocks + 1
-        b["fsdp_all_gather"], b["fsdp_reduce_scatter"] = shard * F32, dp * shard * F32
-    n["world_all_reduce"], b["world_all_reduce"] = 1, (2 + world) * 8  # clipping: norm, loss, rss per rank (float64)
-    peer_node = 1 - stage
-    links = {f"{stage}->{peer_node}": b["pp_send"], "span": b["world_all_reduce"]}
-    inside = b.get("tp_all_reduce", 0) + b.get("fsdp_all_gather", 0) + b.get("fsdp_reduce_scatter", 0)
-    if inside:
-        links[f"{stage}->{stage}"] = inside
-    return {"bytes": b, "messages": n, "links": links}
+    """Bytes and messages of one rank in one steady step (1F1B, default microbatches = pp): the
+    planner's closed forms (train/plan/traffic.py, their one home; the model's shapes, the mesh
+    and the schedule, not the accounting under test)."""
+    from simcluster.train.config import Config, resolve
+    from simcluster.train.plan.traffic import rank_traffic
+
+    return rank_traffic(resolve(Config(model="tiny", mesh=mesh)), rank)
 
 
 @pytest.mark.parametrize("mesh", ["2x1x2", "2x2x1"])

@@ -1,0 +1,139 @@
+"""The planner against what the trainer does: traffic per kind and link and the bytes each rank holds
+equal exactly, peak activations within 10% of torch's MemTracker; the bubble; `launcher plan`.
+
+    OMP_NUM_THREADS=1 python -m pytest -q tests/test_plan.py
+
+Measured without Docker or gloo: each rank of the real trainer runs alone on torch's fake process
+group, forked (train/plan/measure.py), with the traffic accounting on, tiny model, 2 steps (step 1
+carries the schedule's warm-up vote; step 2 is compared).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from simcluster.launcher.cli import main  # noqa: E402
+from simcluster.train.config import Config, SCHEDULES  # noqa: E402
+from simcluster.train.plan.measure import measure_ranks  # noqa: E402
+from simcluster.train.plan.predict import plan  # noqa: E402
+from simcluster.train.plan.schedule import rank_orders, simulate  # noqa: E402
+from simcluster.train.plan.shapes import state_bytes  # noqa: E402
+from simcluster.train.plan.traffic import rank_traffic  # noqa: E402
+from simcluster.train.preflight import preflight  # noqa: E402
+from simcluster.train.timeline import textbook_bubble  # noqa: E402
+
+PARITY_MESHES = ["1x1x1", "1x1x2", "1x2x1", "2x1x1", "1x2x2", "2x1x2", "2x2x1", "2x2x2", "4x1x2"]  # tests/test_parity.py
+HELD = ("params", "grads", "optimizer")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("corpus") / "text.txt"
+    path.write_text("the quick brown fox jumps over the lazy dog\n" * 200)
+    return str(path)
+
+
+def tiny(corpus: str, run_dir: Path, mesh: str, schedule: str, **kw):
+    return preflight(Config(model="tiny", mesh=mesh, schedule=schedule, microbatches=4, steps=2, val_every=0,
+                            traffic=1, data=corpus, run_dir=str(run_dir), **kw))
+
+
+def check_traffic_and_held(run, ranks=None) -> None:
+    for got in measure_ranks(run, ranks):
+        step2 = {k: v for k, v in got["traffic"][-1].items() if k != "step"}
+        assert step2 == rank_traffic(run, got["rank"]), (str(run.mesh), run.config.schedule, got["rank"])
+        want = state_bytes(run, got["rank"])
+        assert got["held"] == {k: want[k] for k in HELD}, got["rank"]
+
+
+def corner_ranks(run) -> list[int]:
+    """Each node's first rank on even nodes, its last on odd ones (and both on a one-node mesh): every
+    stage, both ends of the dp and tp coordinates."""
+    per = run.mesh.ranks_per_node
+    ranks = {k * per + (per - 1 if k % 2 else 0) for k in range(run.mesh.pp)}
+    return sorted(ranks | ({per - 1} if run.mesh.pp == 1 else set()))
+
+
+@pytest.mark.parametrize("mesh", PARITY_MESHES)
+def test_1f1b_traffic_and_held_bytes_equal_on_the_parity_meshes(corpus, tmp_path, mesh):
+    """Every rank of 2x2x2; the corner ranks of the others."""
+    run = tiny(corpus, tmp_path, mesh, "1f1b")
+    check_traffic_and_held(run, None if mesh == "2x2x2" else corner_ranks(run))
+
+
+@pytest.mark.parametrize("schedule", [s for s in SCHEDULES if s != "1f1b"])
+def test_every_schedule_on_2x2x2_traffic_equals(corpus, tmp_path, schedule):
+    """Both nodes, every stage: rank 0 (pp0/dp0/tp0) and rank 7 (pp1/dp1/tp1)."""
+    run = tiny(corpus, tmp_path, "2x2x2", schedule)
+    check_traffic_and_held(run, corner_ranks(run))
+
+
+# MemTracker cannot follow the split backward of interleaved-zb, zbv and dualpipev (torch 2.13:
+# "A leaf node was passed to _will_engine_execute_node but we are currently running autograd.grad()").
+@pytest.mark.parametrize("mesh,schedule", [("2x2x2", "1f1b"), ("2x1x1", "interleaved-1f1b")])
+def test_peak_activations_within_10_percent_of_memtracker(corpus, tmp_path, mesh, schedule):
+    run = tiny(corpus, tmp_path, mesh, schedule)
+    predicted = {r.rank: r for r in plan(run).ranks}
+    last = run.mesh.world_size - 1
+    for got in measure_ranks(run, [0, last], memory=True):
+        mine, mem = predicted[got["rank"]], got["memory"]
+        assert abs(mine.activations / mem["ACT"] - 1) < 0.10, (got["rank"], mine.activations, mem)
+        assert mine.params + mine.gathered == mem["PARAM"] and mine.optimizer == mem["OPT"], (got["rank"], mem)
+
+
+def test_bubble_of_torchs_order_is_the_textbook_on_a_uniform_clock():
+    """Backward = 2 forwards, every stage alike: gpipe and 1f1b give (p-1)/(m+p-1) exactly."""
+    for schedule in ("gpipe", "1f1b"):
+        for p, m in ((2, 2), (2, 4), (4, 4), (4, 8)):
+            durations = {(k, s): {"F": 1, "B": 2}[k] for k in "FB" for s in range(p)}
+            got = simulate(rank_orders(schedule, p, m, 1), durations).bubble
+            assert got == pytest.approx(textbook_bubble(schedule, p, m), abs=1e-12), (schedule, p, m)
+
+
+def test_plan_command_table_json_and_bad_input(capsys):
+    """In this process (cli.main): a subprocess would import torch again."""
+    assert main(["plan", "--mesh", "2x2x2", "--model", "tiny", "--schedule", "1f1b", "--microbatches", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "plan 2x2x2" in out and len([l for l in out.splitlines() if l[:4].strip().isdigit()]) == 8
+    assert "bubble " in out and "textbook (p-1)/(m+p-1) 0.200" in out
+    assert main(["plan", "--mesh", "2x1x2", "--model", "tiny", "--n-layers", "4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["shape"]["n_layers"] == 4 and len(data["ranks"]) == 4
+    assert data["ranks"][0]["traffic"]["messages"]["tp_all_reduce"] == 4 * 2 * 2  # 4 a block, 2 blocks, 2 microbatches
+    for args, message in ((["--mesh", "2x2x3", "--model", "tiny"], "n_heads=4 is not divisible by tp=3"),
+                          (["--mesh", "2x2"], "mesh: cannot parse '2x2'"),
+                          (["--mesh", "2x1x1", "--microbatches", "1"], "microbatches=1 < pipeline stages=2")):
+        assert main(["plan", *args]) == 2
+        err = capsys.readouterr().err
+        assert "preflight failed" in err and message in err, err
+
+
+def test_hardware_models_step_time_and_search(tmp_path, monkeypatch, capsys):
+    """Named targets carry their sources; `local` is read from its cache file; the step time's parts
+    add up and H100 beats A100; the search ranks runnable candidates only, fastest first."""
+    from simcluster.train.plan.hardware import HARDWARE, cache_path, hardware
+    from simcluster.train.plan.search import search
+    from simcluster.train.plan.steptime import step_time
+
+    for hw in HARDWARE.values():
+        assert hw.sources and all(hw.sources) and 0 < hw.flops < hw.bf16_flops
+    monkeypatch.setenv("SIMCLUSTER_CACHE", str(tmp_path))
+    local = hardware("local", recalibrate=True)  # a few seconds: matmul, copy, a gloo ping-pong
+    assert local.flops > 1e8 and local.intra_bw > 1e6 and 0 < local.latency_s < 1 and local.shared_cores >= 1
+    assert Path(cache_path()).is_file() and hardware("local") == local  # read back, not measured again
+    p = plan(preflight(Config(model="tiny", mesh="2x2x2")))
+    h100, a100 = step_time(p, HARDWARE["h100-sxm-8x"])[0], step_time(p, HARDWARE["a100-80g-8x"])[0]
+    assert h100.total == pytest.approx(h100.compute + h100.communication + h100.bubble + h100.optimizer)
+    assert 0 < h100.total < a100.total and h100.bubble > 0
+    found, refused = search(Config(model="tiny"), 2, HARDWARE["h100-sxm-8x"], memory_per_rank=1e12)
+    assert found and [c.step.total for c in found] == sorted(c.step.total for c in found) and all(c.fits for c in found)
+    assert {c.mesh for c in found} == {"1x1x2", "1x2x1", "2x1x1"} and all(refused.values())
+    assert {"2x1x1 1f1b", "2x1x1 zbv"} <= {f"{c.mesh} {c.schedule}" for c in found}
+    assert main(["plan", "--mesh", "2x2x2", "--model", "tiny", "--hardware", "nvl72"]) == 2
+    assert "choose one of h100-sxm-8x, a100-80g-8x, local" in capsys.readouterr().err
+    assert main(["plan", "--search", "--world-size", "8", "--mesh", "2x2x2"]) == 2
+    assert "drop --mesh" in capsys.readouterr().err

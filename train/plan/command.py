@@ -1,0 +1,59 @@
+"""`launcher plan`: the namespace the launcher parsed, planned, printed. Exit 0; ConfigError (exit 2) on bad input.
+
+    python -m launcher plan --mesh 2x2x2 --model small [--schedule 1f1b] [--hardware h100-sxm-8x] [--json]
+    python -m launcher plan --search --world-size 8 --model small [--hardware local] [--memory-per-rank 0.5]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from simcluster.train.cli import config_from_args
+from simcluster.train.config import ConfigError
+from simcluster.train.plan import search as searching
+from simcluster.train.plan.hardware import hardware
+from simcluster.train.plan.predict import plan, to_dict, to_text
+from simcluster.train.plan.steptime import step_time
+from simcluster.train.plan.steptime import to_text as step_text
+from simcluster.train.preflight import preflight
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the plan (or the search) the flags ask for.
+
+    Raises:
+        ConfigError: a config preflight refuses (its message), an unknown --hardware (the known
+            ones listed), --search without --world-size or with --mesh, --memory-per-rank <= 0.
+    """
+    limit = args.memory_per_rank
+    if limit is not None and not limit > 0:
+        raise ConfigError(f"memory_per_rank: must be > 0 GB, got {limit}; e.g. --memory-per-rank 80")
+    if args.search:
+        if args.world_size is None or args.world_size < 1:
+            raise ConfigError("search: needs --world-size N >= 1 (the ranks to spread), e.g. --world-size 8")
+        if args.mesh is not None:
+            raise ConfigError("search: ranks every mesh of --world-size; drop --mesh (or drop --search to plan one)")
+        hw = hardware(args.hardware or "local", args.recalibrate)
+        found, refused = searching.search(config_from_args(args), args.world_size, hw,
+                                          None if limit is None else limit * 1e9)
+        if args.json:
+            print(json.dumps({"hardware": hw.name, "candidates": [{**dataclasses.asdict(c), "step_s": c.step.total}
+                                                                  for c in found], "refused": refused}, indent=1))
+        else:
+            print(searching.to_text(found, refused, hw, args.world_size))
+        return 0
+    result = plan(preflight(config_from_args(args)))
+    hw = hardware(args.hardware, args.recalibrate) if args.hardware else None
+    slowest = step_time(result, hw)[0] if hw else None
+    if args.json:
+        data = to_dict(result)
+        if hw:
+            data["step_time"] = {"hardware": hw.name, **dataclasses.asdict(slowest), "total": slowest.total,
+                                 "sources": list(hw.sources)}
+        print(json.dumps(data, indent=1))
+    else:
+        print(to_text(result) + (f"\n{step_text(slowest, hw)}" if hw else ""))
+    if limit is not None and (big := max(result.ranks, key=lambda r: r.total)).total > limit * 1e9:
+        print(f"warning: rank {big.rank} needs {big.total / 1e9:.2f} GB > --memory-per-rank {limit:g} GB")
+    return 0

@@ -1,0 +1,97 @@
+"""Hardware models for the step time: one contract (Hardware), the named GPU targets in HARDWARE, and
+``local``, this machine measured by a short micro-benchmark (calibrate.py) and cached in a file.
+
+    python -m launcher plan --mesh 2x2x2 --model small --hardware h100-sxm-8x
+    python -m launcher plan --mesh 2x2x2 --model small --hardware local [--recalibrate]
+
+Every number of a named target comes from the document named beside it (dense throughput: the
+datasheets print the 2:4-sparse figure first, twice the dense one). The trainer computes in
+float32 with torch's default of no TF32 for matmuls (``torch.backends.cuda.matmul.allow_tf32``
+False), so ``flops`` is the FP32 (non-tensor-core) peak; ``bf16_flops`` is listed for a run that
+would cast. Per-message latency is in no datasheet: the 5 us used is an assumption, the order of
+NCCL's small-message latency within a node and over InfiniBand, and says so.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+from simcluster.train.config import ConfigError
+
+G = 1e9
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the step time reads. Units: FLOP/s, bytes, bytes/s (one direction, per GPU or rank),
+    seconds. ranks_per_node: GPUs of one node (local: the ranks of one Compose node, pp stage);
+    shared_cores: local only, the cores every rank of the job shares (0: a device per rank)."""
+
+    name: str
+    flops: float
+    bf16_flops: float
+    memory: int
+    memory_bw: float
+    intra_bw: float
+    inter_bw: float
+    latency_s: float
+    ranks_per_node: int
+    sources: tuple[str, ...]
+    shared_cores: int = 0
+
+
+H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: FP32 67 TFLOPS, BF16 1,979 TFLOPS with sparsity, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s)"
+DGX_H100_DS = "NVIDIA DGX H100 datasheet (8x H100 SXM, 8x ConnectX-7 400 Gb/s InfiniBand: one 50 GB/s port per GPU)"
+A100_DS = "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: FP32 19.5 TFLOPS, BF16 624 TFLOPS with sparsity, 80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s)"
+DGX_A100_DS = "NVIDIA DGX A100 datasheet (8x A100 80GB SXM, 8x ConnectX-6 200 Gb/s HDR InfiniBand: one 25 GB/s port per GPU)"
+LATENCY = "assumption: 5 us per message (no datasheet gives one)"
+
+# name -> Hardware; NVLink's datasheet figure is both directions together, halved here
+HARDWARE: dict[str, Hardware] = {
+    "h100-sxm-8x": Hardware("h100-sxm-8x", flops=67e12, bf16_flops=1979e12 / 2, memory=80 * G, memory_bw=3.35e12,
+                            intra_bw=900 * G / 2, inter_bw=400 * G / 8, latency_s=5e-6, ranks_per_node=8,
+                            sources=(H100_DS, DGX_H100_DS, LATENCY)),
+    "a100-80g-8x": Hardware("a100-80g-8x", flops=19.5e12, bf16_flops=624e12 / 2, memory=80 * G, memory_bw=2.039e12,
+                            intra_bw=600 * G / 2, inter_bw=200 * G / 8, latency_s=5e-6, ranks_per_node=8,
+                            sources=(A100_DS, DGX_A100_DS, LATENCY)),
+}
+NAMES = (*HARDWARE, "local")
+
+
+def cache_path() -> str:
+    """The calibration file: $SIMCLUSTER_CACHE (else $XDG_CACHE_HOME/simcluster, ~/.cache/simcluster)/hardware-local.json."""
+    base = os.environ.get("SIMCLUSTER_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "simcluster")
+    return os.path.join(base, "hardware-local.json")
+
+
+def local(recalibrate: bool = False) -> Hardware:
+    """This machine: the cached calibration, or a fresh one (calibrate.py, a few seconds) written to cache_path()."""
+    path = cache_path()
+    if not recalibrate and os.path.isfile(path):
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        data["sources"] = tuple(data["sources"])
+        return Hardware(**data)
+    from simcluster.train.plan.calibrate import calibrate
+
+    hw = calibrate()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as fh:
+        json.dump(asdict(hw), fh, indent=1)
+    os.replace(path + ".tmp", path)
+    return hw
+
+
+def hardware(name: str, recalibrate: bool = False) -> Hardware:
+    """The model named; "local" calibrates on first use.
+
+    Raises:
+        ConfigError: an unknown name, listing the known ones.
+    """
+    if name == "local":
+        return local(recalibrate)
+    if name not in HARDWARE:
+        raise ConfigError(f"hardware: unknown {name!r}; choose one of {', '.join(NAMES)}")
+    return HARDWARE[name]

@@ -1,0 +1,162 @@
+"""The measured side: one rank of the real trainer on torch's fake process group, in a forked child,
+with the traffic accounting on (and optionally torch's MemTracker) around its steps.
+
+    python -m simcluster.train.plan.measure --mesh 2x2x2 --model tiny --schedule zbv [--memory]   # a JSON line per rank
+
+The fake process group (``torch.testing._internal.distributed.fake_pg``) runs one rank alone: every
+collective and send/recv is dispatched as in a real run (so ``train.traffic.TrafficMode`` records
+exactly what it records under gloo) but moves no data, so the numbers are garbage and only the
+shapes and the op sequence are real. One exception is patched: the schedule's warm-up vote
+(whether the stages' shapes are static) reads the received vote, which the fake group leaves at
+0; the patched vote still sends and receives, then answers STATIC, as every rank of a real run
+of the trainer does (its stage I/O shapes are given, train/pipeline.py stage_io). Each rank runs
+in a child forked from this process, so no rank sees another's process group or caches.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import traceback
+
+import torch
+import torch.distributed as dist
+from torch.distributed.pipelining import PipelineStage
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from simcluster.train.config import TrainRun
+
+
+def _static_vote(orig):
+    def vote(self, received_result=None):
+        orig(self, received_result)
+        return torch.ones(1, dtype=torch.int32)
+    return vote
+
+
+def _child(run: TrainRun, rank: int, steps: int, memory: bool) -> dict:
+    from simcluster.train.trainer import Trainer
+
+    PipelineStage._warmup_backward_result = _static_vote(PipelineStage._warmup_backward_result)
+    torch.set_num_threads(1)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=run.mesh.world_size)
+    trainer = Trainer(run, rank, 0)
+    out: dict = {"rank": rank, "traffic": []}
+    for step in range(1, steps + 1):
+        if memory and step == steps:
+            out["memory"] = _tracked_step(trainer, step)
+        else:
+            trainer.train_step(step)
+        if trainer.traffic is not None:
+            with open(trainer.traffic_log.path, encoding="utf-8") as fh:
+                out["traffic"] = [json.loads(line) for line in fh]
+    out["held"] = held_bytes(trainer)
+    return out
+
+
+def held_bytes(trainer) -> dict[str, int]:
+    """{"params", "grads", "optimizer"}: bytes of the local tensors the rank's modules and AdamW
+    hold now (after a step: grads set to None by zero_grad are taken from the optimizer state's
+    shapes, one per parameter)."""
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    params = [local(p) for p in trainer.params]
+    nbytes = sum(p.numel() * p.element_size() for p in params)
+    opt = sum(local(v).numel() * local(v).element_size() for o, _ in trainer.optims for st in o.state.values()
+              for v in st.values() if isinstance(v, torch.Tensor))
+    grads = sum(local(st["exp_avg"]).numel() * local(st["exp_avg"]).element_size()
+                for o, _ in trainer.optims for st in o.state.values())
+    return {"params": nbytes, "grads": grads, "optimizer": opt}  # (gathered: MemTracker's PARAM - params)
+
+
+def _tracked_step(trainer, step: int) -> dict:
+    """MemTracker's peak snapshot of one step: {"PARAM", "GRAD", "ACT", "TEMP", "OPT", ..., "Total"} bytes.
+
+    MemTracker refuses a root module's second forward in one tracked region ("multiple iterative
+    calls"), which every microbatch after the first is; each stage module's entry is dropped
+    before its next forward, so it starts fresh (the device-wide peak, what is read here, is kept).
+    """
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    roots = set(trainer.pipe.modules)
+    pre = tracker._pre_fw_hook
+
+    def pre_fw(module, inputs):
+        if module in roots and not tracker._mod_tracker.is_bw:
+            tracker.memory_tracking.pop(module, None)
+        return pre(module, inputs)
+
+    tracker._pre_fw_hook = pre_fw
+    tracker.track_external(*trainer.pipe.modules, *[o for o, _ in trainer.optims])
+    with tracker:
+        trainer.train_step(step)
+    peak = tracker.get_tracker_snapshot("peak")
+    dev = next(iter(peak))
+    return {k.name if hasattr(k, "name") else str(k): int(v) for k, v in peak[dev].items()}
+
+
+def _fork(run: TrainRun, rank: int, steps: int, memory: bool) -> tuple[int, int]:
+    """Fork the child of one rank; returns (its pid, the read end of its pipe)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(r)
+        code = 0
+        try:
+            payload = json.dumps(_child(run, rank, steps, memory))
+        except BaseException:  # noqa: BLE001 - reported to the parent
+            payload, code = json.dumps({"error": traceback.format_exc()}), 1
+        with os.fdopen(w, "w") as fh:
+            fh.write(payload)
+        os._exit(code)
+    os.close(w)
+    return pid, r
+
+
+def _collect(run: TrainRun, rank: int, pid: int, r: int) -> dict:
+    with os.fdopen(r) as fh:
+        data = json.loads(fh.read() or '{"error": "no output"}')
+    os.waitpid(pid, 0)
+    if "error" in data:
+        raise RuntimeError(f"rank {rank} of {run.mesh} {run.config.schedule}: {data['error']}")
+    return data
+
+
+def measure_ranks(run: TrainRun, ranks: list[int] | None = None, steps: int = 2, memory: bool = False,
+                  jobs: int = 2) -> list[dict]:
+    """For each rank (default all): {"rank", "traffic": the accounting's rows (one per step; run
+    with traffic=1), "held": held_bytes, "memory": MemTracker's peak snapshot of the last step
+    (memory=True)}, each from a forked child, ``jobs`` at a time. run.config.run_dir gets the
+    traffic files.
+
+    Raises:
+        RuntimeError: a child failed (its traceback in the message).
+    """
+    ranks = list(range(run.mesh.world_size)) if ranks is None else list(ranks)
+    out = []
+    for i in range(0, len(ranks), jobs):
+        started = [(rank, *_fork(run, rank, steps, memory)) for rank in ranks[i:i + jobs]]
+        out += [_collect(run, rank, pid, r) for rank, pid, r in started]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from simcluster.train.cli import add_config_args, config_from_args
+    from simcluster.train.preflight import preflight
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_config_args(p)
+    p.add_argument("--memory", action="store_true", help="MemTracker around the last step")
+    args = p.parse_args(argv)
+    run = preflight(dataclasses.replace(config_from_args(args), traffic=1))
+    for row in measure_ranks(run, memory=args.memory):
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Every mesh and schedule of a world size, ranked by predicted step time on a hardware model.
+
+    python -m launcher plan --search --world-size 8 --model small [--hardware local] [--memory-per-rank GB]
+
+A candidate is each pp x dp x tp = world size with each schedule (train/config.py SCHEDULES), the
+rest of the config as given; train/preflight.py decides which can run (its refusals are counted,
+not ranked); each runnable one is planned (predict.py) and timed (steptime.py). With
+``memory_per_rank``, candidates whose largest rank exceeds it are marked as not fitting.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from simcluster.train.config import SCHEDULES, Config
+from simcluster.train.plan.hardware import Hardware
+from simcluster.train.plan.predict import plan
+from simcluster.train.plan.steptime import StepTime, step_time
+from simcluster.train.preflight import check, preflight
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One runnable mesh and schedule: its slowest rank's StepTime, its largest rank's bytes, the
+    bubble, whether it fits memory_per_rank (True without a limit)."""
+
+    mesh: str
+    schedule: str
+    microbatches: int
+    step: StepTime
+    peak_bytes: int
+    bubble: float
+    fits: bool
+
+
+def meshes(world_size: int) -> list[str]:
+    """Every PPxDPxTP whose product is world_size, pp outermost first."""
+    return [f"{pp}x{dp}x{world_size // (pp * dp)}" for pp in range(1, world_size + 1) if world_size % pp == 0
+            for dp in range(1, world_size // pp + 1) if (world_size // pp) % dp == 0]
+
+
+def search(base: Config, world_size: int, hw: Hardware, memory_per_rank: float | None = None,
+           ) -> tuple[list[Candidate], dict[str, list[str]]]:
+    """(the runnable candidates fastest first, each refused "MESH SCHEDULE" -> preflight's reasons)."""
+    found, refused = [], {}
+    for mesh in meshes(world_size):
+        for schedule in SCHEDULES:
+            cfg = dataclasses.replace(base, mesh=mesh, schedule=schedule)
+            problems = check(cfg, world_size)
+            if problems:
+                refused[f"{mesh} {schedule}"] = problems
+                continue
+            p = plan(preflight(cfg, world_size))
+            slowest, _ = step_time(p, hw)
+            peak = max(r.total for r in p.ranks)
+            found.append(Candidate(mesh, schedule, p.run.config.microbatches, slowest, peak, p.bubble,
+                                   memory_per_rank is None or peak <= memory_per_rank))
+    return sorted(found, key=lambda c: (not c.fits, c.step.total)), refused
+
+
+def to_text(found: list[Candidate], refused: dict[str, list[str]], hw: Hardware, world_size: int) -> str:
+    lines = [f"search: {len(found)} runnable meshes x schedules of {world_size} ranks on {hw.name}, fastest first "
+             f"({len(refused)} refused by preflight)",
+             f"{'':>3} {'mesh':>7} {'schedule':>16} {'mb':>3} {'step ms':>9} {'compute':>8} {'comm':>8} "
+             f"{'bubble':>8} {'optim':>8} {'peak MB':>8} fits"]
+    for i, c in enumerate(found, 1):
+        s = c.step
+        lines.append(f"{i:>3} {c.mesh:>7} {c.schedule:>16} {c.microbatches:>3} {1e3 * s.total:>9.2f} "
+                     f"{1e3 * s.compute:>8.2f} {1e3 * s.communication:>8.2f} {1e3 * s.bubble:>8.2f} "
+                     f"{1e3 * s.optimizer:>8.2f} {c.peak_bytes / 1e6:>8.1f} {'yes' if c.fits else 'NO'}")
+    return "\n".join(lines)
