@@ -4,7 +4,8 @@ loadable; a full disk during a save gives a clear error and keeps the previous c
     python -m pytest -q tests/test_checkpoint_faults.py
 
 One process (a one-node mesh), the tiny model, a checkpoint every step (5.5 MB each). The kill
-drill SIGKILLs the whole process group at 12 seeded random moments after the first checkpoint;
+drill SIGKILLs the whole process group at 12 seeded random moments after a new checkpoint
+(two run folders side by side, 6 each);
 the full-disk drill runs on a 9 MB tmpfs (root only: mount; under CI=true it must work).
 About 2 minutes.
 """
@@ -17,7 +18,9 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -36,11 +39,16 @@ def train(run: Path, *flags: str) -> list[str]:
             "--ckpt-keep", "2", "--val-every", "0", *flags]
 
 
-def test_killed_saves_leave_a_loadable_checkpoint(tmp_path):
-    need_torch()
-    rng = random.Random(12)
-    run = tmp_path / "run"
-    for trial in range(12):
+KILLS, CHAINS = 12, 2  # 12 seeded kill moments, taken by two run folders side by side (6 each)
+_preflight_lock = threading.Lock()
+
+
+def _killed_chain(run: Path, delays: list[float]) -> None:
+    """One run folder: per delay, train (resume auto), wait for a new checkpoint, SIGKILL the process
+    group ``delay`` s later (somewhere in the next saves); the newest checkpoint must pass preflight
+    each time; at the end a plain resume continues from it."""
+    newest = None
+    for delay in delays:
         proc = subprocess.Popen(train(run, "--steps", "400", "--resume", "auto"), cwd=ROOT, env=ENV,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         before = len(list_checkpoints(str(run / "checkpoints")))
@@ -48,16 +56,30 @@ def test_killed_saves_leave_a_loadable_checkpoint(tmp_path):
         while len(list_checkpoints(str(run / "checkpoints"))) <= before and proc.poll() is None \
                 and time.monotonic() - t0 < 120:
             time.sleep(0.05)
-        time.sleep(rng.uniform(0.0, 0.6))  # somewhere in the next saves
+        time.sleep(delay)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         newest = list_checkpoints(str(run / "checkpoints"))[-1][1]
-        preflight(Config(model="tiny", steps=400, val_every=0, run_dir=str(run), resume="auto"))  # checks it
+        with _preflight_lock:  # in this process: one at a time
+            preflight(Config(model="tiny", steps=400, val_every=0, run_dir=str(run), resume="auto"))  # checks it
         assert json.loads((Path(newest) / "simcluster.json").read_text())["step"] >= 1, newest
     resumed = subprocess.run(train(run, "--steps", "400", "--resume", "auto", "--ckpt-every", "0"), cwd=ROOT,
                              env=ENV, capture_output=True, text=True, timeout=600)
     step = int(Path(newest).name.split("-")[1])
     assert resumed.returncode == 0 and f"resumed from {newest} at step {step}" in resumed.stdout, resumed.stderr[-2000:]
+
+
+def test_killed_saves_leave_a_loadable_checkpoint(tmp_path):
+    """12 seeded kill moments (the same draws as one chain of 12 had), dealt to two run folders that
+    run side by side (each training process is single-threaded, so two fit the 2 cores): every
+    kill leaves a loadable newest checkpoint and each folder resumes from it."""
+    need_torch()
+    rng = random.Random(12)
+    delays = [rng.uniform(0.0, 0.6) for _ in range(KILLS)]
+    with ThreadPoolExecutor(CHAINS) as pool:
+        chains = [pool.submit(_killed_chain, tmp_path / f"run-{c}", delays[c::CHAINS]) for c in range(CHAINS)]
+        for chain in chains:
+            chain.result()  # re-raises a chain's failed assertion
 
 
 @pytest.fixture

@@ -19,9 +19,12 @@ OTHER_SCHEDULES = ["looped-bfs", "interleaved-zb", "zbv", "dualpipev"]
 STEPS = 3
 
 
-def run_parity(*args: str, run_dir: Path | None = None) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    """Run the parity tool; returns the process and its table rows parsed from stdout."""
-    cmd = [sys.executable, "-m", "simcluster.train.parity", "--model", "tiny", *args]
+def run_parity(*args: str, run_dir: Path | None = None, launcher: str = "forkrun"
+               ) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """Run the parity tool; returns the process and its table rows parsed from stdout. The ranks
+    start under forkrun (forked after one import, as on the cluster's nodes: about a third of
+    torchrun's CPU on 2 cores); the tool's default, torchrun, runs in the mismatch test."""
+    cmd = [sys.executable, "-m", "simcluster.train.parity", "--model", "tiny", "--launcher", launcher, *args]
     if run_dir is not None:
         cmd += ["--run-dir", str(run_dir)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -54,9 +57,25 @@ def assert_parity(proc, rows, steps=STEPS):
 MATRIX = [(m, s) for m in MESHES for s in SCHEDULES if not (m.startswith("1x") and s == "gpipe")]
 
 
+# 2x2x2 with 1F1B and 4 microbatches, clipping engaged (max norm 0.05) and every rank's records on:
+# the matrix's 2x2x2/1f1b point and the tp-peers test read this one run (the tiny model's grad norm
+# is about 3-4 in these steps, so the default max norm 1.0 clips too: one code path, run once)
+PEERS = ("--mesh", "2x2x2", "--schedule", "1f1b", "--steps", str(STEPS), "--max-norm", "0.05", "--microbatches", "4",
+         "--rank-metrics", "1")
+
+
+@pytest.fixture(scope="module")
+def peers_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, list[dict], Path]:
+    run_dir = tmp_path_factory.mktemp("peers")
+    return (*run_parity(*PEERS, run_dir=run_dir), run_dir)
+
+
 @pytest.mark.parametrize("mesh,schedule", MATRIX)
-def test_parity_matrix(mesh, schedule):
-    proc, rows = run_parity("--mesh", mesh, "--schedule", schedule, "--steps", str(STEPS), "--microbatches", "4")
+def test_parity_matrix(mesh, schedule, request):
+    if (mesh, schedule) == ("2x2x2", "1f1b"):
+        proc, rows, _ = request.getfixturevalue("peers_run")
+    else:
+        proc, rows = run_parity("--mesh", mesh, "--schedule", schedule, "--steps", str(STEPS), "--microbatches", "4")
     assert_parity(proc, rows)
 
 
@@ -72,11 +91,10 @@ def test_parity_other_schedules(schedule):
     assert_parity(proc, rows)
 
 
-def test_tp_peers_bit_identical_and_clipping(tmp_path):
+def test_tp_peers_bit_identical_and_clipping(peers_run):
     """Small max norm so clipping is active: every rank sees the reference norm, tp peers
     see bit-identical inputs and losses, dp ranks see different inputs."""
-    proc, rows = run_parity("--mesh", "2x2x2", "--schedule", "1f1b", "--steps", "3", "--max-norm", "0.05",
-                            "--microbatches", "4", "--rank-metrics", "1", run_dir=tmp_path)
+    proc, rows, tmp_path = peers_run
     assert_parity(proc, rows)
     assert all(r["ref_grad_norm"] > 0.05 for r in rows)  # clipping really engaged
     ranks = {}
@@ -98,8 +116,9 @@ def test_tp_peers_bit_identical_and_clipping(tmp_path):
 
 def test_parity_tool_fails_on_mismatch():
     """A negative tolerance no run can meet: the tool must exit 1 and say so."""
-    proc, rows = run_parity("--mesh", "1x2x1", "--steps", "2", "--tolerance", "-1")
+    proc, rows = run_parity("--mesh", "1x2x1", "--steps", "2", "--tolerance", "-1", launcher="torchrun")
     assert len(rows) == 2 and proc.returncode == 1 and "parity failed" in proc.stderr
+    assert "[parity] mesh 1x2x1 " in proc.stdout and ": -m torch.distributed.run --standalone " in proc.stdout
 
 
 def test_parity_tool_bad_config_exits_2():

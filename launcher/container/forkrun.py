@@ -29,6 +29,7 @@ import runpy
 import signal
 import sys
 import traceback
+import uuid
 
 
 def run_module(module: str, *argv: str) -> None:
@@ -71,6 +72,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if not args.module or args.no_python or args.run_path:
         sys.exit("simcluster.launcher.container.forkrun: give the training code as -m MODULE (use torchrun for scripts)")
+    if args.standalone:  # as torchrun's run(): a c10d store of its own on a free local port (not
+        args.rdzv_backend, args.rdzv_endpoint = "c10d", "localhost:0"  # the static backend's fixed 29500,
+        args.rdzv_id, args.nnodes = uuid.uuid4().hex, "1"  # which two runs on one machine would share)
     if args.master_port is None:  # as torchrun's run(): only the static backend reads it
         args.master_port = 29500
     preload(args.training_script)
