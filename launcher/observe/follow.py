@@ -57,7 +57,7 @@ class Stream:
         self.per_rank = True  # the lines carry torchrun's [rankR]: prefix (Compose, Swarm); Slurm's job output does not
         self.misplaced: list[str] = []
         self.first_worker_s: float | None = None
-        self.log = open(log_path, "a", encoding="utf-8")
+        self.log = open(log_path, "a", encoding="utf-8", buffering=1)  # line-buffered: it grows as the run goes (tail -f)
         self.t0 = time.monotonic()
         self.last_progress = 0.0
         self.lost: list[str] = []  # "node-1 (ranks 2-3): reason", from the rendezvous' LOST lines
