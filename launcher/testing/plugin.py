@@ -128,8 +128,7 @@ class Simcluster:
         from simcluster.launcher.api import run
 
         options = {"wall_timeout_s": DEFAULT_WALL_TIMEOUT_S, **self.defaults, **kwargs}
-        options.setdefault("run_dir", None)
-        if options["run_dir"] is None:
+        if options.get("run_dir") is None:
             options["run_dir"] = self._folder("run")
         else:
             self.runs.append(os.path.abspath(str(options["run_dir"])))
