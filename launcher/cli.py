@@ -1,4 +1,4 @@
-"""Command line of the launcher: generate | up | down | status | logs | chaos | report | build | compare | plan.
+"""Command line of the launcher: generate | up | down | status | logs | chaos | report | build | compare | plan | project.
 
     python -m launcher generate --mesh 2x2x2 [--target compose|swarm|slurm|jobset|trainjob] [--out FILE] [--stdout] ...
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
@@ -12,6 +12,7 @@
     python -m launcher compare --script FILE --mesh 2x2x2 --against 2x2x1 [--metric loss] [--rtol 1e-5] -- ARGS
     python -m launcher plan --mesh 2x2x2 --model small [--schedule 1f1b] [--microbatches N] [--hardware NAME] [--json]
     python -m launcher plan --search --world-size 8 --model small [--hardware local] [--memory-per-rank GB]
+    python -m launcher project RUN_DIR --hardware h100-sxm-8x [--inter-node-bandwidth 50mbit] [--json]
 
 Installed with pip, the same commands are `simcluster ...` or `python -m simcluster ...`.
 
@@ -136,6 +137,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_project(args: argparse.Namespace) -> int:
+    """A measured run's step time on other hardware (train/plan/project.py; torch is imported there only)."""
+    try:
+        from simcluster.train.plan.command import project
+    except ImportError as e:
+        raise ConfigError(f"project: needs torch ({e}); pip install 'simcluster[torch]'") from None
+    return project(args)
+
+
 def cmd_compose_run(args: argparse.Namespace) -> int:
     """status, logs, down: a Compose run's handle (a swarm run's stack is gone once its `up` ends)."""
     from simcluster.launcher.handle import Handle
@@ -155,7 +165,7 @@ def cmd_compose_run(args: argparse.Namespace) -> int:
 
 COMMANDS = {"generate": cmd_generate, "up": cmd_up, "build": cmd_build, "report": cmd_report, "chaos": cmd_chaos,
             "status": cmd_compose_run, "logs": cmd_compose_run, "down": cmd_compose_run, "compare": cmd_compare,
-            "plan": cmd_plan}
+            "plan": cmd_plan, "project": cmd_project}
 
 
 def build_parser() -> argparse.ArgumentParser:

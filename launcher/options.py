@@ -13,9 +13,10 @@ import argparse
 import dataclasses
 import os
 import shlex
+import sys
 from dataclasses import fields
 
-from simcluster.launcher.checks import example, run_dir_problem, text_errors
+from simcluster.launcher.checks import example, memory_bytes, run_dir_problem, text_errors
 from simcluster.launcher.files import host_abspath, repo_path
 from simcluster.launcher.instrument.spec import Instruments
 from simcluster.launcher.jobs import parse_mount, resolve_code, resolve_training
@@ -62,7 +63,10 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
     """Container options of every node (see launcher.launch.NodeOptions)."""
     g = parser.add_argument_group("node options")
     g.add_argument("--cpus-per-node", type=float, default=None, help="CPU limit per node container (default: none)")
-    g.add_argument("--memory-per-node", default=None, help="memory limit per node container, e.g. 3g (default: none)")
+    g.add_argument("--memory-per-node", default=None, help="memory limit per node container, e.g. 3g (default: none); "
+                   "the built-in trainer's predicted tensors per node are checked against it (a warning)")
+    g.add_argument("--strict-memory", action="store_true",
+                   help="refuse (exit 2) instead of warning when a node's predicted memory exceeds --memory-per-node")
     g.add_argument("--image", default=NodeOptions.image,
                    help=f"image of every container (default {NodeOptions.image}); needs Python, torch and this "
                         f"project's launcher package")
@@ -169,10 +173,14 @@ def resolve(args: argparse.Namespace, user: str, parser: argparse.ArgumentParser
                               f"option of your own code's runs; the built-in trainer takes --steps N")
         paths = {k: os.path.abspath(getattr(cfg, k)) for k in ("data", "run_dir") if getattr(cfg, k) is not None}
         launch = resolve_training(dataclasses.replace(cfg, **paths), node, tuple(args.mount), host_path=repo_path)
+        check_memory(launch, args.strict_memory)
     else:
         defaults = Config()
         trainer_only = [f.name for f in fields(Config) if f.name not in SHARED + INSTRUMENTS
                         and getattr(cfg, f.name) not in (None, getattr(defaults, f.name))]
+        if args.strict_memory:
+            raise ConfigError("--strict-memory: the memory prediction is the built-in trainer's (its shapes); "
+                              "your code's memory is not predicted: drop --strict-memory")
         if trainer_only or args.config:
             given = ", ".join("--" + n.replace("_", "-") for n in trainer_only) or f"--config {args.config}"
             raise ConfigError(f"{given}: options of the built-in trainer, not of your code; pass your code's own "
@@ -187,6 +195,33 @@ def resolve(args: argparse.Namespace, user: str, parser: argparse.ArgumentParser
     command = generate_command(args, parser, launch)
     check_resolved(launch, command)
     return launch, command
+
+
+def check_memory(launch: Launch, strict: bool) -> None:
+    """The built-in trainer's predicted tensors per node (train/plan/fit.py) against --memory-per-node:
+    a warning on stderr per node over it, or with ``strict`` (--strict-memory) a refusal.
+
+    Raises:
+        ConfigError: --strict-memory without --memory-per-node, or a node over it under --strict-memory,
+            or --strict-memory where torch (the planner's) is missing.
+    """
+    limit = launch.node.memory_per_node
+    if limit is None:
+        if strict:
+            raise ConfigError("--strict-memory: needs the limit to check, e.g. --memory-per-node 3g")
+        return
+    try:
+        from simcluster.train.plan.fit import over_memory
+    except ImportError as e:  # the torch-free install: nothing to predict with
+        if strict:
+            raise ConfigError(f"--strict-memory: the memory prediction needs torch ({e}); pip install "
+                              f"'simcluster[torch]', or drop --strict-memory") from None
+        return
+    lines = over_memory(launch.train, memory_bytes(limit), f"--memory-per-node {limit}")
+    if lines and strict:
+        raise ConfigError("\n  ".join(["memory (--strict-memory):", *lines]))
+    for line in lines:
+        print(f"warning: {line}", file=sys.stderr)
 
 
 DOCUMENT = "the generated file carries it (its header comment, labels, run id, mounts or commands)"

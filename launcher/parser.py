@@ -103,6 +103,15 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     pl.add_argument("--world-size", type=int, default=None, metavar="N", help="ranks for --search")
     pl.add_argument("--memory-per-rank", type=float, default=None, metavar="GB",
                     help="mark (search) or warn about (plan) ranks needing more than GB (1e9 bytes)")
+    pj = sub.add_parser("project", help="from a run measured here (--traffic 1 --trace-steps S), the same job's "
+                        "step time on other hardware, with its parts (needs torch)")
+    pj.add_argument("run_dir", metavar="RUN_DIR", help="the run folder of the built-in trainer")
+    pj.add_argument("--hardware", default="local", metavar="NAME",
+                    help="h100-sxm-8x, a100-80g-8x or local (default local: this machine, calibrated once and cached)")
+    pj.add_argument("--inter-node-bandwidth", default=None, metavar="RATE",
+                    help="the target's network between nodes limited to RATE (tc units, as up's flag: 50mbit)")
+    pj.add_argument("--recalibrate", action="store_true", help="measure the local hardware model again")
+    pj.add_argument("--json", action="store_true", help="print the projection as JSON (seconds)")
     _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
                                  "(exit 1 beyond --rtol)"))
     parser.commands = sub.choices  # command -> its subparser (the Python API parses `up`'s keywords with it)

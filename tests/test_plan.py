@@ -141,3 +141,59 @@ def test_hardware_models_step_time_and_search(tmp_path, monkeypatch, capsys):
     assert "choose one of h100-sxm-8x, a100-80g-8x, local" in capsys.readouterr().err
     assert main(["plan", "--search", "--world-size", "8", "--mesh", "2x2x2"]) == 2
     assert "drop --mesh" in capsys.readouterr().err
+
+
+def test_sends_on_a_link_delay_the_pipeline_as_the_order_says():
+    """2 stages, 1f1b, 2 microbatches, F = 1, B = 2, a send 0.5: the critical path gains the
+    first activation, the first grad and the last grad (1.5), less the 0.5 the second microbatch's
+    activation waits anyway; a send on the same rank (zbv's turn at the last stage) costs nothing."""
+    durations = {(k, s): {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}[k] for k in "FBIW" for s in range(4)}
+    orders = rank_orders("1f1b", 2, 2, 1)
+    assert simulate(orders, durations).window == 9.0
+    assert simulate(orders, durations, {a: 0.5 for a in durations}).window == 10.0
+    slow = simulate(orders, durations, {a: 4.0 for a in durations})  # sends queue on the sender's link
+    assert slow.window == 1 + 4 + 4 + 3 + 4 + 2  # F0; a0, then a1 behind it on stage 0's link; F1+B1; g1; B1
+    zbv = rank_orders("zbv", 2, 2, 2)
+    assert simulate(zbv, durations, {a: 0.0 for a in durations}).window == simulate(zbv, durations).window
+
+
+def test_memory_per_node_warns_and_strict_memory_refuses(tmp_path, capsys):
+    """`generate` preflights a node's predicted tensors against --memory-per-node: a warning naming
+    the node and the fix (the file still written), --strict-memory refuses and writes nothing, a
+    limit that fits says nothing; user code cannot be predicted and says so."""
+    out = tmp_path / "mesh.yml"
+    base = ["generate", "--mesh", "2x2x2", "--model", "small", "--out", str(out)]
+    assert main([*base, "--memory-per-node", "200m"]) == 0 and out.is_file()
+    err = capsys.readouterr().err
+    assert err.count("warning: node-") == 2 and "node-0: its 4 ranks' tensors are predicted at 550 MiB > " \
+        "--memory-per-node 200m (200 MiB)" in err and "raise --memory-per-node" in err, err
+    out.unlink()
+    assert main([*base, "--memory-per-node", "200m", "--strict-memory"]) == 2 and not out.exists()
+    err = capsys.readouterr().err
+    assert "memory (--strict-memory):" in err and "node-1: its 4 ranks' tensors are predicted at 337 MiB" in err, err
+    assert main([*base, "--memory-per-node", "3g", "--strict-memory"]) == 0 and out.is_file()
+    assert capsys.readouterr().err == ""
+    assert main([*base, "--strict-memory"]) == 2 and "needs the limit to check" in capsys.readouterr().err
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    assert main(["generate", "--script", str(script), "--nodes", "2", "--nproc-per-node", "1", "--out",
+                 str(tmp_path / "u.yml"), "--memory-per-node", "1g", "--strict-memory"]) == 2
+    assert "your code's memory is not predicted" in capsys.readouterr().err
+
+
+def test_project_refuses_folders_without_records(tmp_path, capsys):
+    """A missing folder, a folder that is not the trainer's, one without a traced step or traffic:
+    each named, with the flags to run with; nothing else is needed to fail fast."""
+    from simcluster.train.cli import save_config
+
+    assert main(["project", str(tmp_path / "nope")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    assert main(["project", str(tmp_path)]) == 2
+    assert "has no config.yaml" in capsys.readouterr().err
+    save_config(Config(model="tiny", mesh="2x1x1", steps=4), str(tmp_path))
+    assert main(["project", str(tmp_path), "--hardware", "h100-sxm-8x"]) == 2
+    err = capsys.readouterr().err
+    assert "lacks trace.json with a traced step after the first and traffic/rank-R.jsonl of that step" in err
+    assert "--traffic 1 --trace-steps" in err
+    assert main(["project", str(tmp_path), "--hardware", "tpu"]) == 2
+    assert "choose one of h100-sxm-8x, a100-80g-8x, local" in capsys.readouterr().err

@@ -124,9 +124,10 @@ def test_bad_trace_or_traffic_exits_2(tmp_path, flags, message):
 
 @pytest.mark.docker
 def test_2x2x2_cluster_shaped_traced_counts_as_closed_form(tmp_path, trainer_image):
-    """The acceptance run on containers: 2x2x2 with --inter-node-bandwidth, --trace-steps and --traffic."""
+    """The acceptance run on containers: 2x2x2 with --inter-node-bandwidth, --trace-steps and --traffic;
+    then `launcher project` of it: on the network it ran on, the measured step; unshaped, shorter."""
     run = tmp_path / "acceptance"
-    proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--mesh", "2x2x2", "--model", "tiny", "--steps", "3",
+    proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--mesh", "2x2x2", "--model", "tiny", "--steps", "4",
                            "--val-every", "0", "--traffic", "1", "--trace-steps", "2,3", "--inter-node-bandwidth",
                            "100mbit", "--mount-code", "--run-dir", str(run)], capture_output=True, text=True,
                           timeout=580, cwd=ROOT)
@@ -135,9 +136,23 @@ def test_2x2x2_cluster_shaped_traced_counts_as_closed_form(tmp_path, trainer_ima
         rows = [json.loads(l) for l in (run / "traffic" / f"rank-{rank}.jsonl").read_text().splitlines()]
         want = expected("2x2x2", rank)
         assert [(r["bytes"], r["messages"], r["links"]) for r in rows[1:]] == [(want["bytes"], want["messages"],
-                                                                                 want["links"])] * 2, rank
+                                                                                 want["links"])] * 3, rank
     trace = json.loads((run / "trace.json").read_text())
     xs = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert {e["tid"] for e in xs if e["cat"] == "compute"} == set(range(8)) and {e["pid"] for e in xs} == {0, 1}
     assert "traffic/step " in proc.stdout and "inter-node 1.05 MB" in proc.stdout
     assert "bubble step 2: measured" in proc.stdout and "eth0 limited to 100mbit" in proc.stdout
+    projected = {}
+    for args in ([], ["--hardware", "local", "--inter-node-bandwidth", "10mbit"], ["--hardware", "h100-sxm-8x"]):
+        done = subprocess.run([sys.executable, "-m", "launcher", "project", str(run), "--json", *args],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        data = json.loads(done.stdout)
+        projected[" ".join(args)] = data["projected"]["total"]
+        measured = data["measured_step_s"]
+        assert data["traced_step"] == 2 and data["here"]["total"] == pytest.approx(measured, rel=1e-9)
+    step4 = [r["step_time_s"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+             if r.get("step") == 4 and "step_time_s" in r]
+    assert step4 and measured == pytest.approx(step4[0])  # the one untraced step after the first
+    # ran at 100mbit: unshaped is faster, 10mbit slower, an H100 node faster than any
+    assert projected["--hardware h100-sxm-8x"] < projected[""] < measured < projected["--hardware local --inter-node-bandwidth 10mbit"]

@@ -218,6 +218,11 @@ def parse_steps(text: str | None, steps: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
+def traced_steps(cfg: "Config") -> tuple[int, ...]:
+    """The steps a run traces: --trace-steps and --profile-step together, in order (parse_steps' errors)."""
+    return tuple(sorted(set(parse_steps(cfg.trace_steps, cfg.steps)) | ({cfg.profile_step} if cfg.profile_step else set())))
+
+
 def default_run_dir(mesh: MeshSpec) -> str:
     """The one default run folder of a mesh, for every entry point (``python -m train``, torchrun,
     ``launcher generate`` and ``launcher up``): ``runs/mesh-PPxDPxTP``. An explicit run_dir wins."""

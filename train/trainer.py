@@ -24,7 +24,7 @@ from simcluster.train import checkpoint, device
 from simcluster.train.checkpoint_meta import CheckpointError, data_identity, make_record
 from simcluster.train.cli import save_config
 from simcluster.train.clip import clip_grad_norm_
-from simcluster.train.config import Config, TrainRun, parse_steps
+from simcluster.train.config import Config, TrainRun, traced_steps
 from simcluster.train.data import Batches, dp_shard
 from simcluster.train.metrics import MetricsWriter, peak_rss_mb, step_line
 from simcluster.train.model import loss_fn
@@ -87,7 +87,7 @@ class Trainer:
         self.start_step = self._resume(job.resume_path) if job.resume_path else 0
         self._data_id: dict | None = None  # the corpus identity recorded in checkpoints, computed at the first save
         self.batches = Batches(cfg, self.args)
-        self.trace_steps = set(parse_steps(cfg.trace_steps, cfg.steps)) | ({cfg.profile_step} if cfg.profile_step else set())
+        self.trace_steps = set(traced_steps(cfg))
         self.traffic = None  # off: no dispatch mode is ever installed (tests/test_traffic.py checks)
         if cfg.traffic:
             self.traffic = traffic_acct.TrafficMode(rank, self.spec.ranks_per_node, traffic_acct.group_kinds(self.mesh))

@@ -83,6 +83,16 @@ def _rank_files(run_dir: str, folder: str) -> dict[int, str]:
     return dict(sorted(found.items()))
 
 
+def rank_traffic(run_dir: str, step: int) -> dict[int, dict]:
+    """rank -> its traffic/rank-R.jsonl record of ``step`` (ranks that recorded it)."""
+    out = {}
+    for rank, path in _rank_files(run_dir, TRAFFIC).items():
+        for r in _merged(_read(path)):
+            if r["step"] == step:
+                out[rank] = r
+    return out
+
+
 def traffic_totals(run_dir: str, since: float = 0.0) -> dict[int, dict]:
     """step -> that step's traffic summed over every rank's traffic/rank-R.jsonl (the shape of
     train/traffic.py summarize: {"bytes": {kind}, "messages": {kind}, "links": {link}}), for the

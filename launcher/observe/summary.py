@@ -117,7 +117,8 @@ def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, 
     reads): ok, timed_out (the --wall-timeout-s, or null), wall_s, steps, final_loss, each node's
     exit code, the rendezvous', the lost nodes' lines, the containers up killed, and each rank that
     printed a traceback: rank, node, its node's exit code, the traceback's last lines (the
-    exception last) and whether it only saw a peer's connection close (peer_failed)."""
+    exception last) and whether it only saw a peer's connection close (peer_failed); the
+    network the run was measured on (inter_node_bandwidth: --inter-node-bandwidth, or null)."""
     def failed(rank: int, lines: list[str]) -> dict:
         node = launch.names[node_of(rank, launch.nproc_per_node)]
         return {"rank": rank, "node": node, "exit": codes.get(node), "lines": lines,
@@ -126,7 +127,8 @@ def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, 
     return {"ok": ok, "timed_out": stream.timed_out, "wall_s": round(wall, 3), "steps": m["steps"],
             "final_loss": m["final_loss"], "nodes": {n: codes.get(n) for n in launch.names},
             "rendezvous": codes.get(RDZV_HOST), "lost": list(stream.lost), "killed_by_up": list(stream.forced),
-            "failed": [failed(r, lines) for r, lines in sorted(tracebacks.items()) if not ok]}
+            "failed": [failed(r, lines) for r, lines in sorted(tracebacks.items()) if not ok],
+            "inter_node_bandwidth": launch.node.inter_node_bandwidth}
 
 
 def _no_metrics(launch: Launch, run_dir: str) -> list[str]:

@@ -102,7 +102,7 @@ def calibrate() -> Hardware:
     return Hardware("local", flops=flops, bf16_flops=flops, memory=memory, memory_bw=copy_bandwidth(),
                     intra_bw=bandwidth, inter_bw=bandwidth, latency_s=latency, ranks_per_node=0,
                     sources=(f"measured on {socket.gethostname()} at {when} by train/plan/calibrate.py",),
-                    shared_cores=cores)
+                    shared_cores=cores, node_link=True)
 
 
 if __name__ == "__main__":

@@ -2,17 +2,20 @@
 
     python -m launcher plan --mesh 2x2x2 --model small [--schedule 1f1b] [--hardware h100-sxm-8x] [--json]
     python -m launcher plan --search --world-size 8 --model small [--hardware local] [--memory-per-rank 0.5]
+    python -m launcher project RUN_DIR --hardware h100-sxm-8x [--inter-node-bandwidth 50mbit] [--json]
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import os
 
 from simcluster.train.cli import config_from_args
 from simcluster.train.config import ConfigError
 from simcluster.train.plan import search as searching
-from simcluster.train.plan.hardware import hardware
+from simcluster.train.plan import project as projecting
+from simcluster.train.plan.hardware import hardware, shaped
 from simcluster.train.plan.predict import plan, to_dict, to_text
 from simcluster.train.plan.steptime import step_time
 from simcluster.train.plan.steptime import to_text as step_text
@@ -56,4 +59,25 @@ def run(args: argparse.Namespace) -> int:
         print(to_text(result) + (f"\n{step_text(slowest, hw)}" if hw else ""))
     if limit is not None and (big := max(result.ranks, key=lambda r: r.total)).total > limit * 1e9:
         print(f"warning: rank {big.rank} needs {big.total / 1e9:.2f} GB > --memory-per-rank {limit:g} GB")
+    return 0
+
+
+def project(args: argparse.Namespace) -> int:
+    """Print the projection of args.run_dir onto args.hardware (and --inter-node-bandwidth).
+
+    Raises:
+        ConfigError: a folder that is missing or lacks the records (the flags to run with), an
+            unknown --hardware (the known ones listed), a bad --inter-node-bandwidth.
+    """
+    if not os.path.isdir(args.run_dir):
+        raise ConfigError(f"project: {args.run_dir} is not a folder; pass a run folder, e.g. runs/mesh-2x2x2")
+    target = hardware(args.hardware, args.recalibrate)
+    if args.inter_node_bandwidth is not None:
+        target = shaped(target, args.inter_node_bandwidth)
+    m = projecting.measured(args.run_dir)
+    here_hw = hardware("local")
+    if m.inter_node_bandwidth:  # measured on a shaped network: here is that network
+        here_hw = shaped(here_hw, m.inter_node_bandwidth)
+    here, there = projecting.project(m, here_hw, target)
+    print(json.dumps(projecting.to_dict(m, here, there), indent=1) if args.json else projecting.to_text(m, here, there, target))
     return 0

@@ -13,6 +13,7 @@ NCCL's small-message latency within a node and over InfiniBand, and says so.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -26,7 +27,9 @@ G = 1e9
 class Hardware:
     """What the step time reads. Units: FLOP/s, bytes, bytes/s (one direction, per GPU or rank),
     seconds. ranks_per_node: GPUs of one node (local: the ranks of one Compose node, pp stage);
-    shared_cores: local only, the cores every rank of the job shares (0: a device per rank)."""
+    shared_cores: local only, the cores every rank of the job shares (0: a device per rank);
+    node_link: inter_bw is one link per node that its ranks share (local: a container's eth0,
+    which --inter-node-bandwidth limits), else each GPU's own port (a DGX: one NIC per GPU)."""
 
     name: str
     flops: float
@@ -39,6 +42,7 @@ class Hardware:
     ranks_per_node: int
     sources: tuple[str, ...]
     shared_cores: int = 0
+    node_link: bool = False
 
 
 H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: FP32 67 TFLOPS, BF16 1,979 TFLOPS with sparsity, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s)"
@@ -73,6 +77,7 @@ def local(recalibrate: bool = False) -> Hardware:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
         data["sources"] = tuple(data["sources"])
+        data.setdefault("node_link", True)  # a file of an earlier calibration
         return Hardware(**data)
     from simcluster.train.plan.calibrate import calibrate
 
@@ -82,6 +87,22 @@ def local(recalibrate: bool = False) -> Hardware:
         json.dump(asdict(hw), fh, indent=1)
     os.replace(path + ".tmp", path)
     return hw
+
+
+def shaped(hw: Hardware, rate: str) -> Hardware:
+    """hw with its network between nodes limited to ``rate`` (tc units, as --inter-node-bandwidth;
+    launcher/drills/shaping.py): one link of that rate per node, its ranks sharing it.
+
+    Raises:
+        ConfigError: rate is not a tc rate.
+    """
+    from simcluster.launcher.drills.shaping import rate_bits_per_s
+
+    bits = rate_bits_per_s(rate)
+    if bits is None or bits <= 0:
+        raise ConfigError(f"inter_node_bandwidth: {rate!r} is not a tc rate; e.g. --inter-node-bandwidth 100mbit")
+    return dataclasses.replace(hw, name=f"{hw.name} at {rate} between nodes", inter_bw=bits / 8, node_link=True,
+                               sources=(*hw.sources, f"--inter-node-bandwidth {rate}: each node's egress (tc tbf)"))
 
 
 def hardware(name: str, recalibrate: bool = False) -> Hardware:

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import traceback
 
 import torch
@@ -43,12 +44,14 @@ def _child(run: TrainRun, rank: int, steps: int, memory: bool) -> dict:
     torch.set_num_threads(1)
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=run.mesh.world_size)
     trainer = Trainer(run, rank, 0)
-    out: dict = {"rank": rank, "traffic": []}
+    out: dict = {"rank": rank, "traffic": [], "step_s": []}
     for step in range(1, steps + 1):
+        t0 = time.perf_counter()
         if memory and step == steps:
             out["memory"] = _tracked_step(trainer, step)
         else:
             trainer.train_step(step)
+        out["step_s"].append(time.perf_counter() - t0)
         if trainer.traffic is not None:
             with open(trainer.traffic_log.path, encoding="utf-8") as fh:
                 out["traffic"] = [json.loads(line) for line in fh]

@@ -90,15 +90,23 @@ class Timeline:
         return sum(1 - b / self.window for b in self.busy) / len(self.busy) if self.window else 0.0
 
 
-def simulate(orders: tuple[tuple[Act, ...], ...], durations: dict[tuple[str, int], float]) -> Timeline:
-    """Run each rank's actions in order as soon as their inputs are done; durations: (kind, stage) -> time.
+def simulate(orders: tuple[tuple[Act, ...], ...], durations: dict[tuple[str, int], float],
+             transfers: dict[tuple[str, int], float] | None = None) -> Timeline:
+    """Run each rank's actions in order as soon as their inputs are there; durations: (kind, stage) -> time.
+
+    transfers: (kind, stage) -> time of the send an F (its activations, to stage + 1) or a B/I (its
+    input grads, to stage - 1) makes when that stage lives on another pp rank; a rank's sends
+    leave one after another on its one link (a node's egress), each starting when its action
+    ends and the link is free, without holding the rank (torch's isend). None: sends are free.
 
     Raises:
         RuntimeError: the order deadlocks (an action waits on one that never runs).
     """
     n_stages = 1 + max(s for order in orders for _, s, _ in order)
+    rank_of = {s: r for r, order in enumerate(orders) for _, s, _ in order}
     done: dict[Act, float] = {}
-    pos, free = [0] * len(orders), [0.0] * len(orders)
+    arrives: dict[Act, float] = {}  # when an action's output is at the rank that consumes it
+    pos, free, link = [0] * len(orders), [0.0] * len(orders), [0.0] * len(orders)
     busy, first = [0.0] * len(orders), None
     while any(p < len(o) for p, o in zip(pos, orders)):
         progressed = False
@@ -106,18 +114,25 @@ def simulate(orders: tuple[tuple[Act, ...], ...], durations: dict[tuple[str, int
             while pos[r] < len(order):
                 kind, s, mb = order[pos[r]]
                 if kind == "F":
-                    deps = [("F", s - 1, mb)] if s > 0 else []
+                    local, remote = [], [("F", s - 1, mb)] if s > 0 else []
                 elif kind in ("B", "I"):
-                    deps = [("F", s, mb)] + ([_bwd(done, s + 1, mb)] if s < n_stages - 1 else [])
+                    local, remote = [("F", s, mb)], [_bwd(done, s + 1, mb)] if s < n_stages - 1 else []
                 else:
-                    deps = [("I", s, mb)]
-                if any(d is None or d not in done for d in deps):
+                    local, remote = [("I", s, mb)], []
+                if any(d is None or d not in done for d in local + remote):
                     break
-                start = max([free[r]] + [done[d] for d in deps])
+                start = max([free[r]] + [done[d] for d in local] + [arrives[d] for d in remote])
                 first = start if first is None else min(first, start)
                 free[r] = start + durations[(kind, s)]
                 busy[r] += durations[(kind, s)]
-                done[(kind, s, mb)] = free[r]
+                act = (kind, s, mb)
+                done[act] = free[r]
+                to = s + 1 if kind == "F" else s - 1 if kind in ("B", "I") else None
+                if transfers and to is not None and 0 <= to < n_stages and rank_of[to] != r:
+                    link[r] = max(link[r], free[r]) + transfers[(kind, s)]
+                    arrives[act] = link[r]
+                else:
+                    arrives[act] = free[r]
                 pos[r] += 1
                 progressed = True
         if not progressed:

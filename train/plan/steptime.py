@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simcluster.launcher.layout import mesh_groups, node_of
+from simcluster.train.config import MeshSpec
 from simcluster.train.plan.hardware import Hardware
 from simcluster.train.plan.predict import Plan, RankPlan
 
@@ -46,47 +48,52 @@ class StepTime:
         return self.compute + self.communication + self.bubble + self.optimizer
 
 
-def _node(rank: int, p: Plan, hw: Hardware) -> int:
-    per = hw.ranks_per_node or p.run.mesh.ranks_per_node
-    return rank // per
+def _bandwidth(ranks: tuple[int, ...], per_node: int, hw: Hardware, senders: int = 1) -> float:
+    """Bytes/s one rank gets among ``ranks``: the node's link when they share a node of the hardware,
+    else the network's; ``senders`` ranks of a node sending at once split a ``node_link``."""
+    per = hw.ranks_per_node or per_node
+    if len({node_of(r, per) for r in ranks}) == 1:
+        return hw.intra_bw
+    return hw.inter_bw / (senders if hw.node_link else 1)
 
 
-def _bandwidth(ranks: list[int], p: Plan, hw: Hardware) -> float:
-    return hw.intra_bw if len({_node(r, p, hw) for r in ranks}) == 1 else hw.inter_bw
+def comm_parts(rank: int, traffic: dict, mesh: MeshSpec, hw: Hardware) -> dict[str, float]:
+    """Seconds of each kind of one rank's messages in a step (traffic: the accounting's record,
+    train/plan/traffic.py), priced as the module docstring's ring model prices them."""
+    groups = mesh_groups(rank, mesh.pp, mesh.dp, mesh.tp)
+    b, n, per, out = traffic["bytes"], traffic["messages"], mesh.ranks_per_node, {}
+    for kind, group in (("tp_all_reduce", "tp"), ("world_all_reduce", "world")):
+        if b.get(kind) and group in groups:
+            g = groups[group]
+            k = len(g)
+            out[kind] = n[kind] * 2 * (k - 1) * hw.latency_s + 2 * (k - 1) / k * b[kind] / _bandwidth(g, per, hw, k)
+    dp = groups.get("dp", (rank,))
+    k = len(dp)
+    if b.get("fsdp_all_gather"):
+        out["fsdp_all_gather"] = (n["fsdp_all_gather"] * (k - 1) * hw.latency_s
+                                  + (k - 1) * b["fsdp_all_gather"] / _bandwidth(dp, per, hw, k))
+    if b.get("fsdp_reduce_scatter"):
+        out["fsdp_reduce_scatter"] = (n["fsdp_reduce_scatter"] * (k - 1) * hw.latency_s
+                                      + (k - 1) / k * b["fsdp_reduce_scatter"] / _bandwidth(dp, per, hw, k))
+    if b.get("pp_send"):
+        out["pp_send"] = 0.0
+        for link, nbytes in traffic["links"].items():  # "i->j": simulated nodes (pp stages); "span": the world's
+            if link != "span" and (ends := tuple(map(int, link.split("->"))))[0] != ends[1]:
+                peer = rank + (ends[1] - ends[0]) * per
+                out["pp_send"] += send_s(nbytes / b["pp_send"] * n["pp_send"], nbytes, (rank, peer), mesh, hw)
+    return out
 
 
-def _groups(rank: int, p: Plan) -> dict[str, list[int]]:
-    """This rank's tp, dp and world groups as global ranks (train/config.py MeshSpec.coords)."""
-    mesh = p.run.mesh
-    base = rank - (rank % mesh.tp)
-    tp = [base + i for i in range(mesh.tp)]
-    first = rank - ((rank // mesh.tp) % mesh.dp) * mesh.tp
-    dp = [first + i * mesh.tp for i in range(mesh.dp)]
-    return {"tp": tp, "dp": dp, "world": list(range(mesh.world_size))}
+def send_s(messages: float, nbytes: float, pair: tuple[int, int], mesh: MeshSpec, hw: Hardware) -> float:
+    """Seconds of a rank's sends to its peer in another pp stage (pair: the two global ranks): one
+    latency each, the bytes at its share of the link (on a ``node_link`` the node's ranks send at
+    once: a pp stage's ranks move in step)."""
+    return messages * hw.latency_s + nbytes / _bandwidth(pair, mesh.ranks_per_node, hw, mesh.ranks_per_node)
 
 
 def communication_s(r: RankPlan, p: Plan, hw: Hardware) -> float:
-    """Seconds of every message of one rank's step, as the module docstring's ring model prices them."""
-    groups, t = _groups(r.rank, p), 0.0
-    b, n = r.traffic["bytes"], r.traffic["messages"]
-    for kind, group in (("tp_all_reduce", "tp"), ("world_all_reduce", "world")):
-        if kind in b:
-            k = len(groups[group])
-            t += n[kind] * 2 * (k - 1) * hw.latency_s + 2 * (k - 1) / k * b[kind] / _bandwidth(groups[group], p, hw)
-    dp = len(groups["dp"])
-    bw = _bandwidth(groups["dp"], p, hw)
-    if "fsdp_all_gather" in b:
-        t += n["fsdp_all_gather"] * (dp - 1) * hw.latency_s + (dp - 1) * b["fsdp_all_gather"] / bw
-    if "fsdp_reduce_scatter" in b:
-        t += n["fsdp_reduce_scatter"] * (dp - 1) * hw.latency_s + (dp - 1) / dp * b["fsdp_reduce_scatter"] / bw
-    for link, nbytes in r.traffic["links"].items():  # the sends, by link: "i->j" between simulated nodes
-        if link != "span" and "pp_send" in b:
-            i, j = map(int, link.split("->"))
-            if i != j:
-                peer = r.rank + (j - i) * p.run.mesh.ranks_per_node
-                share = nbytes / b["pp_send"]  # this link's part of the sends
-                t += share * n["pp_send"] * hw.latency_s + nbytes / _bandwidth([r.rank, peer], p, hw)
-    return t
+    """Seconds of every message of one rank's step (comm_parts summed)."""
+    return sum(comm_parts(r.rank, r.traffic, p.run.mesh, hw).values())
 
 
 def step_time(p: Plan, hw: Hardware) -> tuple[StepTime, list[StepTime]]:
