@@ -14,8 +14,10 @@ The rule: each measured part is scaled by its model's ratio, target over here (`
 - an action (a stage's forward or backward of a microbatch, the mean over the stage's ranks and
   microbatches; the profiler's slowdown taken out by the step's traced/untraced ratio) is its
   compute, scaled by the ratio of a rank's FLOP/s (here: a core's share, as steptime.py), plus
-  the TP all-reduces and FSDP collectives inside it, each kind scaled by its ring-model ratio
-  (steptime.comm_parts), spread evenly over the rank's actions;
+  the TP all-reduces and FSDP collectives inside it, spread evenly over the rank's actions: on
+  the target, their ring-model seconds (steptime.comm_parts) plus, where the target's ranks share
+  cores as here, what was measured here beyond the model here (waiting for a peer's turn on a
+  core; a device per rank has none of it);
 - the sends between pp stages are priced on each hardware (steptime.send_s) and the schedule's
   order is run with them (schedule.simulate): the window there minus the window here is what
   the pipeline gains or loses;
@@ -143,8 +145,10 @@ def project(m: Measured, here: Hardware, target: Hardware) -> tuple[Projection, 
     parts_here = comm_parts(slow, m.traffic[slow], mesh, here)
     parts_target = comm_parts(slow, m.traffic[slow], mesh, target)
     model_here = sum(parts_here.get(kind, 0.0) for kind in INSIDE)
-    ratio = sum(parts_target.get(kind, 0.0) for kind in INSIDE) / model_here if model_here else 0.0
-    inside_target = inside_here * ratio
+    model_target = sum(parts_target.get(kind, 0.0) for kind in INSIDE)
+    # the waits measured beyond the model are the shared cores' (a rank waits for its peer's turn on
+    # a core): kept where the target shares cores too, dropped on devices with one rank each
+    inside_target = model_target + (inside_here - model_here) * (1.0 if target.shared_cores else 0.0)
     sends = _send_bytes(m, slow)
     rank_of = {st: r for r, order in enumerate(orders) for _, st, _ in order}
     pairs = {(kind, st): (rank_of[st] * mesh.ranks_per_node, rank_of.get(st + (1 if kind == "F" else -1), 0)
