@@ -44,14 +44,15 @@ def _child(run: TrainRun, rank: int, steps: int, memory: bool) -> dict:
     torch.set_num_threads(1)
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=run.mesh.world_size)
     trainer = Trainer(run, rank, 0)
-    out: dict = {"rank": rank, "traffic": [], "step_s": []}
+    out: dict = {"rank": rank, "traffic": [], "step_s": [], "cpu_s": []}
     for step in range(1, steps + 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if memory and step == steps:
             out["memory"] = _tracked_step(trainer, step)
         else:
             trainer.train_step(step)
         out["step_s"].append(time.perf_counter() - t0)
+        out["cpu_s"].append(time.process_time() - c0)
         if trainer.traffic is not None:
             with open(trainer.traffic_log.path, encoding="utf-8") as fh:
                 out["traffic"] = [json.loads(line) for line in fh]
@@ -133,7 +134,8 @@ def measure_ranks(run: TrainRun, ranks: list[int] | None = None, steps: int = 2,
                   jobs: int = 2) -> list[dict]:
     """For each rank (default all): {"rank", "traffic": the accounting's rows (one per step; run
     with traffic=1), "held": held_bytes, "memory": MemTracker's peak snapshot of the last step
-    (memory=True)}, each from a forked child, ``jobs`` at a time. run.config.run_dir gets the
+    (memory=True), "step_s" and "cpu_s": each step's wall and process CPU seconds (alone on one
+    thread, the collectives moving nothing)}, each from a forked child, ``jobs`` at a time. run.config.run_dir gets the
     traffic files.
 
     Raises:
