@@ -109,7 +109,8 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     pj.add_argument("--hardware", default="local", metavar="NAME",
                     help="h100-sxm-8x, a100-80g-8x or local (default local: this machine, calibrated once and cached)")
     pj.add_argument("--inter-node-bandwidth", default=None, metavar="RATE",
-                    help="the target's network between nodes limited to RATE (tc units, as up's flag: 50mbit)")
+                    help="the target's network between nodes limited to RATE (tc units, as up's flag: 50mbit); "
+                         "no effect where the job's ranks fit one node of the target (8 GPUs on the named ones)")
     pj.add_argument("--recalibrate", action="store_true", help="measure the local hardware model again")
     pj.add_argument("--json", action="store_true", help="print the projection as JSON (seconds)")
     _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "

@@ -119,7 +119,7 @@ def test_plan_command_table_json_and_bad_input(capsys):
 def test_hardware_models_step_time_and_search(tmp_path, monkeypatch, capsys):
     """Named targets carry their sources; `local` is read from its cache file; the step time's parts
     add up and H100 beats A100; the search ranks runnable candidates only, fastest first."""
-    from simcluster.train.plan.hardware import HARDWARE, cache_path, hardware
+    from simcluster.train.plan.hardware import HARDWARE, cache_path, hardware, memory_of_rank
     from simcluster.train.plan.search import search
     from simcluster.train.plan.steptime import step_time
 
@@ -137,6 +137,9 @@ def test_hardware_models_step_time_and_search(tmp_path, monkeypatch, capsys):
     assert found and [c.step.total for c in found] == sorted(c.step.total for c in found) and all(c.fits for c in found)
     assert {c.mesh for c in found} == {"1x1x2", "1x2x1", "2x1x1"} and all(refused.values())
     assert {"2x1x1 1f1b", "2x1x1 zbv"} <= {f"{c.mesh} {c.schedule}" for c in found}
+    tight, _ = search(Config(model="tiny", schedule="1f1b"), 2, HARDWARE["h100-sxm-8x"], memory_per_rank=1e6)
+    assert tight and not any(c.fits for c in tight)  # a tiny rank holds ~10 MB: none fits 1 MB
+    assert memory_of_rank(HARDWARE["h100-sxm-8x"], 8) == 80e9 and memory_of_rank(local, 8) == local.memory / 8
     assert main(["plan", "--mesh", "2x2x2", "--model", "tiny", "--hardware", "nvl72"]) == 2
     assert "choose one of h100-sxm-8x, a100-80g-8x, local" in capsys.readouterr().err
     assert main(["plan", "--search", "--world-size", "8", "--mesh", "2x2x2"]) == 2

@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps({"hardware": hw.name, "candidates": [{**dataclasses.asdict(c), "step_s": c.step.total}
                                                                   for c in found], "refused": refused}, indent=1))
         else:
-            print(searching.to_text(found, refused, hw, args.world_size))
+            print(searching.to_text(found, refused, hw, args.world_size, None if limit is None else limit * 1e9))
         return 0
     result = plan(preflight(config_from_args(args)))
     hw = hardware(args.hardware, args.recalibrate) if args.hardware else None
@@ -57,8 +57,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=1))
     else:
         print(to_text(result) + (f"\n{step_text(slowest, hw)}" if hw else ""))
-    if limit is not None and (big := max(result.ranks, key=lambda r: r.total)).total > limit * 1e9:
-        print(f"warning: rank {big.rank} needs {big.total / 1e9:.2f} GB > --memory-per-rank {limit:g} GB")
+    over = [r for r in result.ranks if limit is not None and r.total > limit * 1e9]
+    if over:
+        big = max(over, key=lambda r: r.total)
+        print(f"warning: {len(over)} of {len(result.ranks)} ranks need more than --memory-per-rank {limit:g} GB "
+              f"(1e9 bytes); the largest, rank {big.rank}, {big.total / 1e9:.2f} GB")
     return 0
 
 

@@ -89,6 +89,12 @@ def local(recalibrate: bool = False) -> Hardware:
     return hw
 
 
+def memory_of_rank(hw: Hardware, world_size: int) -> float:
+    """Bytes one rank may hold: a device's memory, or on a machine whose ranks share it (local) its
+    memory split over the world's ranks."""
+    return hw.memory / world_size if hw.shared_cores else hw.memory
+
+
 def shaped(hw: Hardware, rate: str) -> Hardware:
     """hw with its network between nodes limited to ``rate`` (tc units, as --inter-node-bandwidth;
     launcher/drills/shaping.py): one link of that rate per node, its ranks sharing it.

@@ -98,7 +98,7 @@ def to_dict(p: Plan) -> dict:
     return {"mesh": str(run.mesh), "model": run.config.model, "shape": dataclasses.asdict(run.model),
             "schedule": run.config.schedule, "microbatches": run.config.microbatches,
             "microbatch_size": run.microbatch_size, "seq_len": run.config.seq_len, "stages": run.n_stages,
-            "bubble": p.bubble, "textbook_bubble": p.textbook_bubble, "units": "bytes; flops",
+            "bubble": p.bubble, "textbook_bubble": p.textbook_bubble, "units": "bytes; flops; seconds (step_time)",
             "ranks": [{**{k: v for k, v in dataclasses.asdict(r).items() if k != "in_flight"},
                        "in_flight": {str(s): n for s, n in r.in_flight.items()}, "total": r.total} for r in p.ranks],
             "world_traffic": world_traffic(p), "left_out": LEFT_OUT}

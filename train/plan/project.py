@@ -42,8 +42,9 @@ from simcluster.train.plan.hardware import Hardware
 from simcluster.train.plan.schedule import rank_orders, simulate
 from simcluster.train.plan.steptime import LEFT_OUT, comm_parts, send_s
 
-FIX = ("run the built-in trainer with --traffic 1 --trace-steps S (a step after the first), e.g. python -m "
-       "launcher up --mesh 2x2x2 --model small --steps 6 --traffic 1 --trace-steps 6 --run-dir runs/m")
+FIX = ("run the built-in trainer with --traffic 1 --trace-steps S, S after the first step and --steps above it "
+       "(an untraced step beside it), e.g. python -m launcher up --mesh {mesh} --model small --steps 6 --traffic 1 "
+       "--trace-steps 5 --run-dir runs/m")
 INSIDE = ("tp_all_reduce", "fsdp_all_gather", "fsdp_reduce_scatter")  # the collectives inside an action
 COMM_EVENTS = ("_c10d_functional::", "FSDP::all_gather", "FSDP::post_backward_reduce")
 
@@ -76,7 +77,7 @@ def measured(run_dir: str) -> Measured:
     cfg_path = os.path.join(run_dir, "config.yaml")
     if not os.path.isfile(cfg_path):
         raise ConfigError(f"project: {run_dir} has no config.yaml, so it is not a run of the built-in trainer "
-                          f"(project reads its schedule); {FIX}")
+                          f"(project reads its schedule); {FIX.format(mesh='2x2x2')}")
     run = resolve(config_from_dict({k: v for k, v in load_yaml(cfg_path).items() if k not in ("data", "resume")},
                                    source=cfg_path))
     traced = [s for s in traced_steps(run.config) if s > 1]
@@ -85,7 +86,7 @@ def measured(run_dir: str) -> Measured:
                                      ("traffic/rank-R.jsonl of that step", len(traffic) == run.mesh.world_size))
                if not ok]
     if missing:
-        raise ConfigError(f"project: {run_dir} lacks {' and '.join(missing)}; {FIX}")
+        raise ConfigError(f"project: {run_dir} lacks {' and '.join(missing)}; {FIX.format(mesh=run.mesh)}")
     step = traced[0]
     with open(os.path.join(run_dir, rundir.TRACE), encoding="utf-8") as fh:
         events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X" and e["args"].get("step") == step]
@@ -93,7 +94,8 @@ def measured(run_dir: str) -> Measured:
     plain = [r["step_time_s"] for r in rows if r["step"] > 1 and r["step"] not in traced_steps(run.config)]
     lengths = [e["dur"] / 1e6 for e in events if e["name"] == f"simcluster:step {step}"]
     if not plain or not lengths:
-        raise ConfigError(f"project: {run_dir} needs an untraced step after the first beside the traced one; {FIX}")
+        raise ConfigError(f"project: {run_dir} needs an untraced step after the first beside the traced one (its "
+                          f"steps: {run.config.steps}, traced: {run.config.trace_steps}); {FIX.format(mesh=run.mesh)}")
     acts: dict[tuple[str, int], list[float]] = {}
     comm_in: dict[int, float] = {}
     kinds = {"forward": "F", "backward": "B", "backward-input": "I", "backward-weight": "W"}
@@ -189,7 +191,10 @@ def to_text(m: Measured, here: Projection, there: Projection, target: Hardware) 
            f"{r.config.microbatches} microbatches; measured step {1e3 * m.step_s:.2f} ms (traced step {m.step})",
            "  measured here, split: " + line(here).strip(), "  projected:            " + line(there).strip()]
     out += [f"  source: {s}" for s in target.sources]
-    out.append(f"  left out: {LEFT_OUT}; kernel efficiency on another device's shapes")
+    if target.ranks_per_node and r.mesh.world_size <= target.ranks_per_node:
+        out.append(f"  note: the job's {r.mesh.world_size} ranks fit one node of the target ({target.ranks_per_node} GPUs "
+                   f"a node, ranks in order): nothing crosses its network between nodes")
+    out.append(f"  left out: {LEFT_OUT}")
     return "\n".join(out)
 
 

@@ -4,8 +4,9 @@
 
 A candidate is each pp x dp x tp = world size with each schedule (train/config.py SCHEDULES), the
 rest of the config as given; train/preflight.py decides which can run (its refusals are counted,
-not ranked); each runnable one is planned (predict.py) and timed (steptime.py). With
-``memory_per_rank``, candidates whose largest rank exceeds it are marked as not fitting.
+not ranked); each runnable one is planned (predict.py) and timed (steptime.py). Candidates whose
+largest rank exceeds ``memory_per_rank`` are marked as not fitting; without it, the hardware's
+memory a rank (hardware.memory_per_rank: a GPU's, or on ``local`` the machine's split over the ranks).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from simcluster.train.config import SCHEDULES, Config
-from simcluster.train.plan.hardware import Hardware
+from simcluster.train.plan.hardware import Hardware, memory_of_rank
 from simcluster.train.plan.predict import plan
 from simcluster.train.plan.steptime import StepTime, step_time
 from simcluster.train.preflight import check, preflight
@@ -22,7 +23,7 @@ from simcluster.train.preflight import check, preflight
 @dataclass(frozen=True)
 class Candidate:
     """One runnable mesh and schedule: its slowest rank's StepTime, its largest rank's bytes, the
-    bubble, whether it fits memory_per_rank (True without a limit)."""
+    bubble, whether it fits the memory a rank has."""
 
     mesh: str
     schedule: str
@@ -43,6 +44,7 @@ def search(base: Config, world_size: int, hw: Hardware, memory_per_rank: float |
            ) -> tuple[list[Candidate], dict[str, list[str]]]:
     """(the runnable candidates fastest first, each refused "MESH SCHEDULE" -> preflight's reasons)."""
     found, refused = [], {}
+    limit = memory_per_rank if memory_per_rank is not None else memory_of_rank(hw, world_size)
     for mesh in meshes(world_size):
         for schedule in SCHEDULES:
             cfg = dataclasses.replace(base, mesh=mesh, schedule=schedule)
@@ -54,13 +56,17 @@ def search(base: Config, world_size: int, hw: Hardware, memory_per_rank: float |
             slowest, _ = step_time(p, hw)
             peak = max(r.total for r in p.ranks)
             found.append(Candidate(mesh, schedule, p.run.config.microbatches, slowest, peak, p.bubble,
-                                   memory_per_rank is None or peak <= memory_per_rank))
+                                   peak <= limit))
     return sorted(found, key=lambda c: (not c.fits, c.step.total)), refused
 
 
-def to_text(found: list[Candidate], refused: dict[str, list[str]], hw: Hardware, world_size: int) -> str:
+def to_text(found: list[Candidate], refused: dict[str, list[str]], hw: Hardware, world_size: int,
+            memory_per_rank: float | None = None) -> str:
+    """The ranked table; its header says which memory a rank "fits" was checked against."""
+    limit = memory_per_rank if memory_per_rank is not None else memory_of_rank(hw, world_size)
     lines = [f"search: {len(found)} runnable meshes x schedules of {world_size} ranks on {hw.name}, fastest first "
-             f"({len(refused)} refused by preflight)",
+             f"({len(refused)} refused by preflight); fits: the largest rank's tensors within "
+             f"{limit / 1e9:.1f} GB a rank" + ("" if memory_per_rank is not None else " (--memory-per-rank to set it)"),
              f"{'':>3} {'mesh':>7} {'schedule':>16} {'mb':>3} {'step ms':>9} {'compute':>8} {'comm':>8} "
              f"{'bubble':>8} {'optim':>8} {'peak MB':>8} fits"]
     for i, c in enumerate(found, 1):
