@@ -10,9 +10,11 @@ launcher's SIMCLUSTER_COMPOSE for the whole session; a test that wants v1 passes
 """
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,9 @@ import pytest
 COMPOSE_V2 = "docker compose"
 COMPOSE_V1 = "docker-compose"
 os.environ["SIMCLUSTER_COMPOSE"] = COMPOSE_V2  # inherited by every `python -m launcher` a test starts
+# the planner's `local` calibration: this session's own file, never the developer's cache (calibrated once, on first use)
+os.environ["SIMCLUSTER_CACHE"] = tempfile.mkdtemp(prefix="simcluster-cache-")
+atexit.register(shutil.rmtree, os.environ["SIMCLUSTER_CACHE"], True)
 # What a successful run's log must not hold: a store call failing once the rendezvous has closed
 # (torch's warning and C++ frames, issue 17 item 4) or any Python traceback.
 NOISE = ("Exception raised from", "frame #", "recvValue failed", "Traceback")

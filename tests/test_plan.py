@@ -24,7 +24,7 @@ from simcluster.launcher.cli import main  # noqa: E402
 from simcluster.train.config import Config, SCHEDULES  # noqa: E402
 from simcluster.train.plan.measure import measure_ranks  # noqa: E402
 from simcluster.train.plan.predict import plan  # noqa: E402
-from simcluster.train.plan.schedule import rank_orders, simulate  # noqa: E402
+from simcluster.train.plan.schedule import rank_orders, shared_window, simulate  # noqa: E402
 from simcluster.train.plan.shapes import state_bytes  # noqa: E402
 from simcluster.train.plan.traffic import rank_traffic  # noqa: E402
 from simcluster.train.preflight import preflight  # noqa: E402
@@ -119,7 +119,7 @@ def test_plan_command_table_json_and_bad_input(capsys):
 def test_hardware_models_step_time_and_search(tmp_path, monkeypatch, capsys):
     """Named targets carry their sources; `local` is read from its cache file; the step time's parts
     add up and H100 beats A100; the search ranks runnable candidates only, fastest first."""
-    from simcluster.train.plan.hardware import HARDWARE, cache_path, hardware, memory_of_rank
+    from simcluster.train.plan.hardware import HARDWARE, _cached, cache_path, hardware, memory_of_rank
     from simcluster.train.plan.search import search
     from simcluster.train.plan.steptime import step_time
 
@@ -129,6 +129,18 @@ def test_hardware_models_step_time_and_search(tmp_path, monkeypatch, capsys):
     local = hardware("local", recalibrate=True)  # a few seconds: matmul, copy, a gloo ping-pong
     assert local.flops > 1e8 and local.intra_bw > 1e6 and 0 < local.latency_s < 1 and local.shared_cores >= 1
     assert Path(cache_path()).is_file() and hardware("local") == local  # read back, not measured again
+    assert 0 < local.shared_flops and local.shared_latency_s > 0
+    assert _cached(cache_path()) == local
+    Path(cache_path()).write_text('{"name": "local", "flops": 1}')  # another version's shape: measured again
+    assert _cached(cache_path()) is None
+    Path(cache_path()).write_text('{"name": "lo')  # a torn file: the same
+    assert _cached(cache_path()) is None
+    one = plan(preflight(Config(model="tiny", mesh="1x1x1")))
+    alone = step_time(one, local)[0]  # one rank, a core to itself: its FLOPs at the one-core rate
+    assert alone.compute == pytest.approx(one.ranks[0].flops / local.flops) and alone.bubble == 0
+    st, stages = step_time(plan(preflight(Config(model="tiny", mesh="2x2x2"))), local)
+    assert [s.rank for s in stages] == [0, 4] and st.total == pytest.approx(st.compute + st.communication + st.bubble
+                                                                              + st.optimizer) and st.bubble > 0
     p = plan(preflight(Config(model="tiny", mesh="2x2x2")))
     h100, a100 = step_time(p, HARDWARE["h100-sxm-8x"])[0], step_time(p, HARDWARE["a100-80g-8x"])[0]
     assert h100.total == pytest.approx(h100.compute + h100.communication + h100.bubble + h100.optimizer)
@@ -158,6 +170,13 @@ def test_sends_on_a_link_delay_the_pipeline_as_the_order_says():
     assert slow.window == 1 + 4 + 4 + 3 + 4 + 2  # F0; a0, then a1 behind it on stage 0's link; F1+B1; g1; B1
     zbv = rank_orders("zbv", 2, 2, 2)
     assert simulate(zbv, durations, {a: 0.0 for a in durations}).window == simulate(zbv, durations).window
+    # on shared cores: as many cores as ranks is the plain clock; one core runs all the work back to back
+    none = {a: 0.0 for a in durations}
+    assert shared_window(orders, durations, none, {a: 0.5 for a in durations}, 1, 2) == (10.0, [6.0, 6.0])
+    assert shared_window(orders, durations, none, None, 1, 1)[0] == 12.0
+    assert shared_window(orders, durations, none, None, 2, 2, busy_rate=0.5)[0] == 24.0  # 4 ranks, half speed
+    longer = {a: d + 1.0 for a, d in durations.items()}  # a wait of 1 after each action is a longer action
+    assert shared_window(orders, durations, {a: 1.0 for a in durations}, None, 1, 2)[0] == simulate(orders, longer).window
 
 
 def test_memory_per_node_warns_and_strict_memory_refuses(tmp_path, capsys):

@@ -15,7 +15,7 @@ from simcluster.train.cli import config_from_args
 from simcluster.train.config import ConfigError
 from simcluster.train.plan import search as searching
 from simcluster.train.plan import project as projecting
-from simcluster.train.plan.hardware import hardware, shaped
+from simcluster.train.plan.hardware import NAMES, hardware, shaped
 from simcluster.train.plan.predict import plan, to_dict, to_text
 from simcluster.train.plan.steptime import step_time
 from simcluster.train.plan.steptime import to_text as step_text
@@ -74,10 +74,12 @@ def project(args: argparse.Namespace) -> int:
     """
     if not os.path.isdir(args.run_dir):
         raise ConfigError(f"project: {args.run_dir} is not a folder; pass a run folder, e.g. runs/mesh-2x2x2")
+    if args.hardware not in NAMES:
+        hardware(args.hardware)  # raises, listing the known ones
+    m = projecting.measured(args.run_dir)  # its errors before any calibration
     target = hardware(args.hardware, args.recalibrate)
     if args.inter_node_bandwidth is not None:
         target = shaped(target, args.inter_node_bandwidth)
-    m = projecting.measured(args.run_dir)
     here_hw = hardware("local")
     if m.inter_node_bandwidth:  # measured on a shaped network: here is that network
         here_hw = shaped(here_hw, m.inter_node_bandwidth)

@@ -29,7 +29,9 @@ class Hardware:
     seconds. ranks_per_node: GPUs of one node (local: the ranks of one Compose node, pp stage);
     shared_cores: local only, the cores every rank of the job shares (0: a device per rank);
     node_link: inter_bw is one link per node that its ranks share (local: a container's eth0,
-    which --inter-node-bandwidth limits), else each GPU's own port (a DGX: one NIC per GPU)."""
+    which --inter-node-bandwidth limits), else each GPU's own port (a DGX: one NIC per GPU);
+    shared_latency_s: local only, the per-message latency when the ranks outnumber the cores;
+    shared_flops: local only, a core's FLOP/s while every core runs a rank (0: flops)."""
 
     name: str
     flops: float
@@ -43,6 +45,8 @@ class Hardware:
     sources: tuple[str, ...]
     shared_cores: int = 0
     node_link: bool = False
+    shared_latency_s: float = 0.0
+    shared_flops: float = 0.0
 
 
 H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: FP32 67 TFLOPS, BF16 1,979 TFLOPS with sparsity, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s)"
@@ -63,22 +67,36 @@ HARDWARE: dict[str, Hardware] = {
 NAMES = (*HARDWARE, "local")
 
 
+CACHE_VERSION = 2  # bumped whenever Hardware's fields or the calibration's method change
+
+
 def cache_path() -> str:
-    """The calibration file: $SIMCLUSTER_CACHE (else $XDG_CACHE_HOME/simcluster, ~/.cache/simcluster)/hardware-local.json."""
+    """The calibration file: $SIMCLUSTER_CACHE (else $XDG_CACHE_HOME/simcluster, ~/.cache/simcluster)/
+    hardware-local-v{CACHE_VERSION}.json (another version's file is left alone, never read)."""
     base = os.environ.get("SIMCLUSTER_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "simcluster")
-    return os.path.join(base, "hardware-local.json")
+    return os.path.join(base, f"hardware-local-v{CACHE_VERSION}.json")
+
+
+def _cached(path: str) -> Hardware | None:
+    """The Hardware of a calibration file, or None when it is missing, unreadable or not this version's."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        if not isinstance(data, dict) or set(data) != {f.name for f in dataclasses.fields(Hardware)}:
+            return None
+        return Hardware(**{**data, "sources": tuple(data["sources"])})
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def local(recalibrate: bool = False) -> Hardware:
-    """This machine: the cached calibration, or a fresh one (calibrate.py, a few seconds) written to cache_path()."""
+    """This machine: the cached calibration, or a fresh one (calibrate.py, a few seconds) written to
+    cache_path() (also when the file there is unreadable or of another shape)."""
     path = cache_path()
-    if not recalibrate and os.path.isfile(path):
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        data["sources"] = tuple(data["sources"])
-        data.setdefault("node_link", True)  # a file of an earlier calibration
-        return Hardware(**data)
+    hw = None if recalibrate else _cached(path)
+    if hw is not None:
+        return hw
     from simcluster.train.plan.calibrate import calibrate
 
     hw = calibrate()

@@ -114,8 +114,12 @@ def measured(run_dir: str) -> Measured:
 
 
 def rank_rate(hw: Hardware, world: int) -> float:
-    """FLOP/s one rank of a world gets: the device's, or on ``local`` a core's share."""
-    return hw.flops * (min(1.0, hw.shared_cores / world) if hw.shared_cores else 1.0)
+    """FLOP/s one rank of a world gets: the device's, or on ``local`` a core's share (a busy core's
+    rate, shared_flops, once the ranks fill the cores)."""
+    if not hw.shared_cores:
+        return hw.flops
+    busy = hw.shared_flops or hw.flops
+    return (busy if world >= hw.shared_cores > 1 else hw.flops) * min(1.0, hw.shared_cores / world)
 
 
 @dataclass(frozen=True)

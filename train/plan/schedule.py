@@ -140,6 +140,72 @@ def simulate(orders: tuple[tuple[Act, ...], ...], durations: dict[tuple[str, int
     return Timeline(tuple(busy), max(free) - (first or 0.0))
 
 
+def _deps(act: Act, n_stages: int, done: dict) -> tuple[list, list]:
+    """(same-rank inputs, other-stage inputs) of an action; None where a backward is not there yet."""
+    kind, s, mb = act
+    if kind == "F":
+        return [], [("F", s - 1, mb)] if s > 0 else []
+    if kind in ("B", "I"):
+        return [("F", s, mb)], [_bwd(done, s + 1, mb)] if s < n_stages - 1 else []
+    return [("I", s, mb)], []
+
+
+def shared_window(orders: tuple[tuple[Act, ...], ...], work: dict[tuple[str, int], float],
+                  wait: dict[tuple[str, int], float], transfers: dict[tuple[str, int], float] | None,
+                  width: int, cores: int, busy_rate: float = 1.0) -> tuple[float, list[float]]:
+    """The order run on cores that every rank shares (processor sharing): (the window, each pp rank's
+    seconds of running). A pp rank stands for ``width`` ranks moving in step (its dp x tp); an
+    action first needs ``work`` CPU-seconds of one rank, progressing at min(1, cores / ranks
+    running) of a core (times ``busy_rate``, a core's speed while every core is busy, relative to
+    one running alone), then sleeps ``wait`` seconds (its blocking collectives) off the cores;
+    sends as ``simulate``'s (None: free). Rule of an OS scheduler that splits cores evenly
+    among the runnable; it leaves out the cost of switching.
+    """
+    n_stages = 1 + max(s for order in orders for _, s, _ in order)
+    rank_of = {s: r for r, order in enumerate(orders) for _, s, _ in order}
+    done: dict[Act, float] = {}
+    arrives: dict[Act, float] = {}
+    pos, left = [0] * len(orders), [None] * len(orders)
+    link, ran = [0.0] * len(orders), [0.0] * len(orders)
+    t = 0.0
+    while any(p < len(o) for p, o in zip(pos, orders)):
+        for r, order in enumerate(orders):
+            if left[r] is None and pos[r] < len(order):
+                local, remote = _deps(order[pos[r]], n_stages, done)
+                if all(d is not None and d in done and done[d] <= t for d in local) and all(
+                        d is not None and d in arrives and arrives[d] <= t for d in remote):
+                    kind, s, _ = order[pos[r]]
+                    left[r] = [work[(kind, s)], wait[(kind, s)]]
+        running = [r for r in range(len(orders)) if left[r] is not None and left[r][0] > 1e-12]
+        sleeping = [r for r in range(len(orders)) if left[r] is not None and left[r][0] <= 1e-12]
+        n = len(running) * width
+        speed = min(1.0, cores / n) * (busy_rate if n >= cores > 1 else 1.0) if running else 0.0
+        ends = [left[r][0] / speed for r in running] + [left[r][1] for r in sleeping]
+        ends += [v - t for v in (*done.values(), *arrives.values()) if v > t + 1e-12]
+        if not ends:
+            raise RuntimeError(f"schedule order deadlocks at {[o[p] if p < len(o) else None for p, o in zip(pos, orders)]}")
+        dt = min(ends)
+        for r in running:
+            left[r][0] -= dt * speed
+            ran[r] += dt
+        for r in sleeping:
+            left[r][1] -= dt
+        t += dt
+        for r, order in enumerate(orders):
+            if left[r] is not None and left[r][0] <= 1e-12 and left[r][1] <= 1e-12:
+                act = order[pos[r]]
+                done[act] = t
+                kind, s, _ = act
+                to = s + 1 if kind == "F" else s - 1 if kind in ("B", "I") else None
+                if transfers and to is not None and 0 <= to < n_stages and rank_of[to] != r:
+                    link[r] = max(link[r], t) + transfers[(kind, s)]
+                    arrives[act] = link[r]
+                else:
+                    arrives[act] = t
+                pos[r], left[r] = pos[r] + 1, None
+    return t, ran
+
+
 def _bwd(done: dict, stage: int, mb: int) -> Act | None:
     """The action whose end releases a stage's input grad: its B, else its I (None: neither yet)."""
     for kind in ("B", "I"):

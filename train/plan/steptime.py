@@ -3,8 +3,7 @@
     python -m launcher plan --mesh 2x2x2 --model small --hardware h100-sxm-8x
 
 Per rank, in seconds:
-- compute: its forward and backward FLOPs (predict.RankPlan.flops) / the hardware's FLOP/s; on
-  ``local`` the job's ranks share its cores, so a rank gets min(1, cores / world) of a core's;
+- compute: its forward and backward FLOPs (predict.RankPlan.flops) / the hardware's FLOP/s;
 - communication: every message of its step (train/plan/traffic.py) on the ring algorithm's cost
   (Thakur et al., "Optimization of Collective Communication Operations in MPICH", 2005): an
   all-reduce over n ranks 2(n-1) latencies + 2(n-1)/n of its bytes / bandwidth, an all-gather
@@ -14,21 +13,24 @@ Per rank, in seconds:
   as the Compose cluster places them), else the network's (inter). None of it overlaps compute:
   all of it is exposed (an upper bound on CUDA, where NCCL streams overlap FSDP's prefetch);
 - bubble: (compute + communication) x b / (1 - b), b the plan's bubble (torch's order on a FLOP clock);
-  on ``local`` with more ranks than cores, a rank waiting in the bubble leaves its core to another
-  rank: min(1, ranks per node / cores) of the bubble is absorbed (all of it on 2x2x2 with 2 cores);
 - optimizer: fused AdamW and clipping touch 8 float32 per parameter element (read param, grad, 2
   moments and the grad again for the norm; write param and moments) at the memory bandwidth.
-The step is the slowest rank's sum. Left out: kernel efficiency (peaks are datasheet peaks),
+The step is the slowest rank's sum. On ``local``, where every rank shares the machine's cores,
+the order is run instead (shared_step_time): a rank waiting leaves its core to the others.
+Left out: kernel efficiency (peaks are datasheet peaks),
 mixed precision, overlap on CUDA streams, launch overheads, the data loader.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from simcluster.launcher.layout import mesh_groups, node_of
 from simcluster.train.config import MeshSpec
 from simcluster.train.plan.hardware import Hardware
 from simcluster.train.plan.predict import Plan, RankPlan
+from simcluster.train.plan.schedule import rank_orders, shared_window
+from simcluster.train.plan.shapes import stage_cost
 
 LEFT_OUT = "kernel efficiency (datasheet peaks), mixed precision, overlap of communication on CUDA streams, launch overheads"
 
@@ -97,16 +99,50 @@ def communication_s(r: RankPlan, p: Plan, hw: Hardware) -> float:
 
 
 def step_time(p: Plan, hw: Hardware) -> tuple[StepTime, list[StepTime]]:
-    """(the slowest rank's StepTime, every rank's)."""
-    world = p.run.mesh.world_size
-    rate = hw.flops * (min(1.0, hw.shared_cores / world) if hw.shared_cores else 1.0)
-    shared = hw.shared_cores and world > hw.shared_cores
-    kept = 1 - min(1.0, p.run.mesh.ranks_per_node / hw.shared_cores) if shared else 1.0
+    """(the slowest rank's StepTime, every rank's); on hardware whose ranks share cores (local),
+    shared_step_time's (one StepTime per pp stage: its dp x tp ranks move alike)."""
+    if hw.shared_cores:
+        return shared_step_time(p, hw)
     out = []
     for r in p.ranks:
-        compute, comm = r.flops / rate, communication_s(r, p, hw)
-        bubble = kept * (compute + comm) * p.bubble / (1 - p.bubble) if p.bubble < 1 else 0.0
+        compute, comm = r.flops / hw.flops, communication_s(r, p, hw)
+        bubble = (compute + comm) * p.bubble / (1 - p.bubble) if p.bubble < 1 else 0.0
         out.append(StepTime(r.rank, compute, comm, bubble, 8 * r.params / hw.memory_bw))
+    return max(out, key=lambda s: s.total), out
+
+
+def shared_step_time(p: Plan, hw: Hardware) -> tuple[StepTime, list[StepTime]]:
+    """The step on cores every rank shares: torch's order run by schedule.shared_window, each
+    action needing its stage's FLOPs / hw.flops of one core (hw.shared_flops while every core is
+    busy) and then waiting, off the cores, for
+    its share of the rank's TP and FSDP collectives (comm_parts at hw.latency_s, or at
+    hw.shared_latency_s where the ranks outnumber the cores), sends on the node's link.
+    compute: the seconds the stage's ranks ran (sharing the cores); communication: those waits
+    and the world all-reduce; bubble: the rest of the window."""
+    run, mesh = p.run, p.run.mesh
+    latency = hw.latency_s if mesh.world_size <= hw.shared_cores else hw.shared_latency_s
+    at = dataclasses.replace(hw, latency_s=latency)
+    orders = rank_orders(run.config.schedule, mesh.pp, run.config.microbatches, run.local_stages)
+    rank_of = {s: r for r, order in enumerate(orders) for _, s, _ in order}
+    firsts = [p.ranks[pp * mesh.ranks_per_node] for pp in range(mesh.pp)]  # one rank a pp stage
+    parts = [comm_parts(r.rank, r.traffic, mesh, at) for r in firsts]
+    work, wait, sends = {}, {}, {}
+    for pp, r in enumerate(firsts):
+        inside = sum(parts[pp].get(k, 0.0) for k in ("tp_all_reduce", "fsdp_all_gather", "fsdp_reduce_scatter"))
+        per_send = r.traffic["bytes"].get("pp_send", 0) / max(1, r.traffic["messages"].get("pp_send", 0))
+        for s in r.stages:
+            c = stage_cost(run, s)
+            for kind, flops in (("F", c.fwd_flops), ("B", c.bwd_flops), ("I", c.bwd_flops / 2), ("W", c.bwd_flops / 2)):
+                work[(kind, s)], wait[(kind, s)] = flops / hw.flops, inside / len(orders[pp])
+                to = rank_of.get(s + 1 if kind == "F" else s - 1, pp)
+                sends[(kind, s)] = send_s(1, per_send, (r.rank, to * mesh.ranks_per_node), mesh, at)
+    window, ran = shared_window(orders, work, wait, sends if mesh.pp > 1 else None, mesh.ranks_per_node,
+                                hw.shared_cores, (hw.shared_flops or hw.flops) / hw.flops)
+    out = []
+    for pp, r in enumerate(firsts):
+        waits = sum(wait[(kind, s)] for kind, s, _ in orders[pp])
+        out.append(StepTime(r.rank, ran[pp], waits + parts[pp].get("world_all_reduce", 0.0),
+                            max(0.0, window - ran[pp] - waits), 8 * r.params / hw.memory_bw))
     return max(out, key=lambda s: s.total), out
 
 
