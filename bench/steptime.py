@@ -3,7 +3,8 @@
     python -m bench.steptime                      # both tables (about 8 minutes on 2 cores)
     python -m bench.steptime --meshes 1x1x1,2x2x2 --no-project
 
-Each measured run is the built-in trainer on a fresh cluster (``simcluster.run``), small model,
+Each measured run is the built-in trainer on a fresh cluster (``simcluster.run``, this checkout's
+code mounted), small model,
 1F1B, 6 steps, step 6 traced with the traffic accounting on; its step time is the median of
 steps 2-5 (untraced). Step time: `launcher plan --hardware local` (the cached calibration;
 --recalibrate measures it again first) against each mesh's measured step; the order of the
@@ -39,7 +40,7 @@ def measure(mesh: str, run_dir: str, rate: str | None = None) -> float:
     """
     extra = {"inter_node_bandwidth": rate} if rate else {}
     run = simcluster.run(mesh=mesh, model="small", steps=6, traffic=1, trace_steps="6", val_every=0,
-                         run_dir=run_dir, **extra)
+                         run_dir=run_dir, mount_code=True, **extra)  # this checkout's code, as plan's
     if not run.ok:
         raise RuntimeError(f"{mesh} {rate or ''}: {run.summary}")
     return statistics.median(r["step_time_s"] for r in run.metrics if 2 <= r["step"] <= 5)
