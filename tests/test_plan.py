@@ -9,6 +9,7 @@ carries the schedule's warm-up vote; step 2 is compared).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -116,7 +117,7 @@ def test_plan_command_table_json_and_bad_input(capsys):
         assert "preflight failed" in err and message in err, err
 
 
-def test_hardware_models_step_time_and_search(tmp_path, monkeypatch, capsys):
+def test_hardware_models_step_time_and_search(capsys):
     """Named targets carry their sources; `local` is read from its cache file; the step time's parts
     add up and H100 beats A100; the search ranks runnable candidates only, fastest first."""
     from simcluster.train.plan.hardware import HARDWARE, _cached, cache_path, hardware, memory_of_rank
@@ -125,8 +126,7 @@ def test_hardware_models_step_time_and_search(tmp_path, monkeypatch, capsys):
 
     for hw in HARDWARE.values():
         assert hw.sources and all(hw.sources) and 0 < hw.flops < hw.bf16_flops
-    monkeypatch.setenv("SIMCLUSTER_CACHE", str(tmp_path))
-    local = hardware("local", recalibrate=True)  # a few seconds: matmul, copy, a gloo ping-pong
+    local = hardware("local", recalibrate=True)  # the session's cache (conftest): later tests read it  # a few seconds: matmul, copy, a gloo ping-pong
     assert local.flops > 1e8 and local.intra_bw > 1e6 and 0 < local.latency_s < 1 and local.shared_cores >= 1
     assert Path(cache_path()).is_file() and hardware("local") == local  # read back, not measured again
     assert 0 < local.shared_flops and local.shared_latency_s > 0
@@ -135,6 +135,8 @@ def test_hardware_models_step_time_and_search(tmp_path, monkeypatch, capsys):
     assert _cached(cache_path()) is None
     Path(cache_path()).write_text('{"name": "lo')  # a torn file: the same
     assert _cached(cache_path()) is None
+    Path(cache_path()).write_text(json.dumps(dataclasses.asdict(local)))  # put back for the tests after
+    assert _cached(cache_path()) == local
     one = plan(preflight(Config(model="tiny", mesh="1x1x1")))
     alone = step_time(one, local)[0]  # one rank, a core to itself: its FLOPs at the one-core rate
     assert alone.compute == pytest.approx(one.ranks[0].flops / local.flops) and alone.bubble == 0
