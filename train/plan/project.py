@@ -40,12 +40,11 @@ from simcluster.train.config import ConfigError, TrainRun, resolve, traced_steps
 from simcluster.train.config_types import config_from_dict
 from simcluster.train.plan.hardware import Hardware
 from simcluster.train.plan.schedule import rank_orders, simulate
-from simcluster.train.plan.steptime import LEFT_OUT, comm_parts, send_s
+from simcluster.train.plan.steptime import INSIDE, LEFT_OUT, comm_parts, send_bytes, send_pair, send_s
 
 FIX = ("run the built-in trainer with --traffic 1 --trace-steps S, S after the first step and --steps above it "
        "(an untraced step beside it), e.g. python -m launcher up --mesh {mesh} --model small --steps 6 --traffic 1 "
        "--trace-steps 5 --run-dir runs/m")
-INSIDE = ("tp_all_reduce", "fsdp_all_gather", "fsdp_reduce_scatter")  # the collectives inside an action
 COMM_EVENTS = ("_c10d_functional::", "FSDP::all_gather", "FSDP::post_backward_reduce")
 
 
@@ -155,15 +154,13 @@ def project(m: Measured, here: Hardware, target: Hardware) -> tuple[Projection, 
     # the waits measured beyond the model are the shared cores' (a rank waits for its peer's turn on
     # a core): kept where the target shares cores too, dropped on devices with one rank each
     inside_target = model_target + (inside_here - model_here) * (1.0 if target.shared_cores else 0.0)
-    sends = _send_bytes(m, slow)
+    per_send = send_bytes(m.traffic[slow])
     rank_of = {st: r for r, order in enumerate(orders) for _, st, _ in order}
-    pairs = {(kind, st): (rank_of[st] * mesh.ranks_per_node, rank_of.get(st + (1 if kind == "F" else -1), 0)
-                          * mesh.ranks_per_node) for kind, st in m.actions}
 
     def timeline(hw: Hardware, spd: float, inside: float, with_sends: bool):
         durations = {a: (k * d - inside_here / n_actions) * spd + inside / n_actions for a, d in m.actions.items()}
-        transfers = ({a: send_s(1, nbytes, pairs[a], mesh, hw) for a, nbytes in sends.items()}
-                     if with_sends and mesh.pp > 1 else None)
+        transfers = ({(kind, st): send_s(1, per_send, send_pair(kind, st, rank_of, mesh), mesh, hw)
+                      for kind, st in m.actions} if with_sends and mesh.pp > 1 else None)
         return simulate(orders, durations, transfers)
 
     def split(hw: Hardware, spd: float, inside: float, other: float) -> Projection:
@@ -174,15 +171,6 @@ def project(m: Measured, here: Hardware, target: Hardware) -> tuple[Projection, 
 
     other_here = m.step_s - timeline(here, 1.0, inside_here, True).window
     return split(here, 1.0, inside_here, other_here), split(target, speed, inside_target, other_here * speed)
-
-
-def _send_bytes(m: Measured, rank: int) -> dict[tuple[str, int], float]:
-    """(kind, stage) -> bytes one send of that action carries for ``rank``'s pp rank: the traced
-    step's pp_send bytes over its messages (F sends activations, B/I input grads: the same shape)."""
-    rec = m.traffic[rank]
-    b, n = rec["bytes"].get("pp_send", 0), rec["messages"].get("pp_send", 0)
-    per = b / n if n else 0.0
-    return {a: per for a in m.actions}
 
 
 def to_text(m: Measured, here: Projection, there: Projection, target: Hardware) -> str:

@@ -112,27 +112,17 @@ def simulate(orders: tuple[tuple[Act, ...], ...], durations: dict[tuple[str, int
         progressed = False
         for r, order in enumerate(orders):
             while pos[r] < len(order):
-                kind, s, mb = order[pos[r]]
-                if kind == "F":
-                    local, remote = [], [("F", s - 1, mb)] if s > 0 else []
-                elif kind in ("B", "I"):
-                    local, remote = [("F", s, mb)], [_bwd(done, s + 1, mb)] if s < n_stages - 1 else []
-                else:
-                    local, remote = [("I", s, mb)], []
+                act = order[pos[r]]
+                local, remote = _deps(act, n_stages, done)
                 if any(d is None or d not in done for d in local + remote):
                     break
+                kind, s, _ = act
                 start = max([free[r]] + [done[d] for d in local] + [arrives[d] for d in remote])
                 first = start if first is None else min(first, start)
                 free[r] = start + durations[(kind, s)]
                 busy[r] += durations[(kind, s)]
-                act = (kind, s, mb)
                 done[act] = free[r]
-                to = s + 1 if kind == "F" else s - 1 if kind in ("B", "I") else None
-                if transfers and to is not None and 0 <= to < n_stages and rank_of[to] != r:
-                    link[r] = max(link[r], free[r]) + transfers[(kind, s)]
-                    arrives[act] = link[r]
-                else:
-                    arrives[act] = free[r]
+                arrives[act] = _sent(act, free[r], r, rank_of, n_stages, transfers, link)
                 pos[r] += 1
                 progressed = True
         if not progressed:
@@ -148,6 +138,18 @@ def _deps(act: Act, n_stages: int, done: dict) -> tuple[list, list]:
     if kind in ("B", "I"):
         return [("F", s, mb)], [_bwd(done, s + 1, mb)] if s < n_stages - 1 else []
     return [("I", s, mb)], []
+
+
+def _sent(act: Act, end: float, r: int, rank_of: dict[int, int], n_stages: int,
+          transfers: dict[tuple[str, int], float] | None, link: list[float]) -> float:
+    """When an action's output, done at ``end`` on pp rank r, is at its consumer: at once on the
+    same rank (or with free sends), else after its send, queued on r's link (``link[r]``, updated)."""
+    kind, s, _ = act
+    to = s + 1 if kind == "F" else s - 1 if kind in ("B", "I") else None
+    if not transfers or to is None or not 0 <= to < n_stages or rank_of[to] == r:
+        return end
+    link[r] = max(link[r], end) + transfers[(kind, s)]
+    return link[r]
 
 
 def shared_window(orders: tuple[tuple[Act, ...], ...], work: dict[tuple[str, int], float],
@@ -195,13 +197,7 @@ def shared_window(orders: tuple[tuple[Act, ...], ...], work: dict[tuple[str, int
             if left[r] is not None and left[r][0] <= 1e-12 and left[r][1] <= 1e-12:
                 act = order[pos[r]]
                 done[act] = t
-                kind, s, _ = act
-                to = s + 1 if kind == "F" else s - 1 if kind in ("B", "I") else None
-                if transfers and to is not None and 0 <= to < n_stages and rank_of[to] != r:
-                    link[r] = max(link[r], t) + transfers[(kind, s)]
-                    arrives[act] = link[r]
-                else:
-                    arrives[act] = t
+                arrives[act] = _sent(act, t, r, rank_of, n_stages, transfers, link)
                 pos[r], left[r] = pos[r] + 1, None
     return t, ran
 

@@ -93,6 +93,23 @@ def send_s(messages: float, nbytes: float, pair: tuple[int, int], mesh: MeshSpec
     return messages * hw.latency_s + nbytes / _bandwidth(pair, mesh.ranks_per_node, hw, mesh.ranks_per_node)
 
 
+INSIDE = ("tp_all_reduce", "fsdp_all_gather", "fsdp_reduce_scatter")  # the collectives inside an action
+
+
+def send_bytes(traffic: dict) -> float:
+    """Bytes one pp send of a rank carries (its step's pp_send bytes over its messages; F sends
+    activations, B/I input grads: the same shape); 0 without sends."""
+    n = traffic["messages"].get("pp_send", 0)
+    return traffic["bytes"].get("pp_send", 0) / n if n else 0.0
+
+
+def send_pair(kind: str, stage: int, rank_of: dict[int, int], mesh: MeshSpec) -> tuple[int, int]:
+    """(sender, receiver): the first global ranks of the pp ranks holding ``stage`` and the stage
+    an F (stage + 1) or a B/I (stage - 1) sends to; the sender twice where there is no such stage."""
+    to = stage + 1 if kind == "F" else stage - 1
+    return rank_of[stage] * mesh.ranks_per_node, rank_of.get(to, rank_of[stage]) * mesh.ranks_per_node
+
+
 def communication_s(r: RankPlan, p: Plan, hw: Hardware) -> float:
     """Seconds of every message of one rank's step (comm_parts summed)."""
     return sum(comm_parts(r.rank, r.traffic, p.run.mesh, hw).values())
@@ -128,14 +145,12 @@ def shared_step_time(p: Plan, hw: Hardware) -> tuple[StepTime, list[StepTime]]:
     parts = [comm_parts(r.rank, r.traffic, mesh, at) for r in firsts]
     work, wait, sends = {}, {}, {}
     for pp, r in enumerate(firsts):
-        inside = sum(parts[pp].get(k, 0.0) for k in ("tp_all_reduce", "fsdp_all_gather", "fsdp_reduce_scatter"))
-        per_send = r.traffic["bytes"].get("pp_send", 0) / max(1, r.traffic["messages"].get("pp_send", 0))
+        inside = sum(parts[pp].get(k, 0.0) for k in INSIDE)
         for s in r.stages:
             c = stage_cost(run, s)
             for kind, flops in (("F", c.fwd_flops), ("B", c.bwd_flops), ("I", c.bwd_flops / 2), ("W", c.bwd_flops / 2)):
                 work[(kind, s)], wait[(kind, s)] = flops / hw.flops, inside / len(orders[pp])
-                to = rank_of.get(s + 1 if kind == "F" else s - 1, pp)
-                sends[(kind, s)] = send_s(1, per_send, (r.rank, to * mesh.ranks_per_node), mesh, at)
+                sends[(kind, s)] = send_s(1, send_bytes(r.traffic), send_pair(kind, s, rank_of, mesh), mesh, at)
     window, ran = shared_window(orders, work, wait, sends if mesh.pp > 1 else None, mesh.ranks_per_node,
                                 hw.shared_cores, (hw.shared_flops or hw.flops) / hw.flops)
     out = []
