@@ -60,14 +60,16 @@ def test_node_wrapper_helpers(tmp_path):
                               rdzv_endpoint="rendezvous:29400", run_id="r", module="train", script=None,
                               join_timeout_s=300.0)
     cmd = torchrun_command(args, "node-1", ["--mesh", "2x2x2"])
-    for part in ("--nnodes=2", "--node-rank=1", "--nproc-per-node=4", "--rdzv-backend=c10d",
+    for part in ("--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
                  "--rdzv-endpoint=rendezvous:29400", "--rdzv-conf=is_host=false,join_timeout=360", "--rdzv-id=r",
                  "--local-addr=node-1", "--tee=3"):
         assert part in cmd
     assert cmd[-4:] == ["-m", "train", "--mesh", "2x2x2"]
     assert cmd[:3] == [sys.executable, "-m", "simcluster.launcher.container.forkrun"]  # ranks forked after one import per node
+    assert not any(p.startswith("--node-rank") for p in cmd)  # c10d orders the nodes; torch would warn it ignores it
     args.rdzv_backend = "static"
-    assert "--master-addr=rendezvous" in torchrun_command(args, "node-1", [])
+    static = torchrun_command(args, "node-1", [])
+    assert "--master-addr=rendezvous" in static and "--node-rank=1" in static
     args.torchrun = True
     assert Path(torchrun_command(args, "node-1", [])[0]).name in ("torchrun", Path(sys.executable).name)
     args.script = "/code/train.py"  # the user's script: torchrun runs the file, with its own arguments

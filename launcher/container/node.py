@@ -103,8 +103,10 @@ def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[
         cmd = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
     else:  # torchrun's agent, ranks forked after one import per node (launcher/forkrun.py)
         cmd = [sys.executable, "-m", "simcluster.launcher.container.forkrun"]
-    cmd += [f"--nnodes={args.nnodes}", f"--node-rank={args.node_rank}", f"--nproc-per-node={args.nproc_per_node}",
+    cmd += [f"--nnodes={args.nnodes}", f"--nproc-per-node={args.nproc_per_node}",
             f"--rdzv-backend={args.rdzv_backend}", f"--rdzv-endpoint={args.rdzv_endpoint}", f"--rdzv-id={args.run_id}"]
+    if args.rdzv_backend == "static":  # c10d orders the nodes itself; torch warns "node_rank ... ignored" if given
+        cmd.append(f"--node-rank={args.node_rank}")
     if args.rdzv_backend == "c10d":
         join = getattr(args, "join_timeout_s", None)
         conf = "is_host=false" + (f",join_timeout={int(join) + 60}" if join else "")  # our verdict comes first
