@@ -26,8 +26,9 @@ os.environ["SIMCLUSTER_COMPOSE"] = COMPOSE_V2  # inherited by every `python -m l
 os.environ["SIMCLUSTER_CACHE"] = tempfile.mkdtemp(prefix="simcluster-cache-")
 atexit.register(shutil.rmtree, os.environ["SIMCLUSTER_CACHE"], True)
 # What a successful run's log must not hold: a store call failing once the rendezvous has closed
-# (torch's warning and C++ frames, issue 17 item 4) or any Python traceback.
-NOISE = ("Exception raised from", "frame #", "recvValue failed", "Traceback")
+# (torch's warning and C++ frames, issue 17 item 4), any Python traceback, or the instruments'
+# boot failing in a rank of the user's code (launcher/instrument/boot/sitecustomize.py).
+NOISE = ("Exception raised from", "frame #", "recvValue failed", "Traceback", "instruments not installed")
 
 
 def noise(text: str) -> list[str]:

@@ -88,11 +88,17 @@ def check_writable(run_dir: str) -> str | None:
 def instrument_env(env: dict) -> None:
     """Load the instruments into every rank of the user's code (launcher/instrument/boot): their
     folder first on PYTHONPATH, so each interpreter's ``site`` runs its sitecustomize, and
-    SIMCLUSTER_INSTRUMENT=1. The folder is found from this package, wherever the image holds it."""
+    SIMCLUSTER_INSTRUMENT=1. Both folders are found from this package, wherever the image holds
+    it: the boot folder, and last the folder holding ``simcluster`` itself, which ``site`` must
+    import before ``python -m`` puts the cwd on sys.path (the image's /app; after the user's
+    entries, so their own modules still come first)."""
+    import simcluster
     from simcluster.launcher import instrument
 
     folder = os.path.join(os.path.dirname(os.path.abspath(instrument.__file__)), BOOT_DIR)
-    env["PYTHONPATH"] = os.pathsep.join([folder] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    package_home = os.path.dirname(os.path.dirname(os.path.abspath(simcluster.__file__)))
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([folder, *rest, *([] if package_home in rest else [package_home])])
     env[ENABLE] = "1"
 
 
