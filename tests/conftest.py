@@ -13,11 +13,18 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
+
+# A shell starts a background job (`pytest ... &`) with SIGINT ignored, and every process it starts
+# inherits that: the Ctrl-C drills' `up` would ignore the test's SIGINT and train to its last step.
+# Python's own handler here means the children start with the default (a handler is reset at exec).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 COMPOSE_V2 = "docker compose"
 COMPOSE_V1 = "docker-compose"
