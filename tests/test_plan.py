@@ -221,3 +221,19 @@ def test_project_refuses_folders_without_records(tmp_path, capsys):
     assert "--traffic 1 --trace-steps" in err
     assert main(["project", str(tmp_path), "--hardware", "tpu"]) == 2
     assert "choose one of h100-sxm-8x, a100-80g-8x, local" in capsys.readouterr().err
+
+
+def test_the_fake_pass_leaves_a_later_real_run_real(corpus, tmp_path):
+    """The planner's fake-tensor pass, then a real run in the same process (as a test process runs
+    `plan` and then the reference): what the pass cached (the rope tables) is real, so the run's
+    first loss is a number, about ln(256), not a FakeTensor raising DataDependentOutputException."""
+    from simcluster.train.model import rope_tables
+    from simcluster.train.plan import shapes
+    from simcluster.train.reference import run_reference
+
+    run = tiny(corpus, tmp_path / "run", "1x1x1", "1f1b")
+    rope_tables.cache_clear()
+    shapes._stage_cost.cache_clear()
+    assert shapes.stage_cost(run, 0).fwd_flops > 0  # the fake pass first: it fills the rope cache
+    losses = [r["loss"] for r in run_reference(run)]
+    assert len(losses) == 2 and 5.3 < losses[0] < 5.8, losses

@@ -14,6 +14,7 @@ import functools
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from simcluster.train.config import ModelArgs
 
@@ -22,8 +23,17 @@ from simcluster.train.config import ModelArgs
 def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin of rotary position embedding, each (seq_len, head_dim), float32, CPU.
 
+    Always real tensors, whatever mode the first caller runs under: the planner's fake-tensor pass
+    (train/plan/shapes.py) must not leave FakeTensors in this cache for a later real run of the
+    same process (they raised DataDependentOutputException at its first ``float(loss)``).
+
     Source: Su et al., "RoFormer" (2021), rotate-half form as in Llama.
     """
+    with unset_fake_temporarily():
+        return _rope_tables(seq_len, head_dim, theta)
+
+
+def _rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim))
     angles = torch.outer(torch.arange(seq_len, dtype=torch.float32, device="cpu"), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
