@@ -32,7 +32,7 @@ from simcluster.train.optim import build_optimizer, restore_kernel_flags
 from simcluster.train.parallel import apply_fsdp, apply_tp, init_weights
 from simcluster.train.pipeline import apply_pp, build_stage_modules
 from simcluster.train.profiling import maybe_profile
-from simcluster.train.runtime import GarbageCollection, tune_malloc
+from simcluster.train.runtime import GarbageCollection, freeze_imports, tune_malloc
 from simcluster.train import traffic as traffic_acct
 from simcluster.train import timeline
 
@@ -256,6 +256,7 @@ def run(job: TrainRun) -> int:
     cfg = job.config
     torch.set_num_threads(cfg.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
     tune_malloc()
+    freeze_imports()  # the teardown's gc.collect() below then walks this run's objects only
     rank, local_rank, _ = init_distributed(cfg)
     trainer = None
     try:

@@ -20,10 +20,14 @@ per-rank cost is gone. The training code is unchanged: on a real cluster the sam
 under plain ``torchrun``, and ``python -m launcher.container.node --torchrun`` uses plain torchrun here too.
 
 Fork safety: this process runs no tensor computation before forking (no intra-op thread pool
-exists yet) and each rank creates its own process group after the fork.
+exists yet) and each rank creates its own process group after the fork. Before the agent forks,
+``gc.freeze()`` moves the imported objects into the collector's permanent generation (as the
+``gc`` docs advise for forking servers): a rank's collections never walk them, so they neither
+cost the rank's CPU nor write to (copy) the pages the ranks share.
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import runpy
 import signal
@@ -82,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     config.start_method = "fork"
     sys.stdout.flush()  # nothing buffered may be copied into the ranks
     sys.stderr.flush()
+    gc.freeze()  # the imported objects out of every collection, so a rank's collector never rescans (and dirties) them
     elastic_launch(config=config, entrypoint=run_module)(args.training_script, *args.training_script_args)
 
 
