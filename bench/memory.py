@@ -20,6 +20,9 @@ import sys
 import tempfile
 import time
 
+from simcluster.train.config import ConfigError, parse_mesh
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATCH = b"simcluster.launcher.container.forkrun"
 
 
@@ -45,16 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mesh", required=True, help="pp x dp x tp, e.g. 8x4x2")
     p.add_argument("--every-s", type=float, default=1.0, help="seconds between samples (default 1)")
     args, up_flags = p.parse_known_args(argv)
-    world = 1
-    for n in args.mesh.split("x"):
-        world *= int(n)
+    try:
+        world = parse_mesh(args.mesh).world_size
+    except ConfigError as e:
+        p.error(str(e))
     run_dir = os.path.join(tempfile.mkdtemp(prefix="bench-memory-"), "run")
     cmd = [sys.executable, "-m", "launcher", "up", "--mesh", args.mesh, "--model", "tiny", "--steps", "3",
            "--mount-code", "--quiet", "--run-dir", run_dir, *up_flags]
     t0 = time.monotonic()
     with open(run_dir + ".log", "w") as log:
-        proc = subprocess.Popen(cmd, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), stdout=log,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         peak = (0, 0, 0)
         while proc.poll() is None:
             pss, rss, n = summed_kb()

@@ -43,6 +43,15 @@ def noise(text: str) -> list[str]:
     return [line for line in text.splitlines() if any(m in line for m in NOISE)]
 
 
+def assert_ends_quietly(out: str, run_dir: Path) -> None:
+    """A successful run ends quietly (issue 17 item 4): the rendezvous' all-clear in ``up``'s output
+    and in RUN_DIR/cluster.log, no NOISE in either, no rank that left its store client open."""
+    log = (run_dir / "cluster.log").read_text(errors="replace")
+    assert "rendezvous: all nodes exited 0" in out and "rendezvous: all nodes exited 0" in log, out[-5000:]
+    assert noise(out) == [] and noise(log) == [], noise(out + log)[:5]
+    assert "did not close their store client" not in out, out[-3000:]
+
+
 def compose_env(cli: str) -> dict[str, str]:
     """This process's environment with the launcher's Compose set to cli (COMPOSE_V1 or COMPOSE_V2)."""
     return {**os.environ, "SIMCLUSTER_COMPOSE": cli}

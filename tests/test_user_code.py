@@ -6,7 +6,7 @@
 Each test runs ``python -m launcher up`` as a user would, with the examples copied to a folder
 outside the repository, their instruments on (--traffic 1 --trace-steps 2): torch pipelining's
 example on 2x2x2 and DDP on 2 nodes x 2 ranks (under Compose v1), each equal to one process
-(DDP's run also ends quietly: ``ends_quietly``, what a successful run must not print);
+(DDP's run also ends quietly: conftest.assert_ends_quietly, what a successful run must not print);
 llama_2d (SDPA on DTensors, bridged) on 2 x 2; a module of the user's own that raises on one
 rank (the environment contract, the summary naming the rank); and a slow script logging through
 simcluster.log whose node is killed (named, then restarted by --max-restarts, resuming from its
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COMPOSE_V1, compose_env, need_torch, noise
+from conftest import COMPOSE_V1, assert_ends_quietly, compose_env, need_torch, noise
 from simcluster.launcher.handle import Handle
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,17 +42,6 @@ def left_over(run_dir: Path) -> str:
     project = Handle.for_run(str(run_dir)).project
     return subprocess.run(["docker", "ps", "-aq", "--filter", f"label=com.docker.compose.project={project}"],
                           capture_output=True, text=True).stdout.strip()
-
-
-def ends_quietly(run: Path, out: str) -> None:
-    """A successful run ends quietly (issue 17 item 4): the rendezvous' all-clear, and after it no
-    store call failing, no C++ frames or traceback (conftest.NOISE) in up's output or cluster.log,
-    no rank that left its store client open, no container left."""
-    log = (run / "cluster.log").read_text(errors="replace")
-    assert "rendezvous: all nodes exited 0" in out and "rendezvous: all nodes exited 0" in log, out[-5000:]
-    assert noise(out) == [] and noise(log) == [], noise(out + log)[:5]
-    assert "did not close their store client" not in out, out[-3000:]
-    assert left_over(run) == ""
 
 
 def instrumented(run: Path, world: int, steps: int, out: str) -> dict:  # tests/test_compare.py too
@@ -146,7 +135,8 @@ def test_ddp_script_on_2_nodes_x_2_ranks(tmp_path):
               env=compose_env(COMPOSE_V1))  # the instruments under Compose v1 (the other tests: v2)
     out = proc.stdout
     assert proc.returncode == 0, out[-5000:] + proc.stderr[-2000:]
-    ends_quietly(run, out + proc.stderr)
+    assert_ends_quietly(out + proc.stderr, run)
+    assert left_over(run) == ""
     traffic = instrumented(run, 4, 4, out)
     params = 16 * 64 + 64 + 64 + 1  # ddp.py's MLP: DDP all-reduces every gradient once a step
     for step in range(2, 5):  # + the 4-byte loss all-reduce of the step before
