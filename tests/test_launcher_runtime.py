@@ -97,6 +97,45 @@ def test_forkrun_trains_like_torchrun(tmp_path):
     assert bad.returncode == 1 and "n_heads" in bad.stdout + bad.stderr  # rank exits 2, the agent 1, as torchrun
 
 
+SPAWN = """
+import os, sys, time
+from simcluster.launcher.container import forkrun
+argv = sys.argv[2:]
+forkrun.preload_command(argv)
+agent = forkrun.spawn(argv, {**os.environ, "SPAWNED": "1"}, None)
+if sys.argv[1] == "cancel":
+    agent.cancel()
+else:
+    agent.start()
+    while agent.poll() is None:
+        time.sleep(0.05)
+print("agent exit", agent.returncode, flush=True)
+"""
+
+
+def test_the_node_forks_its_agent_behind_a_gate(tmp_path):
+    """forkrun.spawn, as the node wrapper uses it: the agent forked from a process that imported
+    the module once; it waits for start() (cancel(): exits 2 without starting) and ends with
+    torchrun's status: 0 for a good run, 1 (with the message) for a command forkrun refuses.
+    Run in a fresh interpreter: the pytest worker has threads, which a fork must not hold."""
+    need_torch()
+
+    def spawn(mode, *argv):
+        return subprocess.run([sys.executable, "-c", SPAWN, mode, *argv], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+    good = spawn("start", "--standalone", "--nproc-per-node=2", "--tee=3", "-m", "train", "--mesh", "1x1x2", "--model",
+                 "tiny", "--steps", "1", "--val-every", "0", "--run-dir", str(tmp_path / "good"))
+    assert "agent exit 0" in good.stdout, good.stdout[-2000:] + good.stderr[-2000:]
+    assert "[default1]:[simcluster] rank=1 local_rank=1 world_size=2" in good.stdout
+    assert (tmp_path / "good" / "metrics.jsonl").exists()
+    assert not noise(good.stdout + good.stderr), good.stderr[-2000:]
+    script = spawn("start", "--standalone", "--nproc-per-node=1", "train.py")
+    assert "agent exit 1" in script.stdout and "give the training code as -m MODULE" in script.stderr
+    cancelled = spawn("cancel", "--standalone", "--nproc-per-node=1", "-m", "train", "--run-dir", str(tmp_path / "c"))
+    assert "agent exit 2" in cancelled.stdout and not (tmp_path / "c").exists()
+
+
 def test_summary_and_targets():
     ok = {"node-1": {"ranks": "4-7", "exit_code": 0}, "node-0": {"ranks": "0-3", "exit_code": 0}}
     lines, status = summary(ok, 2)
@@ -160,7 +199,7 @@ def test_node_wrapper_ranks_follow_node_names_not_arrival(tmp_path):
     early = _node(port, 0, tmp_path)
     outs = [p.communicate(timeout=300)[0] for p in (early, late)]
     out, _ = server.communicate(timeout=60)
-    assert early.returncode == 0 and late.returncode == 0, outs[0][-3000:] + outs[1][-3000:]
+    assert early.returncode == 0 and late.returncode == 0, outs[0][-3000:] + outs[1][-3000:] + out[-2000:]
     for k, text in enumerate(outs):
         for local in (0, 1):
             r = 2 * k + local

@@ -24,11 +24,19 @@ exists yet) and each rank creates its own process group after the fork. Before t
 ``gc.freeze()`` moves the imported objects into the collector's permanent generation (as the
 ``gc`` docs advise for forking servers): a rank's collections never walk them, so they neither
 cost the rank's CPU nor write to (copy) the pages the ranks share.
+
+One import per node, not two: the node wrapper (launcher/container/node.py) needs torch itself
+(its heartbeat is a TCPStore client), so it does not start this module as a second interpreter
+that would import torch again (1.3 s of CPU a node). It calls ``spawn``: the module is imported
+in the wrapper, and the agent (``main``) runs in a child forked from it, before the ranks are
+forked from that child. ``python -m launcher.container.forkrun`` (the parity tool, tests) runs
+the same ``main`` in a fresh interpreter.
 """
 from __future__ import annotations
 
 import gc
 import importlib
+import os
 import runpy
 import signal
 import sys
@@ -49,6 +57,9 @@ def run_module(module: str, *argv: str) -> None:
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.argv = [module, *argv]
+    loaded = sys.modules.get(module)
+    if loaded is not None and not hasattr(loaded, "__path__"):  # a plain module preload imported: run it
+        del sys.modules[module]  # afresh as __main__, as a fresh interpreter does (and runpy warns otherwise)
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as e:
@@ -67,6 +78,100 @@ def preload(module: str) -> None:
 
     for name in getattr(importlib.import_module(module), "PRELOAD", ()):
         importlib.import_module(name)
+
+
+class ForkedAgent:
+    """The agent's child process, as the node wrapper supervises it: the calls of
+    ``subprocess.Popen`` it uses, and the gate ``spawn`` holds it at. poll() returns None while
+    it runs, then its exit code (-N: killed by signal N, as Popen's returncode)."""
+
+    def __init__(self, pid: int, gate: int):
+        self.pid = pid
+        self.returncode: int | None = None
+        self._gate = gate  # write end of the pipe the child waits on
+
+    def start(self) -> None:
+        """Let the child run torchrun's agent."""
+        os.write(self._gate, b"1")
+        os.close(self._gate)
+
+    def cancel(self) -> None:
+        """Let the child exit without starting (it exits 2), and reap it."""
+        os.close(self._gate)
+        self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:  # not after it was reaped: its pid may be another process's
+            os.kill(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def preload_command(argv: list[str]) -> None:
+    """``preload`` the ``-m`` module of a torchrun command line (``argv``: torchrun's arguments),
+    if it has one. An import that fails is left to ``main``, which fails on it with its traceback."""
+    from torch.distributed.run import parse_args
+
+    args = parse_args(argv)
+    if args.module and not args.no_python and not args.run_path:
+        try:
+            preload(args.training_script)
+        except Exception:  # noqa: BLE001 - main imports it again and reports it as a fresh interpreter would
+            pass
+
+
+def spawn(argv: list[str], env: dict[str, str], cwd: str | None = None) -> ForkedAgent:
+    """Fork a child that will run ``main(argv)`` (torchrun's arguments) once ``start()`` is
+    called on the returned handle, sharing this process's imports (``preload_command(argv)``
+    first). Call it while this process has no other thread: a lock another thread holds at the
+    fork (a TCPStore client's, the resolver's) stays held in the child, which then hangs on it.
+    The gate lets the caller start its own threads (a heartbeat) and checks after the fork.
+
+    The child takes ``env`` as its environment and ``cwd`` as its working directory, and ends
+    with main's exit status, as ``python -m launcher.container.forkrun ARGV`` would: 0, a
+    SystemExit's code, or 1 after printing an exception's traceback; 2 if cancelled (or this
+    process ended) before ``start()``.
+    """
+    sys.stdout.flush()  # nothing buffered may be copied into the child
+    sys.stderr.flush()
+    gate_r, gate_w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(gate_r)
+        return ForkedAgent(pid, gate_w)
+    os.close(gate_w)
+    go = os.read(gate_r, 1)  # b"" when the parent cancels or ends
+    os.close(gate_r)
+    code = 2
+    try:
+        if go:
+            code = 1
+            os.environ.clear()
+            os.environ.update(env)
+            if cwd:
+                os.chdir(cwd)
+            from torch.distributed.elastic.multiprocessing.errors import record
+
+            record(main)(argv)
+            code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - printed as the interpreter prints an uncaught exception
+        sys.excepthook(*sys.exc_info())
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:

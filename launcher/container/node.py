@@ -9,9 +9,11 @@ Runs inside the trainer image (the compose ``command`` of every node-K service):
   2. runs ``python -m launcher.container.forkrun --nnodes N --node-rank K --nproc-per-node P
      --rdzv-backend c10d --rdzv-endpoint rendezvous:29400 --rdzv-conf is_host=false
      --rdzv-id RUN_ID --local-addr HOSTNAME --tee 3 -m MODULE <train flags>`` -- torchrun's
-     command line and agent, with the ranks forked after one import per node (``--torchrun``:
-     the stock ``torchrun`` CLI instead) -- with log lines prefixed ``[rankR]:`` (R = global
-     rank), forwarding SIGTERM/SIGINT to it;
+     command line and agent, with the ranks forked after one import per node; this wrapper
+     makes that import itself (its heartbeat needs torch too) and forks the agent from it
+     (``forkrun.spawn``), so a node imports torch once (``--torchrun``: the stock ``torchrun``
+     CLI instead, a subprocess) -- with log lines prefixed ``[rankR]:`` (R = global rank),
+     forwarding SIGTERM/SIGINT to it;
      For the user's code (a script, or a module other than the trainer) the ranks' environment
      loads this project's instruments first (``instrument_env``; launcher/instrument/).
   3. writes its exit code and why to the rendezvous store (launcher/container/rendezvous.py),
@@ -54,6 +56,7 @@ import sys
 import tempfile
 import time
 
+from simcluster.launcher.container import forkrun
 from simcluster.launcher.container.heartbeat import Heartbeat, report, wait_gone
 from simcluster.launcher.container.ranks import frozen
 from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
@@ -124,7 +127,7 @@ def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[
     return cmd + ["--tee=3", *entry, *train_argv]
 
 
-def supervise(proc: subprocess.Popen, hb: Heartbeat, name: str, ranks: str, silent_s: float,
+def supervise(proc: subprocess.Popen | forkrun.ForkedAgent, hb: Heartbeat, name: str, ranks: str, silent_s: float,
               join_s: float = JOIN_TIMEOUT_S, first_rank: int = 0) -> tuple[int, str | None]:
     """Wait for torchrun; stop it when the rendezvous names a lost node, cannot be reached for
     silent_s seconds (join_s before the first contact), or a rank process of this node has been
@@ -212,20 +215,28 @@ def main(argv: list[str] | None = None) -> int:
         report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, EXIT_CONFIG)
         return EXIT_CONFIG
 
-    silent_s = args.lost_after_s
-    hb = Heartbeat(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node)
-    hb.start()
-    if args.wait_for and not wait_for(args.wait_for, args.join_timeout_s, name):
-        report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, EXIT_CONFIG)
-        hb.halt.set()
-        return EXIT_CONFIG
+    cmd = torchrun_command(args, name, train_argv)
     env = dict(os.environ)
     env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")
     if args.script or args.module != TRAINER_MODULE:
         instrument_env(env)
-    cmd = torchrun_command(args, name, train_argv)
+    agent = None
+    if not args.torchrun:  # one import per node, shared with the heartbeat: the agent forked from here,
+        forkrun.preload_command(cmd[3:])  # not a second interpreter; forked before the heartbeat's
+        agent = forkrun.spawn(cmd[3:], env, args.workdir)  # thread exists, held until start() below
+    silent_s = args.lost_after_s
+    hb = Heartbeat(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node)
+    hb.start()
+    if args.wait_for and not wait_for(args.wait_for, args.join_timeout_s, name):
+        if agent:
+            agent.cancel()
+        report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, EXIT_CONFIG)
+        hb.halt.set()
+        return EXIT_CONFIG
     print(f"[{name}] node {args.node_rank}/{args.nnodes}: {' '.join(cmd)}", flush=True)
-    proc = subprocess.Popen(cmd, env=env, cwd=args.workdir)
+    if agent:
+        agent.start()
+    proc = agent or subprocess.Popen(cmd, env=env, cwd=args.workdir)
 
     signalled: list[int] = []
 
