@@ -85,6 +85,25 @@ LONGEST_FIRST = ("test_parity.py", "test_faults.py", "test_user_code.py", "test_
                  "test_engines_docker.py", "test_plugin.py", "test_packaging.py", "test_plan.py")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _engine_share(request):
+    """A lock on the engine per test file that uses Docker: shared, except in a file that sets
+    ``ENGINE_EXCLUSIVE = True`` (test_swarm.py): `docker swarm leave` (Docker 20.10) stops the
+    embedded DNS of every other network on the engine, so a cluster of the other worker that
+    looks a name up afterwards (Slurm's daemons do all the time) hangs. Taken before the file's
+    own module fixtures bring up their clusters; one file for the whole machine, so concurrent
+    sessions share it too."""
+    if not any(item.get_closest_marker("docker") or {"docker_available", "trainer_image"} & set(item.fixturenames)
+               for item in request.session.items if item.module is request.module):
+        yield
+        return
+    import fcntl
+
+    with open(Path(tempfile.gettempdir()) / f"simcluster-engine-{os.getuid()}.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX if getattr(request.module, "ENGINE_EXCLUSIVE", False) else fcntl.LOCK_SH)
+        yield
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's tests keep their order

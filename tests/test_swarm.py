@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parents[0] / "shared" / "data" / "tinyshakespeare.txt"
 REGISTRY_IMAGE = "registry.example.com/simcluster/trainer:latest"
 NO_ENGINE = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+ENGINE_EXCLUSIVE = True  # conftest._engine_share: the swarm's leave stops other networks' DNS, so nothing runs beside it
 
 
 def launcher(*args: str, env=None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -56,6 +56,12 @@ def run_module(module: str, *argv: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    # One write per line: unbuffered (PYTHONUNBUFFERED), print() writes its text and its newline
+    # apart, and torchrun's --tee tail, reading the rank's log file in between, printed half a line
+    # that the next rank's line then continued ("stages=[0][rank1]:[simcluster] rank=1 ...").
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(line_buffering=True, write_through=False)
     sys.argv = [module, *argv]
     loaded = sys.modules.get(module)
     if loaded is not None and not hasattr(loaded, "__path__"):  # a plain module preload imported: run it
