@@ -101,7 +101,6 @@ SPAWN = """
 import os, sys, time
 from simcluster.launcher.container import forkrun
 argv = sys.argv[2:]
-forkrun.preload_command(argv)
 agent = forkrun.spawn(argv, {**os.environ, "SPAWNED": "1"}, None)
 if sys.argv[1] == "cancel":
     agent.cancel()

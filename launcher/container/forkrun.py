@@ -135,9 +135,9 @@ def preload_command(argv: list[str]) -> None:
 
 
 def spawn(argv: list[str], env: dict[str, str], cwd: str | None = None) -> ForkedAgent:
-    """Fork a child that will run ``main(argv)`` (torchrun's arguments) once ``start()`` is
-    called on the returned handle, sharing this process's imports (``preload_command(argv)``
-    first). Call it while this process has no other thread: a lock another thread holds at the
+    """Import the ``-m`` module of ``argv`` (torchrun's arguments) here (``preload_command``),
+    then fork a child that will run ``main(argv)`` once ``start()`` is called on the returned
+    handle, sharing those imports. Call it while this process has no other thread: a lock another thread holds at the
     fork (a TCPStore client's, the resolver's) stays held in the child, which then hangs on it.
     The gate lets the caller start its own threads (a heartbeat) and checks after the fork.
 
@@ -146,6 +146,7 @@ def spawn(argv: list[str], env: dict[str, str], cwd: str | None = None) -> Forke
     SystemExit's code, or 1 after printing an exception's traceback; 2 if cancelled (or this
     process ended) before ``start()``.
     """
+    preload_command(argv)
     sys.stdout.flush()  # nothing buffered may be copied into the child
     sys.stderr.flush()
     gate_r, gate_w = os.pipe()

@@ -112,19 +112,24 @@ def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[
         cmd = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
     else:  # torchrun's agent, ranks forked after one import per node (launcher/forkrun.py)
         cmd = [sys.executable, "-m", "simcluster.launcher.container.forkrun"]
-    cmd += [f"--nnodes={args.nnodes}", f"--nproc-per-node={args.nproc_per_node}",
+    return cmd + torchrun_args(args, node_name, train_argv)
+
+
+def torchrun_args(args: argparse.Namespace, node_name: str, train_argv: list[str]) -> list[str]:
+    """torchrun's arguments for this node (its command line without the executable)."""
+    out = [f"--nnodes={args.nnodes}", f"--nproc-per-node={args.nproc_per_node}",
             f"--rdzv-backend={args.rdzv_backend}", f"--rdzv-endpoint={args.rdzv_endpoint}", f"--rdzv-id={args.run_id}"]
     if args.rdzv_backend == "static":  # c10d orders the nodes itself; torch warns "node_rank ... ignored" if given
-        cmd.append(f"--node-rank={args.node_rank}")
+        out.append(f"--node-rank={args.node_rank}")
     if args.rdzv_backend == "c10d":
         join = getattr(args, "join_timeout_s", None)
         conf = "is_host=false" + (f",join_timeout={int(join) + 60}" if join else "")  # our verdict comes first
-        cmd += [f"--rdzv-conf={conf}", f"--local-addr={node_name}"]
+        out += [f"--rdzv-conf={conf}", f"--local-addr={node_name}"]
     else:  # static: the endpoint is the master address; node 0 "hosts" (idle), all use the rendezvous store
         host, _, port = args.rdzv_endpoint.rpartition(":")
-        cmd += [f"--master-addr={host}", f"--master-port={port}", f"--local-addr={node_name}"]
+        out += [f"--master-addr={host}", f"--master-port={port}", f"--local-addr={node_name}"]
     entry = [args.script] if args.script else ["-m", args.module]
-    return cmd + ["--tee=3", *entry, *train_argv]
+    return [*out, "--tee=3", *entry, *train_argv]
 
 
 def supervise(proc: subprocess.Popen | forkrun.ForkedAgent, hb: Heartbeat, name: str, ranks: str, silent_s: float,
@@ -221,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.script or args.module != TRAINER_MODULE:
         instrument_env(env)
     agent = None
-    if not args.torchrun:  # one import per node, shared with the heartbeat: the agent forked from here,
-        forkrun.preload_command(cmd[3:])  # not a second interpreter; forked before the heartbeat's
-        agent = forkrun.spawn(cmd[3:], env, args.workdir)  # thread exists, held until start() below
+    if not args.torchrun:  # one import per node, shared with the heartbeat: the agent forked from here, not a
+        # second interpreter; forked before the heartbeat's thread exists, held until start() below
+        agent = forkrun.spawn(torchrun_args(args, name, train_argv), env, args.workdir)
     silent_s = args.lost_after_s
     hb = Heartbeat(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node)
     hb.start()
