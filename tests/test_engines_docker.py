@@ -118,9 +118,14 @@ def test_k8s_command_runs(trainer_image, tmp_path, target):
         for c in made:
             c.start()
         codes = [c.wait(timeout=600)["StatusCode"] for c in made]
-        logs = "\n".join(c.logs().decode(errors="replace")[-2000:] for c in made)
-        assert codes == [0, 0], logs
-        assert "host=" + pods[1][0] + " coords=pp1/dp0/tp0" in logs  # node rank 1 holds stage 1
+        logs = "\n".join(c.logs().decode(errors="replace") for c in made)
+        assert codes == [0, 0], logs[-4000:]
+        assert "host=" + pods[1][0] + " coords=pp1/dp0/tp0" in logs, logs[-4000:]  # node rank 1 holds stage 1
+        # Stock torchrun's agents may race at their exit barrier (pytorch/pytorch#69520: node 0's agent,
+        # which serves the store, exits while node 1's last store call is in flight); that agent logs a
+        # traceback and still exits 0. Any other traceback is a failure of ours.
+        tracebacks = logs.count("Traceback (most recent call last)")
+        assert tracebacks == logs.count("Error waiting on exit barrier"), logs[-4000:]
         assert len(_losses(runs / "mesh-2x1x1")) == 2
     finally:
         for c in made:
