@@ -2,13 +2,15 @@
 
     python -m bench.steptime                      # both tables (about 8 minutes on 2 cores)
     python -m bench.steptime --meshes 1x1x1,2x2x2 --no-project
+    python -m bench.steptime --meshes 2x2x2 --no-project --search 2x2x2,1x4x2,2x1x4,4x2x1
 
 Each measured run is the built-in trainer on a fresh cluster (``simcluster.run``, this checkout's
-code mounted), small model,
-1F1B, 6 steps, step 6 traced with the traffic accounting on; its step time is the median of
-steps 2-5 (untraced). Step time: `launcher plan --hardware local` (the cached calibration;
---recalibrate measures it again first) against each mesh's measured step; the order of the
-meshes by speed is checked wherever their measured steps differ by more than 10%. Project: the
+code mounted), small model, 1F1B, 6 steps; its step time is the median of steps 2-5. Step time:
+`launcher plan --hardware local` (the cached calibration, --recalibrate measures it again first;
+each pp stage's overhead measured on the fake process group) against each mesh's measured step
+(no instruments on); the order of the meshes by speed is checked wherever their measured steps
+differ by more than 10%. --search: `plan --search`'s 1F1B order against those meshes measured
+likewise. Project (runs with the traffic accounting on and step 6 traced, what project reads): the
 2x2x2 run at full bandwidth projected onto the same job under each --inter-node-bandwidth
 (the shaped hardware of train/plan/hardware.py), against the runs measured under it.
 """
@@ -21,8 +23,10 @@ import sys
 import tempfile
 
 import simcluster
-from simcluster.train.config import Config
+from simcluster.train.config import Config, parse_mesh
 from simcluster.train.plan.hardware import hardware, shaped
+from simcluster.train.plan.measure import overhead_for
+from simcluster.train.plan.search import search
 from simcluster.train.plan.predict import plan
 from simcluster.train.plan.project import measured, project
 from simcluster.train.plan.steptime import step_time
@@ -32,18 +36,40 @@ MESHES = ("1x1x1", "2x1x1", "1x2x1", "1x1x2", "2x2x2", "4x2x2")
 RATES = ("50mbit", "200mbit")
 
 
-def measure(mesh: str, run_dir: str, rate: str | None = None) -> float:
-    """The median untraced step (seconds, steps 2-5) of a fresh cluster's run.
+def measure(mesh: str, run_dir: str, rate: str | None = None, records: bool = False) -> float:
+    """The median step (seconds, steps 2-5) of a fresh cluster's run; ``records``: with the traffic
+    accounting on and step 6 traced, what `project` reads (the accounting's dispatch mode runs on
+    every step, so the step-time table measures without it, as a user's run is).
 
     Raises:
         RuntimeError: the run failed (its summary in the message).
     """
     extra = {"inter_node_bandwidth": rate} if rate else {}
-    run = simcluster.run(mesh=mesh, model="small", steps=6, traffic=1, trace_steps="6", val_every=0,
+    if records:
+        extra.update(traffic=1, trace_steps="6")
+    run = simcluster.run(mesh=mesh, model="small", steps=6, val_every=0,
                          run_dir=run_dir, mount_code=True, **extra)  # this checkout's code, as plan's
     if not run.ok:
         raise RuntimeError(f"{mesh} {rate or ''}: {run.summary}")
     return statistics.median(r["step_time_s"] for r in run.metrics if 2 <= r["step"] <= 5)
+
+
+def search_order(hw, candidates: list[str], tmp: str) -> None:
+    """`plan --search --world-size N` (1F1B rows) against each candidate mesh measured: the search's
+    rank of each, and whether its order is the measured one wherever steps differ by more than 10%."""
+    world = parse_mesh(candidates[0]).world_size
+    found, _ = search(Config(model="small"), world, hw)
+    ranked = [c.mesh for c in found if c.schedule == "1f1b"]
+    print(f"\nsearch --world-size {world}: its 1F1B order {', '.join(ranked)}\n\n"
+          "| mesh | search rank (1F1B) | predicted s | measured s | load |\n|---|---|---|---|---|", flush=True)
+    got = {}
+    for mesh in candidates:
+        c = next(c for c in found if c.mesh == mesh and c.schedule == "1f1b")
+        got[mesh] = (c.step.total, measure(mesh, f"{tmp}/search-{mesh}"))
+        print(f"| {mesh} | {ranked.index(mesh) + 1} | {got[mesh][0]:.2f} | {got[mesh][1]:.2f} | {load()} |", flush=True)
+    wrong = [(x, y) for x in got for y in got if got[x][1] < got[y][1] / 1.1 and not got[x][0] < got[y][0]]
+    print(f"\nthe search's order (measured steps more than 10% apart): "
+          f"{'kept' if not wrong else 'swapped: ' + ', '.join(f'{x} before {y}' for x, y in wrong)}", flush=True)
 
 
 def load() -> str:
@@ -55,34 +81,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--meshes", default=",".join(MESHES))
     p.add_argument("--no-project", action="store_true", help="skip the --inter-node-bandwidth runs")
     p.add_argument("--recalibrate", action="store_true", help="measure the local hardware model first")
+    p.add_argument("--search", default="", metavar="MESHES",
+                   help="also measure these meshes of one world size (e.g. 2x2x2,1x4x2,2x1x4,4x2x1) against "
+                        "plan --search's order")
     a = p.parse_args(argv)
     os.makedirs("runs", exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="bench-steptime-", dir="runs")
     hw = hardware("local", a.recalibrate)
     print(f"local: {hw.flops / 1e9:.1f} GFLOP/s a core, gloo {hw.intra_bw / 1e6:.0f} MB/s and "
           f"{1e3 * hw.latency_s:.2f} ms a message ({hw.sources[0]})\n", flush=True)
-    print("| mesh | predicted s | measured s | error | load |\n|---|---|---|---|---|", flush=True)
+    print("| mesh | overhead a pp stage | predicted s | measured s | error | load |\n|---|---|---|---|---|---|", flush=True)
     got = {}
     for mesh in a.meshes.split(","):
-        predicted = step_time(plan(preflight(Config(model="small", mesh=mesh))), hw)[0].total
+        p = plan(preflight(Config(model="small", mesh=mesh)))
+        overhead = overhead_for(p.run, hw)
+        predicted = step_time(p, hw, overhead)[0].total
         got[mesh] = (predicted, measure(mesh, f"{tmp}/{mesh}"))
-        print(f"| {mesh} | {predicted:.2f} | {got[mesh][1]:.2f} | {predicted / got[mesh][1] - 1:+.0%} | {load()} |",
-              flush=True)
+        print(f"| {mesh} | {' '.join(f'{o:.2f}' for o in overhead)} | {predicted:.2f} | {got[mesh][1]:.2f} | "
+              f"{predicted / got[mesh][1] - 1:+.0%} | {load()} |", flush=True)
     wrong = [(x, y) for x in got for y in got if got[x][1] < got[y][1] / 1.1 and not got[x][0] < got[y][0]]
     print(f"\norder by speed (measured steps more than 10% apart): "
           f"{'kept' if not wrong else 'swapped: ' + ', '.join(f'{x} before {y}' for x, y in wrong)}", flush=True)
+    if a.search:
+        search_order(hw, a.search.split(","), tmp)
     if a.no_project:
         return 0
-    base = f"{tmp}/2x2x2" if "2x2x2" in got else None
-    if base is None:
-        measure("2x2x2", base := f"{tmp}/2x2x2")
+    measure("2x2x2", base := f"{tmp}/2x2x2-records", records=True)
     m = measured(base)
     print(f"\nproject {base} (measured {m.step_s:.2f} s a step at full bandwidth):\n\n"
           "| onto | projected s | measured s | error | load |\n|---|---|---|---|---|", flush=True)
     for rate in RATES:
         target = shaped(hw, rate)
         there = project(m, hw, target)[1].total
-        real = measure("2x2x2", f"{tmp}/2x2x2-{rate}", rate)
+        real = measure("2x2x2", f"{tmp}/2x2x2-{rate}", rate, records=True)
         print(f"| --inter-node-bandwidth {rate} | {there:.2f} | {real:.2f} | {there / real - 1:+.0%} | {load()} |",
               flush=True)
     return 0

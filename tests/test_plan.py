@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,26 @@ def test_hardware_models_step_time_and_search(capsys):
     assert "choose one of h100-sxm-8x, a100-80g-8x, local" in capsys.readouterr().err
     assert main(["plan", "--search", "--world-size", "8", "--mesh", "2x2x2"]) == 2
     assert "drop --mesh" in capsys.readouterr().err
+
+
+def test_local_overhead_is_measured_per_stage_and_scales_the_step(corpus, tmp_path, capsys):
+    """On `local` each pp stage's CPU is measured on the fake group (the tiny model's ops are mostly
+    not FLOPs: far above 1x its FLOP time), with denormals flushed (the fake receives' garbage made a
+    later stage 5x slower than the first), and it multiplies the stage's compute; `plan` prints it."""
+    from simcluster.train.plan.hardware import hardware
+    from simcluster.train.plan.measure import stage_overhead
+    from simcluster.train.plan.steptime import step_time
+
+    local = hardware("local")
+    run = tiny(corpus, tmp_path, "2x2x2", "1f1b")
+    overhead = stage_overhead(run, local.flops, local.shared_cores)
+    assert len(overhead) == 2 and min(overhead) > 1.5 and max(overhead) < 3 * min(overhead), overhead
+    p = plan(run)
+    bare, measured = step_time(p, local)[0], step_time(p, local, overhead)[0]
+    assert measured.compute > 1.4 * bare.compute and measured.total > bare.total, (bare, measured)
+    assert main(["plan", "--mesh", "2x2x2", "--model", "tiny", "--data", corpus, "--hardware", "local"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"measured alone on the fake process group with the cores busy: x[\d.]+, x[\d.]+ its FLOPs", out), out
 
 
 def test_sends_on_a_link_delay_the_pipeline_as_the_order_says():

@@ -10,5 +10,6 @@ closed forms, predict.py the Plan that joins them; hardware.py the hardware mode
 the named targets' table, ``local`` measured by calibrate.py), steptime.py the step time by part,
 search.py the ranking of every mesh and schedule, command.py the CLI's flags. measure.py is the
 other side (one rank of the real trainer on torch's fake process group) that the tests compare the
-predictions against.
+predictions against; on ``local`` its stage_overhead (each pp stage's CPU against its FLOPs, a few
+seconds of forked ranks) also feeds the step time, the one measured input of a plan.
 """

@@ -48,15 +48,20 @@ def run(args: argparse.Namespace) -> int:
         return 0
     result = plan(preflight(config_from_args(args)))
     hw = hardware(args.hardware, args.recalibrate) if args.hardware else None
-    slowest = step_time(result, hw)[0] if hw else None
+    overhead = None
+    if hw and hw.shared_cores:
+        from simcluster.train.plan.measure import overhead_for  # forks fake-group ranks: only for local
+
+        overhead = overhead_for(result.run, hw)
+    slowest = step_time(result, hw, overhead)[0] if hw else None
     if args.json:
         data = to_dict(result)
         if hw:
             data["step_time"] = {"hardware": hw.name, **dataclasses.asdict(slowest), "total": slowest.total,
-                                 "sources": list(hw.sources)}
+                                 "sources": list(hw.sources), "overhead": list(overhead) if overhead else None}
         print(json.dumps(data, indent=1))
     else:
-        print(to_text(result) + (f"\n{step_text(slowest, hw)}" if hw else ""))
+        print(to_text(result) + (f"\n{step_text(slowest, hw, overhead)}" if hw else ""))
     over = [r for r in result.ranks if limit is not None and r.total > limit * 1e9]
     if over:
         big = max(over, key=lambda r: r.total)

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import sys
 import time
 import traceback
@@ -42,6 +43,10 @@ def _child(run: TrainRun, rank: int, steps: int, memory: bool) -> dict:
 
     PipelineStage._warmup_backward_result = _static_vote(PipelineStage._warmup_backward_result)
     torch.set_num_threads(1)
+    # The fake group's receives leave their buffers as allocated: garbage, often denormal floats,
+    # on which a CPU's float units run 5-10x slower (a 2x2x2 small last stage: 2.7 core-s a step
+    # against 0.45 with this set). Flushed to zero, a rank's CPU time is its real work's.
+    torch.set_flush_denormal(True)
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=run.mesh.world_size)
     trainer = Trainer(run, rank, 0)
     out: dict = {"rank": rank, "traffic": [], "step_s": [], "cpu_s": []}
@@ -103,12 +108,17 @@ def _tracked_step(trainer, step: int) -> dict:
     return {k.name if hasattr(k, "name") else str(k): int(v) for k, v in peak[dev].items()}
 
 
-def _fork(run: TrainRun, rank: int, steps: int, memory: bool) -> tuple[int, int]:
-    """Fork the child of one rank; returns (its pid, the read end of its pipe)."""
+def _fork(run: TrainRun, rank: int, steps: int, memory: bool, quiet: bool = False) -> tuple[int, int]:
+    """Fork the child of one rank (quiet: its stdout and stderr to /dev/null; a failure still comes
+    back through the pipe); returns (its pid, the read end of its pipe)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns
         os.close(r)
+        if quiet:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
         code = 0
         try:
             payload = json.dumps(_child(run, rank, steps, memory))
@@ -131,12 +141,12 @@ def _collect(run: TrainRun, rank: int, pid: int, r: int) -> dict:
 
 
 def measure_ranks(run: TrainRun, ranks: list[int] | None = None, steps: int = 2, memory: bool = False,
-                  jobs: int = 2) -> list[dict]:
+                  jobs: int = 2, quiet: bool = False) -> list[dict]:
     """For each rank (default all): {"rank", "traffic": the accounting's rows (one per step; run
     with traffic=1), "held": held_bytes, "memory": MemTracker's peak snapshot of the last step
     (memory=True), "step_s" and "cpu_s": each step's wall and process CPU seconds (alone on one
-    thread, the collectives moving nothing)}, each from a forked child, ``jobs`` at a time. run.config.run_dir gets the
-    traffic files.
+    thread, the collectives moving nothing)}, each from a forked child, ``jobs`` at a time (quiet:
+    their output dropped). run.config.run_dir gets the traffic files.
 
     Raises:
         RuntimeError: a child failed (its traceback in the message).
@@ -144,9 +154,44 @@ def measure_ranks(run: TrainRun, ranks: list[int] | None = None, steps: int = 2,
     ranks = list(range(run.mesh.world_size)) if ranks is None else list(ranks)
     out = []
     for i in range(0, len(ranks), jobs):
-        started = [(rank, *_fork(run, rank, steps, memory)) for rank in ranks[i:i + jobs]]
+        started = [(rank, *_fork(run, rank, steps, memory, quiet)) for rank in ranks[i:i + jobs]]
         out += [_collect(run, rank, pid, r) for rank, pid, r in started]
     return out
+
+
+def stage_overhead(run: TrainRun, flops_per_s: float, cores: int, steps: int = 5) -> tuple[float, ...]:
+    """Per pp rank, the CPU a step of its work takes against its FLOPs at ``flops_per_s`` (1.0: the
+    FLOP model is right; above: DTensor's dispatch, FSDP's copies, the schedule's runtime and the
+    rest of what is not FLOPs). Measured on the first rank of each pp stage (its dp x tp peers do
+    alike) alone on the fake process group, on one thread, traffic accounting off, ``cores``
+    children at once (copies of the same ranks where the stages are fewer: the cores busy, as on
+    the cluster, sharing caches and memory bandwidth); each rank's median over the steps after
+    the first (which fills DTensor's caches). About 5 s a pp stage for the small model here.
+
+    Raises:
+        RuntimeError: a child failed (its traceback in the message).
+    """
+    import tempfile
+
+    from simcluster.train.plan.predict import plan
+
+    p = plan(run)
+    firsts = [pp * run.mesh.ranks_per_node for pp in range(run.mesh.pp)]
+    at_once = max(cores, run.mesh.world_size)
+    batch = [firsts[i % len(firsts)] for i in range(-(-len(firsts) // at_once) * at_once)]
+    with tempfile.TemporaryDirectory(prefix="simcluster-overhead-") as tmp:
+        alone = dataclasses.replace(run, config=dataclasses.replace(run.config, traffic=0, run_dir=tmp))
+        rows = measure_ranks(alone, batch, steps=steps, jobs=at_once, quiet=True)
+    cpu: dict[int, list[float]] = {}
+    for row in rows:
+        cpu.setdefault(row["rank"], []).append(statistics.median(row["cpu_s"][1:] or row["cpu_s"]))
+    return tuple(statistics.mean(cpu[r]) / (p.ranks[r].flops / flops_per_s) for r in firsts)
+
+
+def overhead_for(run: TrainRun, hw) -> tuple[float, ...] | None:
+    """stage_overhead on hardware whose ranks share this machine's cores (``local``); None on a GPU
+    target, whose kernels do not pay this CPU's dispatch (its FLOP model stands)."""
+    return stage_overhead(run, hw.flops, hw.shared_cores) if hw.shared_cores else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,9 @@
 
 A candidate is each pp x dp x tp = world size with each schedule (train/config.py SCHEDULES), the
 rest of the config as given; train/preflight.py decides which can run (its refusals are counted,
-not ranked); each runnable one is planned (predict.py) and timed (steptime.py). Candidates whose
+not ranked); each runnable one is planned (predict.py) and timed (steptime.py; on ``local`` with
+each pp stage's overhead measured once a mesh, measure.stage_overhead, for all its schedules:
+about 5 s a pp stage). Candidates whose
 largest rank exceeds ``memory_per_rank`` are marked as not fitting; without it, the hardware's
 memory a rank (hardware.memory_per_rank: a GPU's, or on ``local`` the machine's split over the ranks).
 """
@@ -46,6 +48,7 @@ def search(base: Config, world_size: int, hw: Hardware, memory_per_rank: float |
     found, refused = [], {}
     limit = memory_per_rank if memory_per_rank is not None else memory_of_rank(hw, world_size)
     for mesh in meshes(world_size):
+        overhead = None  # local: measured on the mesh's first runnable schedule, used for all of its schedules
         for schedule in SCHEDULES:
             cfg = dataclasses.replace(base, mesh=mesh, schedule=schedule)
             problems = check(cfg, world_size)
@@ -53,7 +56,11 @@ def search(base: Config, world_size: int, hw: Hardware, memory_per_rank: float |
                 refused[f"{mesh} {schedule}"] = problems
                 continue
             p = plan(preflight(cfg, world_size))
-            slowest, _ = step_time(p, hw)
+            if hw.shared_cores and overhead is None:
+                from simcluster.train.plan.measure import overhead_for  # forks fake-group ranks
+
+                overhead = overhead_for(p.run, hw)
+            slowest, _ = step_time(p, hw, overhead)
             peak = max(r.total for r in p.ranks)
             found.append(Candidate(mesh, schedule, p.run.config.microbatches, slowest, peak, p.bubble,
                                    peak <= limit))

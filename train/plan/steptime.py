@@ -16,7 +16,13 @@ Per rank, in seconds:
 - optimizer: fused AdamW and clipping touch 8 float32 per parameter element (read param, grad, 2
   moments and the grad again for the norm; write param and moments) at the memory bandwidth.
 The step is the slowest rank's sum. On ``local``, where every rank shares the machine's cores,
-the order is run instead (shared_step_time): a rank waiting leaves its core to the others.
+the order is run instead (shared_step_time): a rank waiting leaves its core to the others. Two
+rules of that machine: a rank's CPU is its FLOPs' time times its pp stage's measured overhead
+(measure.stage_overhead: DTensor's dispatch, FSDP's copies, the pipelining runtime), and a
+collective's bytes are CPU too: gloo between processes of one host copies them through the
+kernel, so each byte a rank sends and each byte it receives needs a core for 1 / bandwidth (a
+gloo all-reduce of 1 MB between two processes beside busy ones takes 0.6 ms of each one's CPU,
+twice the bytes at the ping-pong's 3.4 GB/s); its latencies are a wait off the cores.
 Left out: kernel efficiency (peaks are datasheet peaks),
 mixed precision, overlap on CUDA streams, launch overheads, the data loader.
 """
@@ -115,11 +121,12 @@ def communication_s(r: RankPlan, p: Plan, hw: Hardware) -> float:
     return sum(comm_parts(r.rank, r.traffic, p.run.mesh, hw).values())
 
 
-def step_time(p: Plan, hw: Hardware) -> tuple[StepTime, list[StepTime]]:
+def step_time(p: Plan, hw: Hardware, overhead: tuple[float, ...] | None = None) -> tuple[StepTime, list[StepTime]]:
     """(the slowest rank's StepTime, every rank's); on hardware whose ranks share cores (local),
-    shared_step_time's (one StepTime per pp stage: its dp x tp ranks move alike)."""
+    shared_step_time's (one StepTime per pp stage: its dp x tp ranks move alike), with
+    ``overhead`` if given (per pp rank, measure.stage_overhead's CPU per FLOP-model second)."""
     if hw.shared_cores:
-        return shared_step_time(p, hw)
+        return shared_step_time(p, hw, overhead)
     out = []
     for r in p.ranks:
         compute, comm = r.flops / hw.flops, communication_s(r, p, hw)
@@ -128,14 +135,18 @@ def step_time(p: Plan, hw: Hardware) -> tuple[StepTime, list[StepTime]]:
     return max(out, key=lambda s: s.total), out
 
 
-def shared_step_time(p: Plan, hw: Hardware) -> tuple[StepTime, list[StepTime]]:
+def shared_step_time(p: Plan, hw: Hardware, overhead: tuple[float, ...] | None = None,
+                     ) -> tuple[StepTime, list[StepTime]]:
     """The step on cores every rank shares: torch's order run by schedule.shared_window, each
     action needing its stage's FLOPs / hw.flops of one core (hw.shared_flops while every core is
-    busy) and then waiting, off the cores, for
-    its share of the rank's TP and FSDP collectives (comm_parts at hw.latency_s, or at
-    hw.shared_latency_s where the ranks outnumber the cores), sends on the node's link.
-    compute: the seconds the stage's ranks ran (sharing the cores); communication: those waits
-    and the world all-reduce; bubble: the rest of the window."""
+    busy), times its pp rank's ``overhead`` where one is given (measured with the cores busy, so
+    then at hw.flops), plus its share of twice the bytes / bandwidth of the rank's TP and FSDP
+    collectives (sent and received, copied by a core), and then waiting, off the cores, for their latencies
+    (hw.latency_s, or hw.shared_latency_s where the ranks outnumber the cores); sends on the
+    node's link.
+    compute: the seconds the stage's ranks ran (sharing the cores) but for their copying's share;
+    communication: that copying, those waits and the world all-reduce; bubble: the rest of the
+    window."""
     run, mesh = p.run, p.run.mesh
     latency = hw.latency_s if mesh.world_size <= hw.shared_cores else hw.shared_latency_s
     at = dataclasses.replace(hw, latency_s=latency)
@@ -143,30 +154,42 @@ def shared_step_time(p: Plan, hw: Hardware) -> tuple[StepTime, list[StepTime]]:
     rank_of = {s: r for r, order in enumerate(orders) for _, s, _ in order}
     firsts = [p.ranks[pp * mesh.ranks_per_node] for pp in range(mesh.pp)]  # one rank a pp stage
     parts = [comm_parts(r.rank, r.traffic, mesh, at) for r in firsts]
-    work, wait, sends = {}, {}, {}
+    moved = [comm_parts(r.rank, r.traffic, mesh, dataclasses.replace(hw, latency_s=0.0)) for r in firsts]
+    work, wait, sends, shares = {}, {}, {}, []
     for pp, r in enumerate(firsts):
-        inside = sum(parts[pp].get(k, 0.0) for k in INSIDE)
+        on_wire = sum(moved[pp].get(k, 0.0) for k in INSIDE)
+        inside = sum(parts[pp].get(k, 0.0) for k in INSIDE) - on_wire
+        copying = 2 * on_wire  # a core for each byte sent and each byte received
+        flops_all = sum(stage_cost(run, s).fwd_flops + stage_cost(run, s).bwd_flops for s in r.stages)
         for s in r.stages:
             c = stage_cost(run, s)
             for kind, flops in (("F", c.fwd_flops), ("B", c.bwd_flops), ("I", c.bwd_flops / 2), ("W", c.bwd_flops / 2)):
-                work[(kind, s)], wait[(kind, s)] = flops / hw.flops, inside / len(orders[pp])
+                scale = overhead[pp] if overhead else 1.0
+                work[(kind, s)] = scale * flops / hw.flops + copying * flops / (flops_all * run.config.microbatches)
+                wait[(kind, s)] = inside / len(orders[pp])
                 sends[(kind, s)] = send_s(1, send_bytes(r.traffic), send_pair(kind, s, rank_of, mesh), mesh, at)
+        shares.append(copying / (copying + (overhead[pp] if overhead else 1.0) * r.flops / hw.flops))
     window, ran = shared_window(orders, work, wait, sends if mesh.pp > 1 else None, mesh.ranks_per_node,
-                                hw.shared_cores, (hw.shared_flops or hw.flops) / hw.flops)
+                                hw.shared_cores, 1.0 if overhead else (hw.shared_flops or hw.flops) / hw.flops)
     out = []
     for pp, r in enumerate(firsts):
         waits = sum(wait[(kind, s)] for kind, s, _ in orders[pp])
-        out.append(StepTime(r.rank, ran[pp], waits + parts[pp].get("world_all_reduce", 0.0),
+        copied = ran[pp] * shares[pp]  # the running seconds spent copying collectives' bytes
+        out.append(StepTime(r.rank, ran[pp] - copied, copied + waits + parts[pp].get("world_all_reduce", 0.0),
                             max(0.0, window - ran[pp] - waits), 8 * r.params / hw.memory_bw))
     return max(out, key=lambda s: s.total), out
 
 
-def to_text(slowest: StepTime, hw: Hardware) -> str:
-    """The step time line and its parts, the hardware's sources and what the model leaves out."""
+def to_text(slowest: StepTime, hw: Hardware, overhead: tuple[float, ...] | None = None) -> str:
+    """The step time line and its parts, the hardware's sources (and the measured overhead of each
+    pp stage, where given) and what the model leaves out."""
     s = slowest
     lines = [f"step time on {hw.name}: {1e3 * s.total:.2f} ms (rank {s.rank}, the slowest): compute "
              f"{1e3 * s.compute:.2f}, exposed communication {1e3 * s.communication:.2f}, bubble {1e3 * s.bubble:.2f}, "
              f"optimizer {1e3 * s.optimizer:.2f} ms"]
     lines += [f"  source: {src}" for src in hw.sources]
+    if overhead:
+        lines.append("  source: each pp stage's CPU a step, measured alone on the fake process group with the cores "
+                     "busy: " + ", ".join(f"x{o:.2f}" for o in overhead) + " its FLOPs' time (train/plan/measure.py)")
     lines.append(f"  left out: {LEFT_OUT}")
     return "\n".join(lines)
