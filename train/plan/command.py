@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import json
 import os
+import sys
 
 from simcluster.train.cli import config_from_args
 from simcluster.train.config import ConfigError
@@ -39,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError("search: ranks every mesh of --world-size; drop --mesh (or drop --search to plan one)")
         hw = hardware(args.hardware or "local", args.recalibrate)
         found, refused = searching.search(config_from_args(args), args.world_size, hw,
-                                          None if limit is None else limit * 1e9)
+                                          None if limit is None else limit * 1e9,
+                                          progress=lambda line: print(line, file=sys.stderr, flush=True))
         if args.json:
             print(json.dumps({"hardware": hw.name, "candidates": [{**dataclasses.asdict(c), "step_s": c.step.total}
                                                                   for c in found], "refused": refused}, indent=1))

@@ -6,13 +6,15 @@ A candidate is each pp x dp x tp = world size with each schedule (train/config.p
 rest of the config as given; train/preflight.py decides which can run (its refusals are counted,
 not ranked); each runnable one is planned (predict.py) and timed (steptime.py; on ``local`` with
 each pp stage's overhead measured once a mesh, measure.stage_overhead, for all its schedules:
-about 5 s a pp stage). Candidates whose
+about 5 s a pp stage: 2.5 minutes for the 10 meshes of 8 ranks of the small model here, each
+announced on stderr). Candidates whose
 largest rank exceeds ``memory_per_rank`` are marked as not fitting; without it, the hardware's
 memory a rank (hardware.memory_per_rank: a GPU's, or on ``local`` the machine's split over the ranks).
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from simcluster.train.config import SCHEDULES, Config
@@ -43,11 +45,13 @@ def meshes(world_size: int) -> list[str]:
 
 
 def search(base: Config, world_size: int, hw: Hardware, memory_per_rank: float | None = None,
-           ) -> tuple[list[Candidate], dict[str, list[str]]]:
-    """(the runnable candidates fastest first, each refused "MESH SCHEDULE" -> preflight's reasons)."""
+           progress: Callable[[str], None] | None = None) -> tuple[list[Candidate], dict[str, list[str]]]:
+    """(the runnable candidates fastest first, each refused "MESH SCHEDULE" -> preflight's reasons);
+    ``progress`` is told each mesh whose overhead is being measured (local only)."""
     found, refused = [], {}
     limit = memory_per_rank if memory_per_rank is not None else memory_of_rank(hw, world_size)
-    for mesh in meshes(world_size):
+    every = meshes(world_size)
+    for i, mesh in enumerate(every, 1):
         overhead = None  # local: measured on the mesh's first runnable schedule, used for all of its schedules
         for schedule in SCHEDULES:
             cfg = dataclasses.replace(base, mesh=mesh, schedule=schedule)
@@ -59,6 +63,9 @@ def search(base: Config, world_size: int, hw: Hardware, memory_per_rank: float |
             if hw.shared_cores and overhead is None:
                 from simcluster.train.plan.measure import overhead_for  # forks fake-group ranks
 
+                if progress:
+                    progress(f"search: measuring {mesh}'s overhead a pp stage on the fake process group "
+                             f"(mesh {i}/{len(every)})")
                 overhead = overhead_for(p.run, hw)
             slowest, _ = step_time(p, hw, overhead)
             peak = max(r.total for r in p.ranks)
