@@ -159,14 +159,18 @@ def measure_ranks(run: TrainRun, ranks: list[int] | None = None, steps: int = 2,
     return out
 
 
+AT_ONCE_PER_CORE = 8  # stage_overhead's most children a core: 16 here (4x2x2's ranks), not 256 for a 16x8x2 plan
+
+
 def stage_overhead(run: TrainRun, flops_per_s: float, cores: int, steps: int = 5) -> tuple[float, ...]:
     """Per pp rank, the CPU a step of its work takes against its FLOPs at ``flops_per_s`` (1.0: the
     FLOP model is right; above: DTensor's dispatch, FSDP's copies, the schedule's runtime and the
     rest of what is not FLOPs). Measured on the first rank of each pp stage (its dp x tp peers do
-    alike) alone on the fake process group, on one thread, traffic accounting off, ``cores``
-    children at once (copies of the same ranks where the stages are fewer: the cores busy, as on
-    the cluster, sharing caches and memory bandwidth); each rank's median over the steps after
-    the first (which fills DTensor's caches). About 5 s a pp stage for the small model here.
+    alike) alone on the fake process group, on one thread, traffic accounting off, as many
+    children at once as the job has ranks (copies of the same ranks; at least ``cores``, at most
+    AT_ONCE_PER_CORE a core: the cores time-sliced as on the cluster, sharing caches and memory
+    bandwidth); each rank's mean over its copies of their median over the steps after the first
+    (which fills DTensor's caches). About 5 s a pp stage for the small model here.
 
     Raises:
         RuntimeError: a child failed (its traceback in the message).
@@ -177,7 +181,7 @@ def stage_overhead(run: TrainRun, flops_per_s: float, cores: int, steps: int = 5
 
     p = plan(run)
     firsts = [pp * run.mesh.ranks_per_node for pp in range(run.mesh.pp)]
-    at_once = max(cores, run.mesh.world_size)
+    at_once = min(max(cores, run.mesh.world_size), AT_ONCE_PER_CORE * cores)
     batch = [firsts[i % len(firsts)] for i in range(-(-len(firsts) // at_once) * at_once)]
     with tempfile.TemporaryDirectory(prefix="simcluster-overhead-") as tmp:
         alone = dataclasses.replace(run, config=dataclasses.replace(run.config, traffic=0, run_dir=tmp))
