@@ -54,6 +54,14 @@ def measure(mesh: str, run_dir: str, rate: str | None = None, records: bool = Fa
     return statistics.median(r["step_time_s"] for r in run.metrics if 2 <= r["step"] <= 5)
 
 
+def order(got: dict[str, tuple[float, float]]) -> str:
+    """Whether the predicted order of {mesh: (predicted s, measured s)} is the measured one wherever
+    the measured steps are more than 10% apart: "(...): kept", else the pairs swapped."""
+    wrong = [(x, y) for x in got for y in got if got[x][1] < got[y][1] / 1.1 and not got[x][0] < got[y][0]]
+    return ("(measured steps more than 10% apart): "
+            + ("kept" if not wrong else "swapped: " + ", ".join(f"{x} before {y}" for x, y in wrong)))
+
+
 def search_order(hw, candidates: list[str], tmp: str) -> None:
     """`plan --search --world-size N` (1F1B rows) against each candidate mesh measured: the search's
     rank of each, and whether its order is the measured one wherever steps differ by more than 10%."""
@@ -67,9 +75,7 @@ def search_order(hw, candidates: list[str], tmp: str) -> None:
         c = next(c for c in found if c.mesh == mesh and c.schedule == "1f1b")
         got[mesh] = (c.step.total, measure(mesh, f"{tmp}/search-{mesh}"))
         print(f"| {mesh} | {ranked.index(mesh) + 1} | {got[mesh][0]:.2f} | {got[mesh][1]:.2f} | {load()} |", flush=True)
-    wrong = [(x, y) for x in got for y in got if got[x][1] < got[y][1] / 1.1 and not got[x][0] < got[y][0]]
-    print(f"\nthe search's order (measured steps more than 10% apart): "
-          f"{'kept' if not wrong else 'swapped: ' + ', '.join(f'{x} before {y}' for x, y in wrong)}", flush=True)
+    print(f"\nthe search's order {order(got)}", flush=True)
 
 
 def load() -> str:
@@ -94,14 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     got = {}
     for mesh in a.meshes.split(","):
         p = plan(preflight(Config(model="small", mesh=mesh)))
-        overhead = overhead_for(p.run, hw)
+        overhead = overhead_for(p, hw)
         predicted = step_time(p, hw, overhead)[0].total
         got[mesh] = (predicted, measure(mesh, f"{tmp}/{mesh}"))
         print(f"| {mesh} | {' '.join(f'{o:.2f}' for o in overhead)} | {predicted:.2f} | {got[mesh][1]:.2f} | "
               f"{predicted / got[mesh][1] - 1:+.0%} | {load()} |", flush=True)
-    wrong = [(x, y) for x in got for y in got if got[x][1] < got[y][1] / 1.1 and not got[x][0] < got[y][0]]
-    print(f"\norder by speed (measured steps more than 10% apart): "
-          f"{'kept' if not wrong else 'swapped: ' + ', '.join(f'{x} before {y}' for x, y in wrong)}", flush=True)
+    print(f"\norder by speed {order(got)}", flush=True)
     if a.search:
         search_order(hw, a.search.split(","), tmp)
     if a.no_project:

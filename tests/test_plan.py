@@ -171,7 +171,7 @@ def test_local_overhead_is_measured_per_stage_and_scales_the_step(corpus, tmp_pa
 
     local = hardware("local")
     run = tiny(corpus, tmp_path, "2x2x2", "1f1b")
-    overhead = stage_overhead(run, local.flops, local.shared_cores)
+    overhead = stage_overhead(plan(run), local.flops, local.shared_cores)
     assert len(overhead) == 2 and min(overhead) > 1.5 and max(overhead) < 3 * min(overhead), overhead
     p = plan(run)
     bare, measured = step_time(p, local)[0], step_time(p, local, overhead)[0]

@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if hw and hw.shared_cores:
         from simcluster.train.plan.measure import overhead_for  # forks fake-group ranks: only for local
 
-        overhead = overhead_for(result.run, hw)
+        overhead = overhead_for(result, hw)
     slowest = step_time(result, hw, overhead)[0] if hw else None
     if args.json:
         data = to_dict(result)

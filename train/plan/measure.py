@@ -29,6 +29,8 @@ from torch.distributed.pipelining import PipelineStage
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from simcluster.train.config import TrainRun
+from simcluster.train.plan.hardware import Hardware
+from simcluster.train.plan.predict import Plan
 
 
 def _static_vote(orig):
@@ -162,10 +164,10 @@ def measure_ranks(run: TrainRun, ranks: list[int] | None = None, steps: int = 2,
 AT_ONCE_PER_CORE = 8  # stage_overhead's most children a core: 16 here (4x2x2's ranks), not 256 for a 16x8x2 plan
 
 
-def stage_overhead(run: TrainRun, flops_per_s: float, cores: int, steps: int = 5) -> tuple[float, ...]:
-    """Per pp rank, the CPU a step of its work takes against its FLOPs at ``flops_per_s`` (1.0: the
-    FLOP model is right; above: DTensor's dispatch, FSDP's copies, the schedule's runtime and the
-    rest of what is not FLOPs). Measured on the first rank of each pp stage (its dp x tp peers do
+def stage_overhead(p: Plan, flops_per_s: float, cores: int, steps: int = 5) -> tuple[float, ...]:
+    """Per pp rank of the plan, the CPU a step of its work takes against its FLOPs at ``flops_per_s``
+    (1.0: the FLOP model is right; above: DTensor's dispatch, FSDP's copies, the schedule's runtime
+    and the rest of what is not FLOPs). Measured on the first rank of each pp stage (its dp x tp peers do
     alike) alone on the fake process group, on one thread, traffic accounting off, as many
     children at once as the job has ranks (copies of the same ranks; at least ``cores``, at most
     AT_ONCE_PER_CORE a core: the cores time-sliced as on the cluster, sharing caches and memory
@@ -177,9 +179,7 @@ def stage_overhead(run: TrainRun, flops_per_s: float, cores: int, steps: int = 5
     """
     import tempfile
 
-    from simcluster.train.plan.predict import plan
-
-    p = plan(run)
+    run = p.run
     firsts = [pp * run.mesh.ranks_per_node for pp in range(run.mesh.pp)]
     at_once = min(max(cores, run.mesh.world_size), AT_ONCE_PER_CORE * cores)
     batch = [firsts[i % len(firsts)] for i in range(-(-len(firsts) // at_once) * at_once)]
@@ -192,10 +192,10 @@ def stage_overhead(run: TrainRun, flops_per_s: float, cores: int, steps: int = 5
     return tuple(statistics.mean(cpu[r]) / (p.ranks[r].flops / flops_per_s) for r in firsts)
 
 
-def overhead_for(run: TrainRun, hw) -> tuple[float, ...] | None:
-    """stage_overhead on hardware whose ranks share this machine's cores (``local``); None on a GPU
-    target, whose kernels do not pay this CPU's dispatch (its FLOP model stands)."""
-    return stage_overhead(run, hw.flops, hw.shared_cores) if hw.shared_cores else None
+def overhead_for(p: Plan, hw: Hardware) -> tuple[float, ...] | None:
+    """stage_overhead of a plan on hardware whose ranks share this machine's cores (``local``); None
+    on a GPU target, whose kernels do not pay this CPU's dispatch (its FLOP model stands)."""
+    return stage_overhead(p, hw.flops, hw.shared_cores) if hw.shared_cores else None
 
 
 def main(argv: list[str] | None = None) -> int:

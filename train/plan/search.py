@@ -66,7 +66,7 @@ def search(base: Config, world_size: int, hw: Hardware, memory_per_rank: float |
                 if progress:
                     progress(f"search: measuring {mesh}'s overhead a pp stage on the fake process group "
                              f"(mesh {i}/{len(every)})")
-                overhead = overhead_for(p.run, hw)
+                overhead = overhead_for(p, hw)
             slowest, _ = step_time(p, hw, overhead)
             peak = max(r.total for r in p.ranks)
             found.append(Candidate(mesh, schedule, p.run.config.microbatches, slowest, peak, p.bubble,

@@ -160,15 +160,15 @@ def shared_step_time(p: Plan, hw: Hardware, overhead: tuple[float, ...] | None =
         on_wire = sum(moved[pp].get(k, 0.0) for k in INSIDE)
         inside = sum(parts[pp].get(k, 0.0) for k in INSIDE) - on_wire
         copying = 2 * on_wire  # a core for each byte sent and each byte received
-        flops_all = sum(stage_cost(run, s).fwd_flops + stage_cost(run, s).bwd_flops for s in r.stages)
+        scale = overhead[pp] if overhead else 1.0
         for s in r.stages:
             c = stage_cost(run, s)
             for kind, flops in (("F", c.fwd_flops), ("B", c.bwd_flops), ("I", c.bwd_flops / 2), ("W", c.bwd_flops / 2)):
-                scale = overhead[pp] if overhead else 1.0
-                work[(kind, s)] = scale * flops / hw.flops + copying * flops / (flops_all * run.config.microbatches)
+                # r.flops: the rank's step, so each action copies its FLOPs' share of the step's bytes
+                work[(kind, s)] = scale * flops / hw.flops + copying * flops / r.flops
                 wait[(kind, s)] = inside / len(orders[pp])
                 sends[(kind, s)] = send_s(1, send_bytes(r.traffic), send_pair(kind, s, rank_of, mesh), mesh, at)
-        shares.append(copying / (copying + (overhead[pp] if overhead else 1.0) * r.flops / hw.flops))
+        shares.append(copying / (copying + scale * r.flops / hw.flops))
     window, ran = shared_window(orders, work, wait, sends if mesh.pp > 1 else None, mesh.ranks_per_node,
                                 hw.shared_cores, 1.0 if overhead else (hw.shared_flops or hw.flops) / hw.flops)
     out = []
