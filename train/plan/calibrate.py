@@ -26,7 +26,6 @@ import torch
 import torch.distributed as dist
 
 from simcluster.train.plan.hardware import Hardware
-from simcluster.train.plan.steptime import INSIDE
 
 
 def _timed(fn, min_s: float = 0.3) -> float:
@@ -168,6 +167,7 @@ def _pingpong_pair() -> tuple[float, float]:
 # a collective's bytes a call (the accounting's: an all-reduce's or reduce-scatter's input, an
 # all-gather's shard), two sizes spanning the trainer's (the small model's 0.35-4 MiB)
 COLLECTIVE_SIZES = (512 << 10, 4 << 20)
+COLLECTIVE_KINDS = ("tp_all_reduce", "fsdp_all_gather", "fsdp_reduce_scatter")
 
 
 def _collective(kind: str, nbytes: int, group, k: int):
@@ -195,7 +195,7 @@ def _collectives(rank: int, world: int, store_path: str, out_path: str) -> None:
     lines, k = [], 2
     while k <= world:
         group, _ = dist.new_subgroups(group_size=k)
-        for kind in INSIDE:
+        for kind in COLLECTIVE_KINDS:
             for nbytes in COLLECTIVE_SIZES:
                 call = _collective(kind, nbytes, group, k)
                 call()
@@ -238,14 +238,17 @@ def collective_cpu(cores: int) -> tuple[tuple[str, int, float, float], ...]:
                 for line in fh.read().split("\n"):
                     kind, k, nbytes, s = line.split()
                     cpu.setdefault((kind, int(k), int(nbytes)), []).append(float(s))
-    rows, (s1, s2) = [], COLLECTIVE_SIZES
-    for kind, k in dict.fromkeys(key[:2] for key in cpu):  # in the order measured: k, then kind
-        c1, c2 = (sum(cpu[(kind, k, s)]) / world for s in (s1, s2))
-        per_byte = max(0.0, (c2 - c1) / (s2 - s1))
-        per_call = c1 - per_byte * s1
-        if per_call < 0:
-            per_call, per_byte = 0.0, c2 / s2
-        rows.append((kind, k, per_call, per_byte))
+    rows = []
+    (s1, s2), k = COLLECTIVE_SIZES, 2
+    while k <= world:
+        for kind in COLLECTIVE_KINDS:
+            c1, c2 = (sum(cpu[(kind, k, s)]) / world for s in (s1, s2))
+            per_byte = max(0.0, (c2 - c1) / (s2 - s1))
+            per_call = c1 - per_byte * s1
+            if per_call < 0:
+                per_call, per_byte = 0.0, c2 / s2
+            rows.append((kind, k, per_call, per_byte))
+        k *= 2
     return tuple(rows)
 
 

@@ -167,12 +167,13 @@ def shared_step_time(p: Plan, hw: Hardware, overhead: tuple[float, ...] | None =
     rank_of = {s: r for r, order in enumerate(orders) for _, s, _ in order}
     firsts = [p.ranks[pp * mesh.ranks_per_node] for pp in range(mesh.pp)]  # one rank a pp stage
     parts = [comm_parts(r.rank, r.traffic, mesh, at) for r in firsts]
+    moved = [comm_parts(r.rank, r.traffic, mesh, dataclasses.replace(hw, latency_s=0.0)) for r in firsts]
     work, wait, sends, shares = {}, {}, {}, []
     for pp, r in enumerate(firsts):
-        groups, n = mesh_groups(r.rank, mesh.pp, mesh.dp, mesh.tp), r.traffic["messages"]
-        sizes = {k: len(groups[GROUP[k]]) for k in INSIDE if r.traffic["bytes"].get(k)}  # the kinds it runs
-        inside = latency * sum(n[k] * RING[k](size)[0] for k, size in sizes.items())  # their latencies
-        copying = sum(collective_cpu_s(k, size, n[k], r.traffic["bytes"][k], hw) for k, size in sizes.items())
+        inside = sum(parts[pp].get(k, 0.0) - moved[pp].get(k, 0.0) for k in INSIDE)  # the latencies
+        groups = mesh_groups(r.rank, mesh.pp, mesh.dp, mesh.tp)
+        copying = sum(collective_cpu_s(k, len(groups[GROUP[k]]), r.traffic["messages"][k], r.traffic["bytes"][k], hw)
+                      for k in INSIDE if r.traffic["bytes"].get(k))
         scale = overhead[pp] if overhead else 1.0
         for s in r.stages:
             c = stage_cost(run, s)
