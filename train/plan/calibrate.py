@@ -253,7 +253,7 @@ def collective_cpu(cores: int) -> tuple[tuple[str, int, float, float], ...]:
 
 
 def calibrate() -> Hardware:
-    """The local Hardware, measured now (under a minute on 2 cores: fresh interpreters for the
+    """The local Hardware, measured now (about 20 s on 2 cores: fresh interpreters for the
     concurrent benchmarks)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     latency, bandwidth = gloo_link()
