@@ -164,94 +164,6 @@ def _pingpong_pair() -> tuple[float, float]:
     return small, (1 << 20) * 4 / max(big - small, 1e-9)
 
 
-# a collective's bytes a call (the accounting's: an all-reduce's or reduce-scatter's input, an
-# all-gather's shard), two sizes spanning the trainer's (the small model's 0.35-4 MiB)
-COLLECTIVE_SIZES = (512 << 10, 4 << 20)
-COLLECTIVE_KINDS = ("tp_all_reduce", "fsdp_all_gather", "fsdp_reduce_scatter")
-
-
-def _collective(kind: str, nbytes: int, group, k: int):
-    """A call of one kind of the trainer's collectives on ``nbytes`` (the accounting's convention)."""
-    numel = nbytes // 4
-    if kind == "tp_all_reduce":
-        t = torch.ones(numel)
-        return lambda: dist.all_reduce(t, group=group)
-    if kind == "fsdp_all_gather":
-        shard, full = torch.ones(numel), torch.empty(numel * k)
-        return lambda: dist.all_gather_into_tensor(full, shard, group=group)
-    whole, shard = torch.ones(numel - numel % k), torch.empty(numel // k)
-    return lambda: dist.reduce_scatter_tensor(shard, whole, group=group)
-
-
-def _collectives(rank: int, world: int, store_path: str, out_path: str) -> None:
-    """One of ``world`` processes: for each group size k (2, 4, ... <= world) the world split into
-    groups of k (``new_subgroups``), every group running each kind at each size at once; writes
-    this rank's CPU seconds a call as "kind k nbytes seconds" lines."""
-    import warnings
-
-    warnings.filterwarnings("ignore", category=FutureWarning)  # all_gather_into_tensor's rename
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=world)
-    lines, k = [], 2
-    while k <= world:
-        group, _ = dist.new_subgroups(group_size=k)
-        for kind in COLLECTIVE_KINDS:
-            for nbytes in COLLECTIVE_SIZES:
-                call = _collective(kind, nbytes, group, k)
-                call()
-                dist.barrier()
-                reps = max(2, (8 << 20) // nbytes)
-                c0 = time.process_time()
-                for _ in range(reps):
-                    call()
-                lines.append(f"{kind} {k} {nbytes} {(time.process_time() - c0) / reps}")
-        k *= 2
-    dist.barrier()
-    with open(f"{out_path}.{rank}", "w", encoding="utf-8") as fh:
-        fh.write("\n".join(lines))
-    dist.destroy_process_group()
-
-
-def collective_cpu(cores: int) -> tuple[tuple[str, int, float, float], ...]:
-    """(kind, group size k, CPU seconds a call, CPU seconds a byte) of gloo's all-reduce, all-gather
-    and reduce-scatter between processes of this host: 4 x cores fresh interpreters (at least 4,
-    a power of two; the ranks outnumbering the cores as a job's do here), split into groups of k
-    = 2, 4, ... running at once; each line through the mean CPU a call of every process (its gloo
-    threads' included) at the two COLLECTIVE_SIZES (a per-call and a per-byte part, neither below 0)."""
-    world = 4
-    while world < 4 * cores:
-        world *= 2
-    with tempfile.TemporaryDirectory() as tmp:
-        store, out = os.path.join(tmp, "store"), os.path.join(tmp, "out")
-        code = ("import sys; from simcluster.train.plan.calibrate import _collectives; "
-                "_collectives(int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:])")
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        ranks = [subprocess.Popen([sys.executable, "-c", code, str(rank), str(world), store, out], env=env)
-                 for rank in range(world)]
-        for child in ranks:
-            child.wait(timeout=300)
-        cpu: dict[tuple[str, int, int], list[float]] = {}
-        for rank in range(world):
-            if not os.path.isfile(f"{out}.{rank}"):
-                raise RuntimeError("calibration: the gloo collectives between processes failed")
-            with open(f"{out}.{rank}", encoding="utf-8") as fh:
-                for line in fh.read().split("\n"):
-                    kind, k, nbytes, s = line.split()
-                    cpu.setdefault((kind, int(k), int(nbytes)), []).append(float(s))
-    rows = []
-    (s1, s2), k = COLLECTIVE_SIZES, 2
-    while k <= world:
-        for kind in COLLECTIVE_KINDS:
-            c1, c2 = (sum(cpu[(kind, k, s)]) / world for s in (s1, s2))
-            per_byte = max(0.0, (c2 - c1) / (s2 - s1))
-            per_call = c1 - per_byte * s1
-            if per_call < 0:
-                per_call, per_byte = 0.0, c2 / s2
-            rows.append((kind, k, per_call, per_byte))
-        k *= 2
-    return tuple(rows)
-
-
 def calibrate() -> Hardware:
     """The local Hardware, measured now (about 20 s on 2 cores: fresh interpreters for the
     concurrent benchmarks)."""
@@ -266,7 +178,7 @@ def calibrate() -> Hardware:
                     intra_bw=bandwidth, inter_bw=bandwidth, latency_s=latency, ranks_per_node=0,
                     sources=(f"measured on {socket.gethostname()} at {when} by train/plan/calibrate.py",),
                     shared_cores=cores, node_link=True, shared_latency_s=shared_latency,
-                    shared_flops=shared_flops, collective_cpu=collective_cpu(cores))
+                    shared_flops=shared_flops)
 
 
 if __name__ == "__main__":

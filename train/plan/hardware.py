@@ -31,9 +31,7 @@ class Hardware:
     node_link: inter_bw is one link per node that its ranks share (local: a container's eth0,
     which --inter-node-bandwidth limits), else each GPU's own port (a DGX: one NIC per GPU);
     shared_latency_s: local only, the per-message latency when the ranks outnumber the cores;
-    shared_flops: local only, a core's FLOP/s while every core runs a rank (0: flops);
-    collective_cpu: local only, (kind, group size, CPU seconds a call, CPU seconds a byte) of the
-    collectives inside an action (collective_cpu_s)."""
+    shared_flops: local only, a core's FLOP/s while every core runs a rank (0: flops)."""
 
     name: str
     flops: float
@@ -49,7 +47,6 @@ class Hardware:
     node_link: bool = False
     shared_latency_s: float = 0.0
     shared_flops: float = 0.0
-    collective_cpu: tuple[tuple[str, int, float, float], ...] = ()
 
 
 H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: FP32 67 TFLOPS, BF16 1,979 TFLOPS with sparsity, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s)"
@@ -70,7 +67,7 @@ HARDWARE: dict[str, Hardware] = {
 NAMES = (*HARDWARE, "local")
 
 
-CACHE_VERSION = 3  # bumped whenever Hardware's fields or the calibration's method change
+CACHE_VERSION = 2  # bumped whenever Hardware's fields or the calibration's method change
 
 
 def cache_path() -> str:
@@ -88,8 +85,7 @@ def _cached(path: str) -> Hardware | None:
             data = json.load(fh)
         if not isinstance(data, dict) or set(data) != {f.name for f in dataclasses.fields(Hardware)}:
             return None
-        return Hardware(**{**data, "sources": tuple(data["sources"]),
-                           "collective_cpu": tuple(tuple(row) for row in data["collective_cpu"])})
+        return Hardware(**{**data, "sources": tuple(data["sources"])})
     except (OSError, ValueError, TypeError):
         return None
 
