@@ -118,7 +118,7 @@ def test_plan_command_table_json_and_bad_input(capsys):
         assert "preflight failed" in err and message in err, err
 
 
-def test_hardware_models_step_time_and_search(capsys):
+def test_hardware_models_step_time_and_search(capsys, tmp_path):
     """Named targets carry their sources; `local` is read from its cache file; the step time's parts
     add up and H100 beats A100; the search ranks runnable candidates only, fastest first."""
     from simcluster.train.plan.hardware import HARDWARE, _cached, cache_path, hardware, memory_of_rank
@@ -127,17 +127,21 @@ def test_hardware_models_step_time_and_search(capsys):
 
     for hw in HARDWARE.values():
         assert hw.sources and all(hw.sources) and 0 < hw.flops < hw.bf16_flops
-    local = hardware("local", recalibrate=True)  # the session's cache (conftest): later tests read it  # a few seconds: matmul, copy, a gloo ping-pong
+    local = hardware("local", recalibrate=True)  # the session's cache (conftest): later tests read it (under a minute)
     assert local.flops > 1e8 and local.intra_bw > 1e6 and 0 < local.latency_s < 1 and local.shared_cores >= 1
     assert Path(cache_path()).is_file() and hardware("local") == local  # read back, not measured again
     assert 0 < local.shared_flops and local.shared_latency_s > 0
+    from simcluster.train.plan.steptime import INSIDE
+    assert {(kind, k) for kind, k, *_ in local.collective_cpu} >= {(kind, k) for kind in INSIDE for k in (2, 4)}
+    assert all(a >= 0 and b >= 0 and a + b > 0 for *_, a, b in local.collective_cpu), local.collective_cpu
     assert _cached(cache_path()) == local
-    Path(cache_path()).write_text('{"name": "local", "flops": 1}')  # another version's shape: measured again
-    assert _cached(cache_path()) is None
-    Path(cache_path()).write_text('{"name": "lo')  # a torn file: the same
-    assert _cached(cache_path()) is None
-    Path(cache_path()).write_text(json.dumps(dataclasses.asdict(local)))  # put back for the tests after
-    assert _cached(cache_path()) == local
+    other = tmp_path / "hardware-local.json"  # not the session's file: other workers read that one
+    other.write_text('{"name": "local", "flops": 1}')  # another version's shape: measured again
+    assert _cached(str(other)) is None
+    other.write_text('{"name": "lo')  # a torn file: the same
+    assert _cached(str(other)) is None
+    other.write_text(json.dumps(dataclasses.asdict(local)))
+    assert _cached(str(other)) == local
     one = plan(preflight(Config(model="tiny", mesh="1x1x1")))
     alone = step_time(one, local)[0]  # one rank, a core to itself: its FLOPs at the one-core rate
     assert alone.compute == pytest.approx(one.ranks[0].flops / local.flops) and alone.bubble == 0
@@ -159,6 +163,31 @@ def test_hardware_models_step_time_and_search(capsys):
     assert "choose one of h100-sxm-8x, a100-80g-8x, local" in capsys.readouterr().err
     assert main(["plan", "--search", "--world-size", "8", "--mesh", "2x2x2"]) == 2
     assert "drop --mesh" in capsys.readouterr().err
+
+
+def test_collective_cpu_scales_the_measured_line_to_the_group_and_prices_the_copying():
+    """A group size between measured ones takes the line of the largest below it, per call by
+    (k - 1) / (k' - 1) and per byte by the ring's bytes; the copying is the communication's CPU."""
+    from simcluster.train.plan.hardware import Hardware
+    from simcluster.train.plan.steptime import collective_cpu_s, step_time
+
+    table = (("tp_all_reduce", 2, 1e-3, 1e-9), ("tp_all_reduce", 4, 2e-3, 3e-9), ("fsdp_all_gather", 2, 0.0, 2e-9))
+    hw = Hardware("t", 1e10, 1e10, 10 ** 10, 1e10, 1e9, 1e9, 1e-4, 0, ("made up",), shared_cores=2,
+                  node_link=True, shared_latency_s=1e-3, shared_flops=1e10, collective_cpu=table)
+    assert collective_cpu_s("tp_all_reduce", 2, 10, 10 ** 6, hw) == pytest.approx(10e-3 + 1e-3)
+    assert collective_cpu_s("tp_all_reduce", 4, 10, 10 ** 6, hw) == pytest.approx(20e-3 + 3e-3)
+    # 8 ranks from the line at 4: per call x 7/3, per byte x (2 * 7/8) / (2 * 3/4)
+    assert collective_cpu_s("tp_all_reduce", 8, 3, 10 ** 6, hw) == pytest.approx(3 * 2e-3 * 7 / 3 + 3e-3 * 7 / 6)
+    assert collective_cpu_s("fsdp_all_gather", 3, 1, 10 ** 6, hw) == pytest.approx(2e-3 * 2)  # (k - 1) shards
+    # no line of a kind: twice the ring's bytes at the node's bandwidth
+    assert collective_cpu_s("fsdp_reduce_scatter", 2, 1, 10 ** 6, hw) == pytest.approx(2 * 0.5 * 10 ** 6 / 1e9)
+    p = plan(preflight(Config(model="tiny", mesh="1x1x2")))
+    cheap, dear = (step_time(p, dataclasses.replace(hw, collective_cpu=(("tp_all_reduce", 2, 0.0, b),)))[0]
+                   for b in (1e-10, 1e-8))
+    nbytes = p.ranks[0].traffic["bytes"]["tp_all_reduce"]
+    # 2 ranks on 2 cores: the copying adds its CPU to the step, reported as communication
+    assert dear.communication - cheap.communication == pytest.approx(nbytes * (1e-8 - 1e-10), rel=1e-6)
+    assert dear.compute == pytest.approx(cheap.compute)
 
 
 def test_local_overhead_is_measured_per_stage_and_scales_the_step(corpus, tmp_path, capsys):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from simcluster.launcher.cli import main
+from simcluster.train.plan.hardware import hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,6 +146,7 @@ def test_2x2x2_cluster_shaped_traced_counts_as_closed_form(tmp_path, trainer_ima
     assert "traffic/step " in proc.stdout and "inter-node 1.05 MB" in proc.stdout
     assert "bubble step 2: measured" in proc.stdout and "eth0 limited to 100mbit" in proc.stdout
     projected = {}
+    hardware("local")  # calibrated here if no test has yet (under its lock): the subprocess's timeout is for `project`
     done = subprocess.run([sys.executable, "-m", "launcher", "project", str(run), "--json"],  # as a user runs it
                           capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert done.returncode == 0 and done.stderr == "", done.stderr

@@ -14,6 +14,7 @@ NCCL's small-message latency within a node and over InfiniBand, and says so.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -31,7 +32,9 @@ class Hardware:
     node_link: inter_bw is one link per node that its ranks share (local: a container's eth0,
     which --inter-node-bandwidth limits), else each GPU's own port (a DGX: one NIC per GPU);
     shared_latency_s: local only, the per-message latency when the ranks outnumber the cores;
-    shared_flops: local only, a core's FLOP/s while every core runs a rank (0: flops)."""
+    shared_flops: local only, a core's FLOP/s while every core runs a rank (0: flops);
+    collective_cpu: local only, (kind, group size, CPU seconds a call, CPU seconds a byte) of the
+    collectives inside an action (collective_cpu_s)."""
 
     name: str
     flops: float
@@ -47,6 +50,7 @@ class Hardware:
     node_link: bool = False
     shared_latency_s: float = 0.0
     shared_flops: float = 0.0
+    collective_cpu: tuple[tuple[str, int, float, float], ...] = ()
 
 
 H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: FP32 67 TFLOPS, BF16 1,979 TFLOPS with sparsity, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s)"
@@ -67,7 +71,7 @@ HARDWARE: dict[str, Hardware] = {
 NAMES = (*HARDWARE, "local")
 
 
-CACHE_VERSION = 2  # bumped whenever Hardware's fields or the calibration's method change
+CACHE_VERSION = 3  # bumped whenever Hardware's fields or the calibration's method change
 
 
 def cache_path() -> str:
@@ -85,25 +89,32 @@ def _cached(path: str) -> Hardware | None:
             data = json.load(fh)
         if not isinstance(data, dict) or set(data) != {f.name for f in dataclasses.fields(Hardware)}:
             return None
-        return Hardware(**{**data, "sources": tuple(data["sources"])})
+        return Hardware(**{**data, "sources": tuple(data["sources"]),
+                           "collective_cpu": tuple(tuple(row) for row in data["collective_cpu"])})
     except (OSError, ValueError, TypeError):
         return None
 
 
 def local(recalibrate: bool = False) -> Hardware:
-    """This machine: the cached calibration, or a fresh one (calibrate.py, a few seconds) written to
-    cache_path() (also when the file there is unreadable or of another shape)."""
+    """This machine: the cached calibration, or a fresh one (calibrate.py, under a minute) written to
+    cache_path() (also when the file there is unreadable or of another shape). Processes that ask at
+    once calibrate once: the others wait on cache_path() + ".lock" and read what it wrote."""
     path = cache_path()
     hw = None if recalibrate else _cached(path)
     if hw is not None:
         return hw
-    from simcluster.train.plan.calibrate import calibrate
-
-    hw = calibrate()
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as fh:
-        json.dump(asdict(hw), fh, indent=1)
-    os.replace(path + ".tmp", path)
+    with open(path + ".lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one calibration at a time: a second would measure the first's load
+        hw = None if recalibrate else _cached(path)  # another process calibrated while this one waited
+        if hw is not None:
+            return hw
+        from simcluster.train.plan.calibrate import calibrate
+
+        hw = calibrate()
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            json.dump(asdict(hw), fh, indent=1)
+        os.replace(path + ".tmp", path)
     return hw
 
 

@@ -19,10 +19,11 @@ The step is the slowest rank's sum. On ``local``, where every rank shares the ma
 the order is run instead (shared_step_time): a rank waiting leaves its core to the others. Two
 rules of that machine: a rank's CPU is its FLOPs' time times its pp stage's measured overhead
 (measure.stage_overhead: DTensor's dispatch, FSDP's copies, the pipelining runtime), and a
-collective's bytes are CPU too: gloo between processes of one host copies them through the
-kernel, so each byte a rank sends and each byte it receives needs a core for 1 / bandwidth (a
-gloo all-reduce of 1 MB between two processes beside busy ones takes 0.6 ms of each one's CPU,
-twice the bytes at the ping-pong's 3.4 GB/s); its latencies are a wait off the cores.
+collective's calls and bytes are CPU too: gloo between processes of one host copies (and reduces)
+them through the kernel. Each rank of a group of k spends hw.collective_cpu's measured line of
+CPU on each call (calibrate.collective_cpu: per call and per byte, each kind and group size,
+the ranks outnumbering the cores: several times what its bytes at the ping-pong's bandwidth
+would take, BENCHMARKS.md); its latencies are a wait off the cores.
 Left out: kernel efficiency (peaks are datasheet peaks),
 mixed precision, overlap on CUDA streams, launch overheads, the data loader.
 """
@@ -65,24 +66,22 @@ def _bandwidth(ranks: tuple[int, ...], per_node: int, hw: Hardware, senders: int
     return hw.inter_bw / (senders if hw.node_link else 1)
 
 
+# kind -> (latencies, bytes on the wire per byte the accounting records), a ring over k ranks
+RING = {"tp_all_reduce": lambda k: (2 * (k - 1), 2 * (k - 1) / k), "world_all_reduce": lambda k: (2 * (k - 1), 2 * (k - 1) / k),
+        "fsdp_all_gather": lambda k: (k - 1, k - 1), "fsdp_reduce_scatter": lambda k: (k - 1, (k - 1) / k)}
+GROUP = {"tp_all_reduce": "tp", "world_all_reduce": "world", "fsdp_all_gather": "dp", "fsdp_reduce_scatter": "dp"}
+
+
 def comm_parts(rank: int, traffic: dict, mesh: MeshSpec, hw: Hardware) -> dict[str, float]:
     """Seconds of each kind of one rank's messages in a step (traffic: the accounting's record,
     train/plan/traffic.py), priced as the module docstring's ring model prices them."""
     groups = mesh_groups(rank, mesh.pp, mesh.dp, mesh.tp)
     b, n, per, out = traffic["bytes"], traffic["messages"], mesh.ranks_per_node, {}
-    for kind, group in (("tp_all_reduce", "tp"), ("world_all_reduce", "world")):
-        if b.get(kind) and group in groups:
-            g = groups[group]
-            k = len(g)
-            out[kind] = n[kind] * 2 * (k - 1) * hw.latency_s + 2 * (k - 1) / k * b[kind] / _bandwidth(g, per, hw, k)
-    dp = groups.get("dp", (rank,))
-    k = len(dp)
-    if b.get("fsdp_all_gather"):
-        out["fsdp_all_gather"] = (n["fsdp_all_gather"] * (k - 1) * hw.latency_s
-                                  + (k - 1) * b["fsdp_all_gather"] / _bandwidth(dp, per, hw, k))
-    if b.get("fsdp_reduce_scatter"):
-        out["fsdp_reduce_scatter"] = (n["fsdp_reduce_scatter"] * (k - 1) * hw.latency_s
-                                      + (k - 1) / k * b["fsdp_reduce_scatter"] / _bandwidth(dp, per, hw, k))
+    for kind, ring in RING.items():
+        if b.get(kind) and GROUP[kind] in groups:
+            g = groups[GROUP[kind]]
+            latencies, wire = ring(len(g))
+            out[kind] = n[kind] * latencies * hw.latency_s + wire * b[kind] / _bandwidth(g, per, hw, len(g))
     if b.get("pp_send"):
         out["pp_send"] = 0.0
         for link, nbytes in traffic["links"].items():  # "i->j": simulated nodes (pp stages); "span": the world's
@@ -90,6 +89,20 @@ def comm_parts(rank: int, traffic: dict, mesh: MeshSpec, hw: Hardware) -> dict[s
                 peer = rank + (ends[1] - ends[0]) * per
                 out["pp_send"] += send_s(nbytes / b["pp_send"] * n["pp_send"], nbytes, (rank, peer), mesh, hw)
     return out
+
+
+def collective_cpu_s(kind: str, k: int, messages: int, nbytes: int, hw: Hardware) -> float:
+    """CPU seconds each of a group's k ranks spends in ``messages`` calls of a kind carrying
+    ``nbytes`` in all (the accounting's bytes): hw.collective_cpu's line for that kind at the
+    largest measured group size k' <= k (its per-call part scaled by (k - 1) / (k' - 1), its
+    per-byte part by the ring's bytes at k over those at k'); without one (k below every measured
+    size), twice the ring's bytes at hw.intra_bw (a core copies each byte sent and each received)."""
+    wire = RING[kind](k)[1]
+    rows = [(m, a, b) for kind_, m, a, b in hw.collective_cpu if kind_ == kind and m <= k]
+    if not rows:
+        return 2 * wire * nbytes / hw.intra_bw
+    m, per_call, per_byte = max(rows)
+    return messages * per_call * (k - 1) / (m - 1) + nbytes * per_byte * wire / RING[kind](m)[1]
 
 
 def send_s(messages: float, nbytes: float, pair: tuple[int, int], mesh: MeshSpec, hw: Hardware) -> float:
@@ -140,8 +153,8 @@ def shared_step_time(p: Plan, hw: Hardware, overhead: tuple[float, ...] | None =
     """The step on cores every rank shares: torch's order run by schedule.shared_window, each
     action needing its stage's FLOPs / hw.flops of one core (hw.shared_flops while every core is
     busy), times its pp rank's ``overhead`` where one is given (measured with the cores busy, so
-    then at hw.flops), plus its share of twice the bytes / bandwidth of the rank's TP and FSDP
-    collectives (sent and received, copied by a core), and then waiting, off the cores, for their latencies
+    then at hw.flops), plus its FLOPs' share of the CPU of the rank's TP and FSDP collectives
+    (collective_cpu_s), and then waiting, off the cores, for their latencies
     (hw.latency_s, or hw.shared_latency_s where the ranks outnumber the cores); sends on the
     node's link.
     compute: the seconds the stage's ranks ran (sharing the cores) but for their copying's share;
@@ -154,12 +167,12 @@ def shared_step_time(p: Plan, hw: Hardware, overhead: tuple[float, ...] | None =
     rank_of = {s: r for r, order in enumerate(orders) for _, s, _ in order}
     firsts = [p.ranks[pp * mesh.ranks_per_node] for pp in range(mesh.pp)]  # one rank a pp stage
     parts = [comm_parts(r.rank, r.traffic, mesh, at) for r in firsts]
-    moved = [comm_parts(r.rank, r.traffic, mesh, dataclasses.replace(hw, latency_s=0.0)) for r in firsts]
     work, wait, sends, shares = {}, {}, {}, []
     for pp, r in enumerate(firsts):
-        on_wire = sum(moved[pp].get(k, 0.0) for k in INSIDE)
-        inside = sum(parts[pp].get(k, 0.0) for k in INSIDE) - on_wire
-        copying = 2 * on_wire  # a core for each byte sent and each byte received
+        groups, n = mesh_groups(r.rank, mesh.pp, mesh.dp, mesh.tp), r.traffic["messages"]
+        sizes = {k: len(groups[GROUP[k]]) for k in INSIDE if r.traffic["bytes"].get(k)}  # the kinds it runs
+        inside = latency * sum(n[k] * RING[k](size)[0] for k, size in sizes.items())  # their latencies
+        copying = sum(collective_cpu_s(k, size, n[k], r.traffic["bytes"][k], hw) for k, size in sizes.items())
         scale = overhead[pp] if overhead else 1.0
         for s in r.stages:
             c = stage_cost(run, s)
