@@ -32,8 +32,8 @@ os.environ["SIMCLUSTER_COMPOSE"] = COMPOSE_V2  # inherited by every `python -m l
 # the planner's `local` calibration: this session's own file, never the developer's cache, one for the
 # controller and all its xdist workers (they inherit it; calibrated once, on first use, under its lock)
 if "PYTEST_XDIST_WORKER" not in os.environ or "SIMCLUSTER_TEST_CACHE" not in os.environ:
-    os.environ["SIMCLUSTER_CACHE"] = os.environ["SIMCLUSTER_TEST_CACHE"] = tempfile.mkdtemp(prefix="simcluster-cache-")
-    atexit.register(shutil.rmtree, os.environ["SIMCLUSTER_CACHE"], True)
+    os.environ["SIMCLUSTER_TEST_CACHE"] = tempfile.mkdtemp(prefix="simcluster-cache-")
+    atexit.register(shutil.rmtree, os.environ["SIMCLUSTER_TEST_CACHE"], True)
 os.environ["SIMCLUSTER_CACHE"] = os.environ["SIMCLUSTER_TEST_CACHE"]
 # What a successful run's log must not hold: a store call failing once the rendezvous has closed
 # (torch's warning and C++ frames, issue 17 item 4), any Python traceback, or the instruments'

@@ -164,9 +164,9 @@ def _fork_ranks(target: str, world: int, busy: int, *args: str) -> None:
     sys.exit(1 if failed else 0)
 
 
-def _run_ranks(target: str, world: int, tmp: str, busy: int = 0) -> tuple[str, str]:
-    """(store, out) paths in tmp after ``world`` ranks of ``target`` ran (_fork_ranks) beside
-    ``busy`` spinners.
+def _run_ranks(target: str, world: int, tmp: str, busy: int = 0) -> str:
+    """The path in tmp that ``world`` ranks of ``target`` wrote their results to (_fork_ranks),
+    run beside ``busy`` spinners.
 
     Raises:
         RuntimeError: a rank failed.
@@ -177,14 +177,14 @@ def _run_ranks(target: str, world: int, tmp: str, busy: int = 0) -> tuple[str, s
     done = subprocess.run([sys.executable, "-c", code, target, str(world), str(busy), store, out], env=env, timeout=300)
     if done.returncode != 0:
         raise RuntimeError(f"calibration: the gloo benchmark {target} between {world} processes failed")
-    return store, out
+    return out
 
 
 def gloo_link(busy: int = 0) -> tuple[float, float]:
     """(latency s, bandwidth bytes/s) of one gloo send between two processes of this host (_pingpong),
     beside ``busy`` processes that keep the cores busy."""
     with tempfile.TemporaryDirectory() as tmp:
-        _, out = _run_ranks("_pingpong", 2, tmp, busy)
+        out = _run_ranks("_pingpong", 2, tmp, busy)
         with open(out, encoding="utf-8") as fh:
             small, big = map(float, fh.read().split())
     return small, (1 << 20) * 4 / max(big - small, 1e-9)
@@ -246,7 +246,7 @@ def collective_cpu(cores: int) -> tuple[tuple[str, int, float, float], ...]:
     while world < 4 * cores:
         world *= 2
     with tempfile.TemporaryDirectory() as tmp:
-        _, out = _run_ranks("_collectives", world, tmp)
+        out = _run_ranks("_collectives", world, tmp)
         cpu: dict[tuple[str, int, int], list[float]] = {}
         for rank in range(world):
             with open(f"{out}.{rank}", encoding="utf-8") as fh:

@@ -66,8 +66,12 @@ def _bandwidth(ranks: tuple[int, ...], per_node: int, hw: Hardware, senders: int
     return hw.inter_bw / (senders if hw.node_link else 1)
 
 
+def _ring_all_reduce(k: int) -> tuple[int, float]:
+    return 2 * (k - 1), 2 * (k - 1) / k
+
+
 # kind -> (latencies, bytes on the wire per byte the accounting records), a ring over k ranks
-RING = {"tp_all_reduce": lambda k: (2 * (k - 1), 2 * (k - 1) / k), "world_all_reduce": lambda k: (2 * (k - 1), 2 * (k - 1) / k),
+RING = {"tp_all_reduce": _ring_all_reduce, "world_all_reduce": _ring_all_reduce,
         "fsdp_all_gather": lambda k: (k - 1, k - 1), "fsdp_reduce_scatter": lambda k: (k - 1, (k - 1) / k)}
 GROUP = {"tp_all_reduce": "tp", "world_all_reduce": "world", "fsdp_all_gather": "dp", "fsdp_reduce_scatter": "dp"}
 
