@@ -1,6 +1,6 @@
 """The planner's step time and `launcher project` against the Compose cluster here: one markdown table each.
 
-    python -m bench.steptime                      # both tables (about 8 minutes on 2 cores)
+    python -m bench.steptime                      # both tables (about 16 minutes on 2 cores)
     python -m bench.steptime --meshes 1x1x1,2x2x2 --no-project
     python -m bench.steptime --meshes 2x2x2 --no-project --search 2x2x2,1x4x2,2x1x4,4x2x1
 
@@ -8,9 +8,11 @@ Each measured run is the built-in trainer on a fresh cluster (``simcluster.run``
 code mounted), small model, 1F1B, 6 steps; its step time is the median of steps 2-5. Step time:
 `launcher plan --hardware local` (the cached calibration, --recalibrate measures it again first;
 each pp stage's overhead measured on the fake process group) against each mesh's measured step
-(no instruments on); the order of the meshes by speed is checked wherever their measured steps
-differ by more than 10%. --search: `plan --search`'s 1F1B order against those meshes measured
-likewise. Project (runs with the traffic accounting on and step 6 traced, what project reads): the
+(no instruments on), in ``--rounds`` rounds (every mesh once, then again: a mesh's prediction and
+its measured step are the medians over its rounds, each round's shown; one cluster's step moves
+by 10-25% from run to run on this shared machine, BENCHMARKS.md); the order of the meshes by
+speed is checked wherever their measured steps differ by more than 10%. --search: `plan
+--search`'s 1F1B order against those meshes measured likewise, in as many rounds. Project (runs with the traffic accounting on and step 6 traced, what project reads): the
 2x2x2 run at full bandwidth projected onto the same job under each --inter-node-bandwidth
 (the shaped hardware of train/plan/hardware.py), against the runs measured under it.
 """
@@ -62,20 +64,31 @@ def order(got: dict[str, tuple[float, float]]) -> str:
             + ("kept" if not wrong else "swapped: " + ", ".join(f"{x} before {y}" for x, y in wrong)))
 
 
-def search_order(hw, candidates: list[str], tmp: str) -> None:
-    """`plan --search --world-size N` (1F1B rows) against each candidate mesh measured: the search's
-    rank of each, and whether its order is the measured one wherever steps differ by more than 10%."""
+def search_order(hw, candidates: list[str], tmp: str, rounds: int) -> None:
+    """`plan --search --world-size N` (1F1B rows) against each candidate mesh measured (``rounds``
+    fresh clusters each, the median): the search's rank of each, and whether its order is the
+    measured one wherever steps differ by more than 10%."""
     world = parse_mesh(candidates[0]).world_size
     found, _ = search(Config(model="small"), world, hw)
     ranked = [c.mesh for c in found if c.schedule == "1f1b"]
     print(f"\nsearch --world-size {world}: its 1F1B order {', '.join(ranked)}\n\n"
           "| mesh | search rank (1F1B) | predicted s | measured s | load |\n|---|---|---|---|---|", flush=True)
+    runs = {mesh: [] for mesh in candidates}
+    for i in range(rounds):
+        for mesh in candidates:
+            runs[mesh].append((measure(mesh, f"{tmp}/search-{mesh}-{i + 1}"), load()))
     got = {}
     for mesh in candidates:
         c = next(c for c in found if c.mesh == mesh and c.schedule == "1f1b")
-        got[mesh] = (c.step.total, measure(mesh, f"{tmp}/search-{mesh}"))
-        print(f"| {mesh} | {ranked.index(mesh) + 1} | {got[mesh][0]:.2f} | {got[mesh][1]:.2f} | {load()} |", flush=True)
+        got[mesh] = (c.step.total, statistics.median(s for s, _ in runs[mesh]))
+        print(f"| {mesh} | {ranked.index(mesh) + 1} | {got[mesh][0]:.2f} | {got[mesh][1]:.2f} {each(runs[mesh])} | "
+              f"{' / '.join(ld for _, ld in runs[mesh])} |", flush=True)
     print(f"\nthe search's order {order(got)}", flush=True)
+
+
+def each(values: list[tuple[float, str]]) -> str:
+    """Each round's seconds, "(2.41, 2.47)"; empty for one round."""
+    return "(" + ", ".join(f"{v:.2f}" for v, _ in values) + ")" if len(values) > 1 else ""
 
 
 def load() -> str:
@@ -85,29 +98,41 @@ def load() -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.steptime", description=__doc__.split("\n\n")[0])
     p.add_argument("--meshes", default=",".join(MESHES))
+    p.add_argument("--rounds", type=int, default=2, help="fresh clusters a mesh, alternating (default 2)")
     p.add_argument("--no-project", action="store_true", help="skip the --inter-node-bandwidth runs")
     p.add_argument("--recalibrate", action="store_true", help="measure the local hardware model first")
     p.add_argument("--search", default="", metavar="MESHES",
                    help="also measure these meshes of one world size (e.g. 2x2x2,1x4x2,2x1x4,4x2x1) against "
                         "plan --search's order")
     a = p.parse_args(argv)
+    if a.rounds < 1:
+        p.error(f"--rounds {a.rounds}: give 1 or more, e.g. --rounds 2")
     os.makedirs("runs", exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="bench-steptime-", dir="runs")
     hw = hardware("local", a.recalibrate)
     print(f"local: {hw.flops / 1e9:.1f} GFLOP/s a core, gloo {hw.intra_bw / 1e6:.0f} MB/s and "
           f"{1e3 * hw.latency_s:.2f} ms a message ({hw.sources[0]})\n", flush=True)
+    meshes = a.meshes.split(",")
+    rows = {mesh: [] for mesh in meshes}  # mesh -> per round (overhead, predicted s, measured s, load)
+    for i in range(a.rounds):
+        for mesh in meshes:
+            p = plan(preflight(Config(model="small", mesh=mesh)))
+            overhead = overhead_for(p, hw)
+            rows[mesh].append((overhead, step_time(p, hw, overhead)[0].total,
+                               measure(mesh, f"{tmp}/{mesh}-{i + 1}"), load()))
+            print(f"round {i + 1}: {mesh} predicted {rows[mesh][-1][1]:.2f} s, measured {rows[mesh][-1][2]:.2f} s",
+                  file=sys.stderr, flush=True)
     print("| mesh | overhead a pp stage | predicted s | measured s | error | load |\n|---|---|---|---|---|---|", flush=True)
     got = {}
-    for mesh in a.meshes.split(","):
-        p = plan(preflight(Config(model="small", mesh=mesh)))
-        overhead = overhead_for(p, hw)
-        predicted = step_time(p, hw, overhead)[0].total
-        got[mesh] = (predicted, measure(mesh, f"{tmp}/{mesh}"))
-        print(f"| {mesh} | {' '.join(f'{o:.2f}' for o in overhead)} | {predicted:.2f} | {got[mesh][1]:.2f} | "
-              f"{predicted / got[mesh][1] - 1:+.0%} | {load()} |", flush=True)
+    for mesh, runs in rows.items():
+        got[mesh] = (statistics.median(r[1] for r in runs), statistics.median(r[2] for r in runs))
+        overheads = " / ".join(" ".join(f"{o:.2f}" for o in r[0]) for r in runs)
+        print(f"| {mesh} | {overheads} | {got[mesh][0]:.2f} {each([(r[1], '') for r in runs])} | "
+              f"{got[mesh][1]:.2f} {each([(r[2], '') for r in runs])} | {got[mesh][0] / got[mesh][1] - 1:+.0%} | "
+              f"{' / '.join(r[3] for r in runs)} |", flush=True)
     print(f"\norder by speed {order(got)}", flush=True)
     if a.search:
-        search_order(hw, a.search.split(","), tmp)
+        search_order(hw, a.search.split(","), tmp, a.rounds)
     if a.no_project:
         return 0
     measure("2x2x2", base := f"{tmp}/2x2x2-records", records=True)

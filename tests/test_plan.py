@@ -207,7 +207,7 @@ def test_local_overhead_is_measured_per_stage_and_scales_the_step(corpus, tmp_pa
     assert measured.compute > 1.4 * bare.compute and measured.total > bare.total, (bare, measured)
     assert main(["plan", "--mesh", "2x2x2", "--model", "tiny", "--data", corpus, "--hardware", "local"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"measured alone on the fake process group with the cores busy: x[\d.]+, x[\d.]+ its FLOPs", out), out
+    assert re.search(r"measured on the fake process group, as many ranks at once as the job has: x[\d.]+, x[\d.]+ its FLOPs", out), out
 
 
 def test_sends_on_a_link_delay_the_pipeline_as_the_order_says():

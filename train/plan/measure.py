@@ -169,10 +169,12 @@ def stage_overhead(p: Plan, flops_per_s: float, cores: int, steps: int = 5) -> t
     (1.0: the FLOP model is right; above: DTensor's dispatch, FSDP's copies, the schedule's runtime
     and the rest of what is not FLOPs). Measured on the first rank of each pp stage (its dp x tp peers do
     alike) alone on the fake process group, on one thread, traffic accounting off, as many
-    children at once as the job has ranks (copies of the same ranks; at least ``cores``, at most
-    AT_ONCE_PER_CORE a core: the cores time-sliced as on the cluster, sharing caches and memory
-    bandwidth); each rank's mean over its copies of their median over the steps after the first
-    (which fills DTensor's caches). About 5 s a pp stage for the small model here.
+    children at once as the job has ranks (copies of the same ranks, at most AT_ONCE_PER_CORE a
+    core: the cores time-sliced as on the cluster, sharing caches and memory bandwidth; a 1-rank
+    job alone, as its rank runs beside idle cores, which these cores' shared caches make up to
+    20% faster than with every core busy); each rank's mean over its copies of their median over
+    the steps after the first (which fills DTensor's caches). About 5 s a pp stage for the small
+    model here. ``cores`` bounds the children at once only.
 
     Raises:
         RuntimeError: a child failed (its traceback in the message).
@@ -181,7 +183,7 @@ def stage_overhead(p: Plan, flops_per_s: float, cores: int, steps: int = 5) -> t
 
     run = p.run
     firsts = [pp * run.mesh.ranks_per_node for pp in range(run.mesh.pp)]
-    at_once = min(max(cores, run.mesh.world_size), AT_ONCE_PER_CORE * cores)
+    at_once = min(run.mesh.world_size, AT_ONCE_PER_CORE * cores)
     batch = [firsts[i % len(firsts)] for i in range(-(-len(firsts) // at_once) * at_once)]
     with tempfile.TemporaryDirectory(prefix="simcluster-overhead-") as tmp:
         alone = dataclasses.replace(run, config=dataclasses.replace(run.config, traffic=0, run_dir=tmp))

@@ -156,8 +156,8 @@ def shared_step_time(p: Plan, hw: Hardware, overhead: tuple[float, ...] | None =
                      ) -> tuple[StepTime, list[StepTime]]:
     """The step on cores every rank shares: torch's order run by schedule.shared_window, each
     action needing its stage's FLOPs / hw.flops of one core (hw.shared_flops while every core is
-    busy), times its pp rank's ``overhead`` where one is given (measured with the cores busy, so
-    then at hw.flops), plus its FLOPs' share of the CPU of the rank's TP and FSDP collectives
+    busy), times its pp rank's ``overhead`` where one is given (measured with as many ranks at
+    once as the job has, so then at hw.flops), plus its FLOPs' share of the CPU of the rank's TP and FSDP collectives
     (collective_cpu_s), and then waiting, off the cores, for their latencies
     (hw.latency_s, or hw.shared_latency_s where the ranks outnumber the cores); sends on the
     node's link.
@@ -206,7 +206,7 @@ def to_text(slowest: StepTime, hw: Hardware, overhead: tuple[float, ...] | None 
              f"optimizer {1e3 * s.optimizer:.2f} ms"]
     lines += [f"  source: {src}" for src in hw.sources]
     if overhead:
-        lines.append("  source: each pp stage's CPU a step, measured alone on the fake process group with the cores "
-                     "busy: " + ", ".join(f"x{o:.2f}" for o in overhead) + " its FLOPs' time (train/plan/measure.py)")
+        lines.append("  source: each pp stage's CPU a step, measured on the fake process group, as many ranks at once "
+                     "as the job has: " + ", ".join(f"x{o:.2f}" for o in overhead) + " its FLOPs' time (train/plan/measure.py)")
     lines.append(f"  left out: {LEFT_OUT}")
     return "\n".join(lines)
