@@ -12,8 +12,8 @@ each pp stage's overhead measured on the fake process group) against each mesh's
 its measured step are the medians over its rounds, each round's shown; one cluster's step moves
 by 10-25% from run to run on this shared machine, BENCHMARKS.md); the order of the meshes by
 speed is checked wherever their measured steps differ by more than 10%. --search: `plan
---search`'s 1F1B order against those meshes measured likewise, in as many rounds. Project (runs with the traffic accounting on and step 6 traced, what project reads): the
-2x2x2 run at full bandwidth projected onto the same job under each --inter-node-bandwidth
+--search`'s 1F1B order against those meshes measured likewise, in as many rounds. Project (runs
+with the traffic accounting on and step 6 traced, what project reads): the 2x2x2 run at full bandwidth projected onto the same job under each --inter-node-bandwidth
 (the shaped hardware of train/plan/hardware.py), against the runs measured under it.
 """
 from __future__ import annotations
@@ -81,14 +81,14 @@ def search_order(hw, candidates: list[str], tmp: str, rounds: int) -> None:
     for mesh in candidates:
         c = next(c for c in found if c.mesh == mesh and c.schedule == "1f1b")
         got[mesh] = (c.step.total, statistics.median(s for s, _ in runs[mesh]))
-        print(f"| {mesh} | {ranked.index(mesh) + 1} | {got[mesh][0]:.2f} | {got[mesh][1]:.2f} {each(runs[mesh])} | "
+        print(f"| {mesh} | {ranked.index(mesh) + 1} | {got[mesh][0]:.2f} | {got[mesh][1]:.2f} {each([s for s, _ in runs[mesh]])} | "
               f"{' / '.join(ld for _, ld in runs[mesh])} |", flush=True)
     print(f"\nthe search's order {order(got)}", flush=True)
 
 
-def each(values: list[tuple[float, str]]) -> str:
+def each(values: list[float]) -> str:
     """Each round's seconds, "(2.41, 2.47)"; empty for one round."""
-    return "(" + ", ".join(f"{v:.2f}" for v, _ in values) + ")" if len(values) > 1 else ""
+    return "(" + ", ".join(f"{v:.2f}" for v in values) + ")" if len(values) > 1 else ""
 
 
 def load() -> str:
@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     for mesh, runs in rows.items():
         got[mesh] = (statistics.median(r[1] for r in runs), statistics.median(r[2] for r in runs))
         overheads = " / ".join(" ".join(f"{o:.2f}" for o in r[0]) for r in runs)
-        print(f"| {mesh} | {overheads} | {got[mesh][0]:.2f} {each([(r[1], '') for r in runs])} | "
-              f"{got[mesh][1]:.2f} {each([(r[2], '') for r in runs])} | {got[mesh][0] / got[mesh][1] - 1:+.0%} | "
+        print(f"| {mesh} | {overheads} | {got[mesh][0]:.2f} {each([r[1] for r in runs])} | "
+              f"{got[mesh][1]:.2f} {each([r[2] for r in runs])} | {got[mesh][0] / got[mesh][1] - 1:+.0%} | "
               f"{' / '.join(r[3] for r in runs)} |", flush=True)
     print(f"\norder by speed {order(got)}", flush=True)
     if a.search:

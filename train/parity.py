@@ -50,13 +50,14 @@ def torchrun_cmd(world_size: int, train_args: list[str], launcher: str = "torchr
             "-m", "simcluster.train", *train_args]
 
 
-def run_mesh(cmd: list[str], env: dict[str, str], timeout: float, log_path: str) -> tuple[int | None, str]:
-    """Run a torchrun_cmd to its end: (its exit code, None past ``timeout`` seconds (killed); its
+def run_mesh(cmd: list[str], launcher: str, env: dict[str, str], timeout: float, log_path: str,
+             ) -> tuple[int | None, str]:
+    """Run a torchrun_cmd of ``launcher`` to its end: (its exit code, None past ``timeout`` seconds (killed); its
     stdout and stderr, also kept in ``log_path``). Under forkrun the agent is forked from this
     process (``forkrun.spawn``: the trainer imported here once, where a fresh interpreter would
     import torch and the trainer again, about 3 s of CPU a run); this process runs no tensor op
     before it (the reference comes after), as a fork needs."""
-    if cmd[2] != LAUNCHERS["forkrun"]:
+    if launcher != "forkrun":
         try:
             proc = subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
         except subprocess.TimeoutExpired:
@@ -89,12 +90,12 @@ def run_mesh(cmd: list[str], env: dict[str, str], timeout: float, log_path: str)
         while agent.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
     finally:
-        if agent.poll() is None:  # past the timeout, or this process interrupted
+        timed_out = agent.poll() is None  # past the timeout, or this process interrupted
+        if timed_out:
             agent.kill()
             os.waitpid(agent.pid, 0)
-            agent.returncode = None
     with open(log_path, encoding="utf-8", errors="replace") as fh:
-        return agent.returncode, fh.read()
+        return None if timed_out else agent.returncode, fh.read()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[parity] mesh {cfg.mesh} schedule {cfg.schedule} microbatches {cfg.microbatches}: {' '.join(cmd[1:])}",
           flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    code, output = run_mesh(cmd, env, args.timeout, os.path.join(run_dir, "mesh.log"))
+    code, output = run_mesh(cmd, args.launcher, env, args.timeout, os.path.join(run_dir, "mesh.log"))
     if code is None:
         print(f"error: mesh run exceeded --timeout {args.timeout:.0f}s", file=sys.stderr)
         return 1

@@ -157,8 +157,8 @@ def shared_step_time(p: Plan, hw: Hardware, overhead: tuple[float, ...] | None =
     """The step on cores every rank shares: torch's order run by schedule.shared_window, each
     action needing its stage's FLOPs / hw.flops of one core (hw.shared_flops while every core is
     busy), times its pp rank's ``overhead`` where one is given (measured with as many ranks at
-    once as the job has, so then at hw.flops), plus its FLOPs' share of the CPU of the rank's TP and FSDP collectives
-    (collective_cpu_s), and then waiting, off the cores, for their latencies
+    once as the job has, so then at hw.flops), plus its FLOPs' share of the CPU of the rank's TP
+    and FSDP collectives (collective_cpu_s), and then waiting, off the cores, for their latencies
     (hw.latency_s, or hw.shared_latency_s where the ranks outnumber the cores); sends on the
     node's link.
     compute: the seconds the stage's ranks ran (sharing the cores) but for their copying's share;
