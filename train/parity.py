@@ -3,9 +3,8 @@
     python -m train.parity --mesh 2x2x2 --schedule 1f1b --steps 10
     python -m train.parity --mesh 2x2x2 --config my_run.yaml --tolerance 1e-4
 
-Spawns the mesh with torchrun (``--standalone``; ``--launcher forkrun``: torchrun's agent forked from
-this process and the ranks from the agent, after this process's one import of torch and the
-trainer, as on the cluster's nodes), runs ``train.reference`` with the same seed,
+Spawns the mesh with torchrun (``--standalone``; ``--launcher forkrun``: the ranks forked after one
+import, as on the cluster's nodes), runs ``train.reference`` with the same seed,
 data and optimizer, prints a table of each step's loss and grad norm, and ends with one line
 ``max_rel_loss_diff=<float>``. Exits 1 when a step's relative loss difference exceeds the
 tolerance (1e-4 over all steps, 1e-6 on the first step) or the runs hold different steps, 2 on a
@@ -50,54 +49,6 @@ def torchrun_cmd(world_size: int, train_args: list[str], launcher: str = "torchr
             "-m", "simcluster.train", *train_args]
 
 
-def run_mesh(cmd: list[str], launcher: str, env: dict[str, str], timeout: float, log_path: str,
-             ) -> tuple[int | None, str]:
-    """Run a torchrun_cmd of ``launcher`` to its end: (its exit code, None past ``timeout`` seconds (killed); its
-    stdout and stderr, also kept in ``log_path``). Under forkrun the agent is forked from this
-    process (``forkrun.spawn``: the trainer imported here once, where a fresh interpreter would
-    import torch and the trainer again, about 3 s of CPU a run); this process runs no tensor op
-    before it (the reference comes after), as a fork needs."""
-    if launcher != "forkrun":
-        try:
-            proc = subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
-        except subprocess.TimeoutExpired:
-            return None, ""
-        with open(log_path, "w", encoding="utf-8") as fh:
-            fh.write(proc.stdout + proc.stderr)
-        return proc.returncode, proc.stdout + proc.stderr
-    import time
-
-    from simcluster.launcher.container import forkrun
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with open(log_path, "w", encoding="utf-8") as log:  # the agent's and ranks' output: the log, not ours
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
-        try:
-            agent = forkrun.spawn(cmd[3:], env)
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-    agent.start()
-    deadline = time.monotonic() + timeout
-    try:
-        while agent.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-    finally:
-        timed_out = agent.poll() is None  # past the timeout, or this process interrupted
-        if timed_out:
-            agent.kill()
-            os.waitpid(agent.pid, 0)
-    with open(log_path, encoding="utf-8", errors="replace") as fh:
-        return None if timed_out else agent.returncode, fh.read()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m train.parity", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -125,13 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[parity] mesh {cfg.mesh} schedule {cfg.schedule} microbatches {cfg.microbatches}: {' '.join(cmd[1:])}",
           flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    code, output = run_mesh(cmd, args.launcher, env, args.timeout, os.path.join(run_dir, "mesh.log"))
-    if code is None:
+    try:
+        proc = subprocess.run(cmd, env=env, timeout=args.timeout, capture_output=True, text=True)
+    except subprocess.TimeoutExpired:
         print(f"error: mesh run exceeded --timeout {args.timeout:.0f}s", file=sys.stderr)
         return 1
-    if code != 0:
-        sys.stderr.write(output[-12000:])
-        print(f"error: mesh run failed with exit code {code}", file=sys.stderr)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
+        print(f"error: mesh run failed with exit code {proc.returncode}", file=sys.stderr)
         return 1
     import torch
 
