@@ -210,6 +210,39 @@ def test_local_overhead_is_measured_per_stage_and_scales_the_step(corpus, tmp_pa
     assert re.search(r"measured on the fake process group, as many ranks at once as the job has: x[\d.]+, x[\d.]+ its FLOPs", out), out
 
 
+IDLE_GROUPS = """
+import os, sys, time, torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.distributed.device_mesh import init_device_mesh
+from simcluster.train.plan.measure import idle_gloo_groups
+shape = tuple(map(int, sys.argv[1].split("x")))
+dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=shape[0] * shape[1] * shape[2])
+mesh = init_device_mesh("cpu", shape, mesh_dim_names=("pp", "dp", "tp"))
+def woken():
+    return sum(int(line.split()[1]) for t in os.listdir("/proc/self/task")
+               for line in open(f"/proc/self/task/{t}/status") if line.startswith("voluntary_ctxt"))
+groups = idle_gloo_groups(mesh)
+before = woken(); time.sleep(0.5)
+print(len(groups), woken() - before)
+"""
+
+
+def test_the_overhead_children_hold_their_ranks_gloo_groups_idle():
+    """Each overhead child holds one idle gloo group a group of its cluster rank (the world's and each
+    DeviceMesh dimension's that is not the world), whose event loops wake about every 10 ms."""
+    import subprocess
+    import sys
+
+    got = {}
+    for mesh in ("1x1x1", "2x1x1", "2x2x2"):
+        out = subprocess.run([sys.executable, "-c", IDLE_GROUPS, mesh], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+        assert out.returncode == 0, out.stderr
+        got[mesh] = tuple(map(int, out.stdout.split()))
+    assert [n for n, _ in got.values()] == [1, 3, 4], got
+    assert got["2x2x2"][1] >= 4 * 0.5 * 100 * 0.6, got  # 4 loops, 0.5 s, 100 wake-ups a second (loaded machine: 60%)
+
+
 def test_sends_on_a_link_delay_the_pipeline_as_the_order_says():
     """2 stages, 1f1b, 2 microbatches, F = 1, B = 2, a send 0.5: the critical path gains the
     first activation, the first grad and the last grad (1.5), less the 0.5 the second microbatch's

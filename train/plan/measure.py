@@ -11,6 +11,12 @@ shapes and the op sequence are real. One exception is patched: the schedule's wa
 0; the patched vote still sends and receives, then answers STATIC, as every rank of a real run
 of the trainer does (its stage I/O shapes are given, train/pipeline.py stage_io). Each rank runs
 in a child forked from this process, so no rank sees another's process group or caches.
+
+For the step's CPU (stage_overhead) a child also holds, idle, one gloo process group for each
+group its rank holds on the cluster (the world and each DeviceMesh dimension's that is not the
+world: 4 on 2x2x2): gloo's TCP device keeps an event-loop thread per group that wakes every 10 ms
+(``epoll_wait``'s timeout in gloo/transport/tcp/loop.cc), about 400 wake-ups a second for 4 groups,
+and on cores the ranks outnumber, each wake-up takes a core from some rank's compute.
 """
 from __future__ import annotations
 
@@ -40,7 +46,17 @@ def _static_vote(orig):
     return vote
 
 
-def _child(run: TrainRun, rank: int, steps: int, memory: bool) -> dict:
+def idle_gloo_groups(mesh) -> list:
+    """One idle one-rank gloo process group (``ProcessGroupGloo`` on a HashStore) for each distinct
+    group a rank of the DeviceMesh ``mesh`` holds (the world's and its dimensions'): their
+    event-loop threads wake as a cluster rank's do. Held by the caller for as long as they should run."""
+    from datetime import timedelta
+
+    groups = {id(g) for g in [dist.group.WORLD, *(mesh.get_group(d) for d in range(mesh.ndim))]}
+    return [dist.ProcessGroupGloo(dist.HashStore(), 0, 1, timedelta(seconds=60)) for _ in groups]
+
+
+def _child(run: TrainRun, rank: int, steps: int, memory: bool, idle_groups: bool = False) -> dict:
     from simcluster.train.trainer import Trainer
 
     PipelineStage._warmup_backward_result = _static_vote(PipelineStage._warmup_backward_result)
@@ -51,6 +67,7 @@ def _child(run: TrainRun, rank: int, steps: int, memory: bool) -> dict:
     torch.set_flush_denormal(True)
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=run.mesh.world_size)
     trainer = Trainer(run, rank, 0)
+    idle = idle_gloo_groups(trainer.mesh) if idle_groups else []  # noqa: F841 - held through the steps
     out: dict = {"rank": rank, "traffic": [], "step_s": [], "cpu_s": []}
     for step in range(1, steps + 1):
         t0, c0 = time.perf_counter(), time.process_time()
@@ -110,7 +127,8 @@ def _tracked_step(trainer, step: int) -> dict:
     return {k.name if hasattr(k, "name") else str(k): int(v) for k, v in peak[dev].items()}
 
 
-def _fork(run: TrainRun, rank: int, steps: int, memory: bool, quiet: bool = False) -> tuple[int, int]:
+def _fork(run: TrainRun, rank: int, steps: int, memory: bool, quiet: bool = False,
+          idle_groups: bool = False) -> tuple[int, int]:
     """Fork the child of one rank (quiet: its stdout and stderr to /dev/null; a failure still comes
     back through the pipe); returns (its pid, the read end of its pipe)."""
     r, w = os.pipe()
@@ -123,7 +141,7 @@ def _fork(run: TrainRun, rank: int, steps: int, memory: bool, quiet: bool = Fals
             os.dup2(null, 2)
         code = 0
         try:
-            payload = json.dumps(_child(run, rank, steps, memory))
+            payload = json.dumps(_child(run, rank, steps, memory, idle_groups))
         except BaseException:  # noqa: BLE001 - reported to the parent
             payload, code = json.dumps({"error": traceback.format_exc()}), 1
         with os.fdopen(w, "w") as fh:
@@ -143,12 +161,12 @@ def _collect(run: TrainRun, rank: int, pid: int, r: int) -> dict:
 
 
 def measure_ranks(run: TrainRun, ranks: list[int] | None = None, steps: int = 2, memory: bool = False,
-                  jobs: int = 2, quiet: bool = False) -> list[dict]:
+                  jobs: int = 2, quiet: bool = False, idle_groups: bool = False) -> list[dict]:
     """For each rank (default all): {"rank", "traffic": the accounting's rows (one per step; run
     with traffic=1), "held": held_bytes, "memory": MemTracker's peak snapshot of the last step
     (memory=True), "step_s" and "cpu_s": each step's wall and process CPU seconds (alone on one
     thread, the collectives moving nothing)}, each from a forked child, ``jobs`` at a time (quiet:
-    their output dropped). run.config.run_dir gets the traffic files.
+    their output dropped; idle_groups: each child holding idle_gloo_groups). run.config.run_dir gets the traffic files.
 
     Raises:
         RuntimeError: a child failed (its traceback in the message).
@@ -156,7 +174,7 @@ def measure_ranks(run: TrainRun, ranks: list[int] | None = None, steps: int = 2,
     ranks = list(range(run.mesh.world_size)) if ranks is None else list(ranks)
     out = []
     for i in range(0, len(ranks), jobs):
-        started = [(rank, *_fork(run, rank, steps, memory, quiet)) for rank in ranks[i:i + jobs]]
+        started = [(rank, *_fork(run, rank, steps, memory, quiet, idle_groups)) for rank in ranks[i:i + jobs]]
         out += [_collect(run, rank, pid, r) for rank, pid, r in started]
     return out
 
@@ -168,7 +186,8 @@ def stage_overhead(p: Plan, flops_per_s: float, cores: int, steps: int = 5) -> t
     """Per pp rank of the plan, the CPU a step of its work takes against its FLOPs at ``flops_per_s``
     (1.0: the FLOP model is right; above: DTensor's dispatch, FSDP's copies, the schedule's runtime
     and the rest of what is not FLOPs). Measured on the first rank of each pp stage (its dp x tp peers do
-    alike) alone on the fake process group, on one thread, traffic accounting off, as many
+    alike) alone on the fake process group, on one thread, traffic accounting off, holding its
+    cluster rank's gloo groups idle (idle_gloo_groups: their event loops wake as there), as many
     children at once as the job has ranks (copies of the same ranks, at most AT_ONCE_PER_CORE a
     core: the cores time-sliced as on the cluster, sharing caches and memory bandwidth; a 1-rank
     job alone, as its rank runs beside idle cores, which these cores' shared caches make up to
@@ -187,7 +206,7 @@ def stage_overhead(p: Plan, flops_per_s: float, cores: int, steps: int = 5) -> t
     batch = [firsts[i % len(firsts)] for i in range(-(-len(firsts) // at_once) * at_once)]
     with tempfile.TemporaryDirectory(prefix="simcluster-overhead-") as tmp:
         alone = dataclasses.replace(run, config=dataclasses.replace(run.config, traffic=0, run_dir=tmp))
-        rows = measure_ranks(alone, batch, steps=steps, jobs=at_once, quiet=True)
+        rows = measure_ranks(alone, batch, steps=steps, jobs=at_once, quiet=True, idle_groups=True)
     cpu: dict[int, list[float]] = {}
     for row in rows:
         cpu.setdefault(row["rank"], []).append(statistics.median(row["cpu_s"][1:] or row["cpu_s"]))
