@@ -7,7 +7,8 @@ Measured side: each rank of the real trainer alone on torch's fake process group
 (train/plan/measure.py), 2 steps, step 2 compared. A config is MESH:SCHEDULE[:MICROBATCHES];
 default: 1F1B on every mesh of the parity matrix and every schedule on 2x2x2. --memory also runs
 MemTracker around step 2 (slower; it cannot follow interleaved-zb, zbv and dualpipev, whose rows
-then say so). Not here yet: the step-time validation against the Compose cluster (issue 20).
+then say so). The step time against the Compose cluster is its own benchmark: python -m
+bench.steptime.
 """
 from __future__ import annotations
 
