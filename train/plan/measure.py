@@ -166,7 +166,8 @@ def measure_ranks(run: TrainRun, ranks: list[int] | None = None, steps: int = 2,
     with traffic=1), "held": held_bytes, "memory": MemTracker's peak snapshot of the last step
     (memory=True), "step_s" and "cpu_s": each step's wall and process CPU seconds (alone on one
     thread, the collectives moving nothing)}, each from a forked child, ``jobs`` at a time (quiet:
-    their output dropped; idle_groups: each child holding idle_gloo_groups). run.config.run_dir gets the traffic files.
+    their output dropped; idle_groups: each child holding idle_gloo_groups). run.config.run_dir gets
+    the traffic files.
 
     Raises:
         RuntimeError: a child failed (its traceback in the message).

@@ -18,10 +18,9 @@ Per rank, in seconds:
 The step is the slowest rank's sum. On ``local``, where every rank shares the machine's cores,
 the order is run instead (shared_step_time): a rank waiting leaves its core to the others. Two
 rules of that machine: a rank's CPU is its FLOPs' time times its pp stage's measured overhead
-(measure.stage_overhead: DTensor's dispatch, FSDP's copies, the pipelining runtime, the
-wake-ups of its gloo groups' idle event loops), and a
-collective's calls and bytes are CPU too: gloo between processes of one host copies (and reduces)
-them through the kernel. Each rank of a group of k spends hw.collective_cpu's measured line of
+(measure.stage_overhead: DTensor's dispatch, FSDP's copies, the pipelining runtime, the wake-ups
+of its gloo groups' idle event loops), and a collective's calls and bytes are CPU too: gloo
+between processes of one host copies (and reduces) them through the kernel. Each rank of a group of k spends hw.collective_cpu's measured line of
 CPU on each call (calibrate.collective_cpu: per call and per byte, each kind and group size,
 the ranks outnumbering the cores: several times what its bytes at the ping-pong's bandwidth
 would take, BENCHMARKS.md); its latencies are a wait off the cores.
