@@ -97,6 +97,42 @@ def test_forkrun_trains_like_torchrun(tmp_path):
     assert bad.returncode == 1 and "n_heads" in bad.stdout + bad.stderr  # rank exits 2, the agent 1, as torchrun
 
 
+FORK_PARENT = """
+import os
+if __name__ == "__main__":  # forkrun imports this module in the agent first: nothing runs there
+    import torch.distributed as dist
+    from simcluster.launcher.container.ranks import rank_processes
+
+    dist.init_process_group("gloo")
+    dist.barrier()  # every rank forked before the tree is read
+    server = os.getppid()
+    with open(f"/proc/{server}/status") as fh:
+        threads = next(line.split()[1] for line in fh if line.startswith("Threads:"))
+    with open(f"/proc/{server}/stat") as fh:
+        agent = int(fh.read().rsplit(")", 1)[1].split()[1])
+    found = {rank: pid for rank, (pid, _) in rank_processes(agent, 0).items()}
+    print(f"rank={dist.get_rank()} parent_threads={threads} found={found.get(dist.get_rank()) == os.getpid()}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+"""
+
+
+def test_forkrun_forks_its_ranks_from_a_one_thread_server(tmp_path):
+    """The ranks are forked by a process with one thread (forkrun's fork server), not by torchrun's
+    agent, whose store and keep-alive threads may hold a lock at the fork that the rank then waits
+    on forever (1 rank in a few dozen 2x2x2 runs hung before its process group); and
+    launcher.container.ranks still names each rank's process (the freeze drills use it)."""
+    need_torch()
+    (tmp_path / "fork_parent.py").write_text(FORK_PARENT)
+    proc = subprocess.run([sys.executable, "-m", "simcluster.launcher.container.forkrun", "--standalone",
+                           "--nproc-per-node=3", "--tee=3", "-m", "fork_parent"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}:{tmp_path}"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    for rank in range(3):
+        assert f"rank={rank} parent_threads=1 found=True" in proc.stdout, proc.stdout[-2000:]
+
+
 SPAWN = """
 import os, sys, time
 from simcluster.launcher.container import forkrun

@@ -3,8 +3,9 @@
     python -m train.parity --mesh 2x2x2 --schedule 1f1b --steps 10
     python -m train.parity --mesh 2x2x2 --config my_run.yaml --tolerance 1e-4
 
-Spawns the mesh with torchrun (``--standalone``; ``--launcher forkrun``: the ranks forked after one
-import, as on the cluster's nodes), runs ``train.reference`` with the same seed,
+Spawns the mesh with torchrun (``--standalone``; ``--launcher forkrun``: torchrun's agent forked from
+this process and the ranks from the agent, after this process's one import of torch and the
+trainer, as on the cluster's nodes), runs ``train.reference`` with the same seed,
 data and optimizer, prints a table of each step's loss and grad norm, and ends with one line
 ``max_rel_loss_diff=<float>``. Exits 1 when a step's relative loss difference exceeds the
 tolerance (1e-4 over all steps, 1e-6 on the first step) or the runs hold different steps, 2 on a
@@ -42,11 +43,60 @@ def compare(mesh_recs: list[dict], ref_recs: list[dict], tolerance: float) -> tu
 LAUNCHERS = {"torchrun": "torch.distributed.run", "forkrun": "simcluster.launcher.container.forkrun"}
 
 
-def torchrun_cmd(world_size: int, train_args: list[str], launcher: str = "torchrun") -> list[str]:
-    """The command that runs ``python -m train`` on ``world_size`` local processes: under torchrun,
-    or under forkrun (torchrun's agent, the ranks forked after one import, as the cluster's nodes run them)."""
-    return [sys.executable, "-m", LAUNCHERS[launcher], "--standalone", f"--nproc-per-node={world_size}",
-            "-m", "simcluster.train", *train_args]
+def torchrun_args(world_size: int, train_args: list[str]) -> list[str]:
+    """torchrun's arguments (torchrun's and forkrun's alike) that run ``python -m train`` on
+    ``world_size`` local processes."""
+    return ["--standalone", f"--nproc-per-node={world_size}", "-m", "simcluster.train", *train_args]
+
+
+def run_mesh(launcher: str, args: list[str], env: dict[str, str], timeout: float, log_path: str,
+             ) -> tuple[int | None, str]:
+    """Run ``launcher`` (a LAUNCHERS key) with torchrun's arguments ``args`` (``torchrun_args``) to
+    its end: (its exit code, None past ``timeout`` seconds (killed); its stdout and stderr, also
+    kept in ``log_path``). Under forkrun the agent is forked from this process
+    (``forkrun.spawn``: the trainer imported here once, where a fresh interpreter would import
+    torch and the trainer again, about 3 s of CPU a run); this process runs no tensor op and
+    starts no thread before it (the reference comes after), as a fork needs."""
+    if launcher != "forkrun":
+        try:
+            proc = subprocess.run([sys.executable, "-m", LAUNCHERS[launcher], *args], env=env, timeout=timeout,
+                                  capture_output=True, text=True)
+        except subprocess.TimeoutExpired:
+            return None, ""
+        with open(log_path, "w", encoding="utf-8") as fh:
+            fh.write(proc.stdout + proc.stderr)
+        return proc.returncode, proc.stdout + proc.stderr
+    import time
+
+    from simcluster.launcher.container import forkrun
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log_path, "w", encoding="utf-8") as log:  # the agent's and ranks' output: the log, not ours
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        try:
+            agent = forkrun.spawn(args, env)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+    agent.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while agent.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        timed_out = agent.poll() is None  # past the timeout, or this process interrupted
+        if timed_out:
+            agent.kill()
+            os.waitpid(agent.pid, 0)
+    with open(log_path, encoding="utf-8", errors="replace") as fh:
+        return None if timed_out else agent.returncode, fh.read()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,18 +122,17 @@ def main(argv: list[str] | None = None) -> int:
     mesh_dir = os.path.join(run_dir, "mesh")
     cfg = run.config
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in cfg.to_dict().items() if v is not None and k != "run_dir"]
-    cmd = torchrun_cmd(run.mesh.world_size, [*flags, f"--run-dir={mesh_dir}"], args.launcher)
-    print(f"[parity] mesh {cfg.mesh} schedule {cfg.schedule} microbatches {cfg.microbatches}: {' '.join(cmd[1:])}",
-          flush=True)
+    mesh_args = torchrun_args(run.mesh.world_size, [*flags, f"--run-dir={mesh_dir}"])
+    print(f"[parity] mesh {cfg.mesh} schedule {cfg.schedule} microbatches {cfg.microbatches}: "
+          f"-m {LAUNCHERS[args.launcher]} {' '.join(mesh_args)}", flush=True)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    try:
-        proc = subprocess.run(cmd, env=env, timeout=args.timeout, capture_output=True, text=True)
-    except subprocess.TimeoutExpired:
+    code, output = run_mesh(args.launcher, mesh_args, env, args.timeout, os.path.join(run_dir, "mesh.log"))
+    if code is None:
         print(f"error: mesh run exceeded --timeout {args.timeout:.0f}s", file=sys.stderr)
         return 1
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
-        print(f"error: mesh run failed with exit code {proc.returncode}", file=sys.stderr)
+    if code != 0:
+        sys.stderr.write(output[-12000:])
+        print(f"error: mesh run failed with exit code {code}", file=sys.stderr)
         return 1
     import torch
 

@@ -7,9 +7,8 @@ Takes torchrun's own command line (``torch.distributed.run.parse_args``) and run
 own elastic agent (``elastic_launch``: the same rendezvous, restarts, log prefixes, exit
 codes), with one difference: with ``-m MODULE`` the ranks are not fresh interpreters. This
 process first imports torch, MODULE and the modules MODULE lists in ``PRELOAD`` (train lists
-train.trainer: torch.distributed.tensor, FSDP, pipelining, DCP), and the agent then forks each
-rank from it (``start_method="fork"`` with a function entrypoint, which torchrun supports
-for Python functions). A rank then runs ``python -m MODULE ARGS`` as usual (runpy, ``__name__
+train.trainer: torch.distributed.tensor, FSDP, pipelining, DCP), and each rank is then forked
+from a copy of it (a function entrypoint, which torchrun supports for Python functions). A rank then runs ``python -m MODULE ARGS`` as usual (runpy, ``__name__
 == "__main__"``), with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the agent.
 
 Why: on a simulated node every rank shares the node's few cores, and `import torch` plus the
@@ -19,8 +18,17 @@ before the first collective. Forked ranks share the imported pages (copy-on-writ
 per-rank cost is gone. The training code is unchanged: on a real cluster the same module runs
 under plain ``torchrun``, and ``python -m launcher.container.node --torchrun`` uses plain torchrun here too.
 
-Fork safety: this process runs no tensor computation before forking (no intra-op thread pool
-exists yet) and each rank creates its own process group after the fork. Before the agent forks,
+Fork safety: the ranks are forked from a process with one thread. torchrun's agent is not one
+once it runs: the c10d rendezvous' keep-alive thread, and under ``--standalone`` the libuv
+threads of the TCPStores it hosts, which serve the ranks already started while the next one is
+forked. A fork copies whatever lock such a thread holds at that instant, held forever, and 1
+forked rank in a few dozen 2x2x2 runs hung before its process group (the store timed out on
+its key; the suite's parity runs showed it). So ``main`` first forks, while this process is
+still single-threaded, the server of multiprocessing's "forkserver" start method
+(``start_fork_server``; the stock one would exec a fresh interpreter and import torch again),
+and the agent runs with ``start_method="forkserver"``, which torchrun supports: each rank is
+forked by that server from the imported modules. No tensor computation runs before (no
+intra-op thread pool exists) and each rank creates its own process group. Before the fork,
 ``gc.freeze()`` moves the imported objects into the collector's permanent generation (as the
 ``gc`` docs advise for forking servers): a rank's collections never walk them, so they neither
 cost the rank's CPU nor write to (copy) the pages the ranks share.
@@ -39,6 +47,7 @@ import importlib
 import os
 import runpy
 import signal
+import socket
 import sys
 import traceback
 import uuid
@@ -195,11 +204,76 @@ def main(argv: list[str] | None = None) -> None:
         args.master_port = 29500
     preload(args.training_script)
     config, _, _ = config_from_args(args)
-    config.start_method = "fork"
-    sys.stdout.flush()  # nothing buffered may be copied into the ranks
-    sys.stderr.flush()
+    config.start_method = "forkserver"
     gc.freeze()  # the imported objects out of every collection, so a rank's collector never rescans (and dirties) them
-    elastic_launch(config=config, entrypoint=run_module)(args.training_script, *args.training_script_args)
+    server = start_fork_server()  # now, while this process has one thread: the agent's start below
+    try:
+        elastic_launch(config=config, entrypoint=run_module)(args.training_script, *args.training_script_args)
+    finally:
+        stop_fork_server(server)
+
+
+def start_fork_server() -> int:
+    """Fork, from this process as it is now, the server that multiprocessing's "forkserver"
+    start method asks for each new process (``multiprocessing.forkserver.main``), and register it
+    as this process's fork server; returns its pid.
+
+    The stock server is a fresh interpreter (``ForkServer.ensure_running`` execs one) that would
+    import torch and the training code again; this one is a copy of this process and so holds
+    them. Call it while this process has one thread (a lock another thread holds at the fork
+    stays held in the server and in every rank it forks). The server ends when this process and
+    every process it forked have closed the "alive" pipe, as the stock one does;
+    ``stop_fork_server`` reaps it.
+    """
+    from multiprocessing import connection, forkserver, util
+
+    listener = socket.socket(socket.AF_UNIX)
+    address = connection.arbitrary_address("AF_UNIX")
+    listener.bind(address)
+    if not util.is_abstract_socket_namespace(address):
+        os.chmod(address, 0o600)
+    listener.listen()
+    alive_r, alive_w = os.pipe()
+    sys.stdout.flush()  # nothing buffered may be copied into the server (and its ranks)
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            os.close(alive_w)
+            forkserver.main(listener.fileno(), alive_r, [])
+        except SystemExit:
+            pass
+        except BaseException:  # noqa: BLE001 - printed as the interpreter prints an uncaught exception
+            sys.excepthook(*sys.exc_info())
+            code = 1
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    listener.close()
+    os.close(alive_r)
+    server = forkserver._forkserver  # what ensure_running() checks: a live pid is used as it is
+    server._forkserver_address, server._forkserver_alive_fd, server._forkserver_pid = address, alive_w, pid
+    return pid
+
+
+def stop_fork_server(pid: int, wait_s: float = 10.0) -> None:
+    """Close this process's end of the fork server's "alive" pipe and reap the server, waiting up
+    to ``wait_s`` seconds: it exits once the ranks it forked have exited too (they hold the pipe
+    while they run; the agent has ended them when its run returns or raises)."""
+    import time
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if server._forkserver_pid == pid and server._forkserver_alive_fd is not None:
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+    deadline = time.monotonic() + wait_s
+    try:
+        while not os.waitpid(pid, os.WNOHANG)[0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    except ChildProcessError:
+        pass
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ heartbeat thread and to torchrun's agent, which only polls exit codes. The node 
 (launcher/container/node.py) asks ``frozen`` every second, so liveness reaches the ranks.
 A rank's number comes from its environment (RANK, set when stock torchrun starts it); ranks
 forked by launcher/container/forkrun.py inherit the agent's environment, so for them it is the
-node's first rank plus their index among the agent's children in start (pid) order.
+node's first rank plus their index among their fork server's children in start (pid) order (the
+server is the agent's child beside multiprocessing's resource tracker: the one with children).
 """
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def _env_rank(pid: int) -> int | None:
 def rank_processes(root: int, first_rank: int) -> dict[int, tuple[int, str]]:
     """rank -> (pid, state) of the rank processes under root (the node's torchrun): the
     descendants that carry RANK in their environment, else the children of the process whose
-    children they are (the agent), numbered from first_rank in pid order. State is /proc's
+    children are all leaves (forkrun's fork server), numbered from first_rank in pid order. State is /proc's
     letter: R running, S sleeping, T stopped, ..."""
     table = _table()
     children: dict[int, list[int]] = {}
@@ -63,8 +64,8 @@ def rank_processes(root: int, first_rank: int) -> dict[int, tuple[int, str]]:
             if rank is not None and rank not in ranks:
                 ranks[rank] = (pid, table[pid][1])
             todo.append(pid)
-        if kids and not any(_env_rank(p) is not None for p in kids) and not children.get(kids[0]):
-            # forked ranks: the agent's children (leaves, without RANK of their own), in start order
+        if kids and not any(_env_rank(p) is not None for p in kids) and not any(children.get(p) for p in kids):
+            # forked ranks: the fork server's children (leaves, without RANK of their own), in start order
             for i, pid in enumerate(kids):
                 ranks.setdefault(first_rank + i, (pid, table[pid][1]))
     return ranks
