@@ -8,8 +8,9 @@ own elastic agent (``elastic_launch``: the same rendezvous, restarts, log prefix
 codes), with one difference: with ``-m MODULE`` the ranks are not fresh interpreters. This
 process first imports torch, MODULE and the modules MODULE lists in ``PRELOAD`` (train lists
 train.trainer: torch.distributed.tensor, FSDP, pipelining, DCP), and each rank is then forked
-from a copy of it (a function entrypoint, which torchrun supports for Python functions). A rank then runs ``python -m MODULE ARGS`` as usual (runpy, ``__name__
-== "__main__"``), with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the agent.
+from a copy of it (a function entrypoint, which torchrun supports for Python functions). A rank
+then runs ``python -m MODULE ARGS`` as usual (runpy, ``__name__ == "__main__"``), with RANK,
+LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the agent.
 
 Why: on a simulated node every rank shares the node's few cores, and `import torch` plus the
 distributed stack costs each fresh interpreter about 2.7 s of CPU (1.3 s torch, 1.4 s the
