@@ -5,10 +5,12 @@
 
 Runs ``python -m launcher up --model tiny --steps 3 --mount-code --quiet`` (this checkout's code)
 and, every ``--every-s`` seconds until it exits, sums ``Pss`` and ``Rss`` of
-/proc/PID/smaps_rollup over every process of the nodes' torchrun agents and ranks (those whose
-command line holds ``simcluster.launcher.container.forkrun``: the containers' processes are this
-machine's). PSS counts a page shared by the forked ranks of a node once, split among them; RSS
-counts it in each. Prints one markdown row: mesh, ranks, peak PSS (MB, and MB a rank), peak RSS,
+/proc/PID/smaps_rollup over every process of the nodes: the node wrappers, torchrun's agents
+forked from them, the agents' fork servers and the ranks (those whose command line holds
+``simcluster.launcher.container.node`` or ``.forkrun``: the containers' processes are this
+machine's; since the wrapper forks the agent, fe7b271, forkrun's own name matched none of them).
+PSS counts a page shared by the forked ranks of a node once, split among them; RSS counts it in
+each. Prints one markdown row: mesh, ranks, peak PSS (MB, and MB a rank), peak RSS,
 seconds from the command to its exit, and the exit code. Needs Docker and the trainer image.
 """
 from __future__ import annotations
@@ -23,7 +25,9 @@ import time
 from simcluster.train.config import ConfigError, parse_mesh
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MATCH = b"simcluster.launcher.container.forkrun"
+# the node wrapper (it imports torch and forks the agent), the agent, its fork server and the ranks all carry
+# the wrapper's command line; forkrun's own for a forkrun started directly
+MATCH = (b"simcluster.launcher.container.node", b"simcluster.launcher.container.forkrun")
 
 
 def summed_kb() -> tuple[int, int, int]:
@@ -32,7 +36,7 @@ def summed_kb() -> tuple[int, int, int]:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if MATCH not in fh.read():
+                if not any(m in fh.read() for m in MATCH):
                     continue
             with open(f"/proc/{pid}/smaps_rollup") as fh:
                 fields = dict(line.split(":", 1) for line in fh if line.startswith(("Pss:", "Rss:")))

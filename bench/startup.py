@@ -1,0 +1,83 @@
+"""Start-up of a warm cluster: seconds from `launcher up` to each milestone of its first step.
+
+    python -m bench.startup                          # 2x2x2, small, 3 runs
+    python -m bench.startup --mesh 2x2x2 --runs 5 --torchrun
+
+Runs ``python -m launcher up --mesh MESH --model small --steps 2 --val-every 0`` (the image as
+built: ``python -m launcher build`` first) ``--runs`` times in a row, stamps each line of its
+output on arrival, and prints one markdown row a run: the load average before it, then the
+seconds from the command to the first rank output (rank 0's config line), the last rank's
+banner (process groups made, the model built and sharded), step 1 done and step 2 done. Step 1
+minus the banner is the first step with its warm-up; step 2 minus step 1 a steady step.
+Needs Docker and the trainer image. The performance issue's target: step 1 done <= 8 s.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from simcluster.train.config import ConfigError, parse_mesh
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MILESTONES = {"config": re.compile(r"\[simcluster\] config: "), "banner": re.compile(r"\[simcluster\] rank=\d+ "),
+              "step 1": re.compile(r"\bstep 1/\d+ loss "), "step 2": re.compile(r"\bstep 2/\d+ loss ")}
+
+
+def one_run(mesh: str, world_size: int, extra: list[str]) -> dict[str, float]:
+    """One `launcher up`: seconds from its start to each milestone (the banner: the last rank's).
+    Raises RuntimeError with the output's tail when it exits non-zero."""
+    run_dir = tempfile.mkdtemp(prefix="startup-", dir=os.path.join(ROOT, "runs") if os.path.isdir(
+        os.path.join(ROOT, "runs")) else None)
+    cmd = [sys.executable, "-m", "launcher", "up", "--mesh", mesh, "--model", "small", "--steps", "2",
+           "--val-every", "0", "--run-dir", run_dir, *extra]
+    t0 = time.monotonic()
+    seen: dict[str, float] = {}
+    banners = 0
+    lines = []
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            now = time.monotonic() - t0
+            lines.append(line)
+            for name, pattern in MILESTONES.items():
+                if pattern.search(line):
+                    if name == "banner":
+                        banners += 1
+                        if banners == world_size:
+                            seen[name] = now
+                    else:
+                        seen.setdefault(name, now)
+    if proc.returncode != 0 or len(seen) < len(MILESTONES):
+        raise RuntimeError(f"launcher up exited {proc.returncode}, milestones {sorted(seen)}:\n" + "".join(lines[-40:]))
+    return seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__.split("\n\n")[0])
+    p.add_argument("--mesh", default="2x2x2", help="pp x dp x tp (default 2x2x2)")
+    p.add_argument("--runs", type=int, default=3, help="runs in a row (default 3)")
+    p.add_argument("--torchrun", action="store_true", help="stock torchrun on the nodes (a fresh interpreter a rank)")
+    args = p.parse_args(argv)
+    try:
+        world_size = parse_mesh(args.mesh).world_size
+    except ConfigError as e:
+        p.error(str(e))
+    print("| run | load avg | config line s | last banner s | step 1 done s | step 2 done s |")
+    print("|---|---|---|---|---|---|")
+    done = []
+    for i in range(args.runs):
+        load = os.getloadavg()[0]
+        seen = one_run(args.mesh, world_size, ["--torchrun"] if args.torchrun else [])
+        done.append(seen["step 1"])
+        print(f"| {i + 1} | {load:.1f} | " + " | ".join(f"{seen[m]:.1f}" for m in MILESTONES) + " |", flush=True)
+    print(f"median step 1 done: {statistics.median(done):.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
