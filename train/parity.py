@@ -4,9 +4,9 @@
     python -m train.parity --mesh 2x2x2 --config my_run.yaml --tolerance 1e-4
 
 Spawns the mesh with torchrun (``--standalone``; ``--launcher forkrun``: torchrun's agent forked from
-this process and the ranks from the agent, after this process's one import of torch and the
-trainer, as on the cluster's nodes), runs ``train.reference`` with the same seed,
-data and optimizer, prints a table of each step's loss and grad norm, and ends with one line
+this process and the ranks from the agent's one-thread fork server, after this process's one
+import of torch and the trainer, as on the cluster's nodes), runs ``train.reference`` with the
+same seed, data and optimizer, prints a table of each step's loss and grad norm, and ends with one line
 ``max_rel_loss_diff=<float>``. Exits 1 when a step's relative loss difference exceeds the
 tolerance (1e-4 over all steps, 1e-6 on the first step) or the runs hold different steps, 2 on a
 bad config. The step-by-step comparison and its table are launcher/observe/series.py's, the one
