@@ -36,8 +36,9 @@ def summed_kb() -> tuple[int, int, int]:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if not any(m in fh.read() for m in MATCH):
-                    continue
+                argv = fh.read()
+            if not any(m in argv for m in MATCH):
+                continue
             with open(f"/proc/{pid}/smaps_rollup") as fh:
                 fields = dict(line.split(":", 1) for line in fh if line.startswith(("Pss:", "Rss:")))
         except OSError:  # gone meanwhile

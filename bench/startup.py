@@ -32,8 +32,7 @@ MILESTONES = {"config": re.compile(r"\[simcluster\] config: "), "banner": re.com
 def one_run(mesh: str, world_size: int, extra: list[str]) -> dict[str, float]:
     """One `launcher up`: seconds from its start to each milestone (the banner: the last rank's).
     Raises RuntimeError with the output's tail when it exits non-zero."""
-    run_dir = tempfile.mkdtemp(prefix="startup-", dir=os.path.join(ROOT, "runs") if os.path.isdir(
-        os.path.join(ROOT, "runs")) else None)
+    run_dir = os.path.join(tempfile.mkdtemp(prefix="bench-startup-"), "run")
     cmd = [sys.executable, "-m", "launcher", "up", "--mesh", mesh, "--model", "small", "--steps", "2",
            "--val-every", "0", "--run-dir", run_dir, *extra]
     t0 = time.monotonic()
