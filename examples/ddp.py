@@ -66,12 +66,14 @@ def main() -> None:
                                      "total_steps": args.steps}) + "\n")
             writer.flush()
             print(f"step {step}/{args.steps} loss {mean.item():.6f} step_time {dt:.3f}s", flush=True)
-    dist.destroy_process_group()
-    # Free what still holds process groups (DDP's reducer) while the interpreter is whole: a gloo worker
-    # thread releasing its last collective's tensors needs the GIL, and at interpreter exit that
-    # can abort a rank ("terminate called without an active exception"; seen 1 run in 5 on 2x2).
+    # Free what holds the process group (DDP's reducer) while the interpreter is whole, and before
+    # destroying the group: a gloo worker thread releasing its last collective's tensors needs the
+    # GIL, so at interpreter exit that can abort a rank ("terminate called without an active
+    # exception"; seen 1 run in 5 on 2x2), and a reducer freed after destroy_process_group holds
+    # the group's last reference and joins that thread while holding the GIL (a hang at exit).
     del model, opt
     gc.collect()
+    dist.destroy_process_group()
 
 
 if __name__ == "__main__":

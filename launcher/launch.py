@@ -149,8 +149,7 @@ class Launch:
     mounts: further bind mounts (data, the user's code, --mount).
     workdir: the ranks' working directory in the container (None: the image's, /app).
     timeout_s: the job's timeout (s): a peer silent for lost_after_s of it is lost.
-    train: the built-in trainer's resolved run (None for the user's own code, which starts with
-        stock torchrun, never inside the node agent).
+    train: the built-in trainer's resolved run (None for the user's own code).
     restart: the launcher's restart count ($SIMCLUSTER_RESTART_COUNT): 0, then 1, 2, ...
     engine: options of the real engines' documents (EngineOptions).
     instruments: what the ranks of the user's code record (launcher/instrument/spec.py); unused

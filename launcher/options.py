@@ -78,9 +78,8 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
                    help=f"every node must join the rendezvous within S seconds of its start, else the job "
                         f"ends naming the missing node (default {JOIN_TIMEOUT_S:g})")
     g.add_argument("--torchrun", action="store_true",
-                   help="start the built-in trainer's ranks with stock torchrun, a fresh interpreter each (default: "
-                        "torchrun's agent forking them after one import per node, ~10 s faster on 2 cores); "
-                        "your own code always starts with stock torchrun")
+                   help="start the ranks with stock torchrun, a fresh interpreter each (default: torchrun's "
+                        "agent forking them after one import of torch per node, ~10 s faster on 2 cores)")
     g.add_argument("--inter-node-bandwidth", default=None, metavar="RATE",
                    help="limit each node's network to RATE in tc's units (100mbit, 1gbit) with tc tbf, applied "
                         "by a root helper container before the ranks start (default: unshaped)")

@@ -133,6 +133,53 @@ def test_forkrun_forks_its_ranks_from_a_one_thread_server(tmp_path):
         assert f"rank={rank} parent_threads=1 found=True" in proc.stdout, proc.stdout[-2000:]
 
 
+USER_SCRIPT = """
+import os, sys
+import torch
+import torch.distributed as dist
+from simcluster.launcher.instrument import rank as instruments
+
+dist.init_process_group("gloo")
+w = torch.nn.Parameter(torch.ones(2))
+opt = torch.optim.SGD([w], lr=0.1)
+for _ in range(2):
+    (w * w).sum().backward()
+    opt.step()
+print(f"rank={dist.get_rank()} name={__name__} argv={sys.argv} path0={sys.path[0]} "
+      f"clock={instruments.CLOCK is not None} main={sys.modules['__main__'].__file__ == __file__}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_forkrun_starts_a_script_as_a_fresh_interpreter_does(tmp_path):
+    """The user's script, forked by forkrun, sees what stock torchrun's fresh interpreter gives
+    it (__name__, sys.argv, the script's folder first on sys.path, __main__) and its instruments
+    installed before it runs (the step clock writes steps/rank-R.jsonl); its ranks' parent is the
+    one-thread fork server, not the agent."""
+    need_torch()
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "user_train.py").write_text(USER_SCRIPT)
+    from simcluster.launcher.container.node import instrument_env
+
+    out = {}
+    for name, launcher in (("fork", "simcluster.launcher.container.forkrun"), ("stock", "torch.distributed.run")):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+               "SIMCLUSTER_OUTPUT_DIR": str(tmp_path / name)}
+        instrument_env(env)
+        proc = subprocess.run([sys.executable, "-m", launcher, "--standalone", "--nproc-per-node=2", "--tee=3",
+                               "user_train.py", "--lr", "1"], cwd=code, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert not noise(proc.stdout + proc.stderr), proc.stderr[-2000:]
+        out[name] = sorted(line.split(":", 1)[1] for line in proc.stdout.splitlines() if "rank=" in line)
+        for r in range(2):
+            steps = (tmp_path / name / "steps" / f"rank-{r}.jsonl").read_text().splitlines()
+            assert [json.loads(line)["step"] for line in steps] == [1, 2]
+    assert out["fork"] == out["stock"] and len(out["fork"]) == 2, out
+    assert f"argv=['user_train.py', '--lr', '1'] path0={code} clock=True main=True" in out["fork"][0]
+
+
 SPAWN = """
 import os, sys, time
 from simcluster.launcher.container import forkrun
@@ -165,8 +212,8 @@ def test_the_node_forks_its_agent_behind_a_gate(tmp_path):
     assert "[default1]:[simcluster] rank=1 local_rank=1 world_size=2" in good.stdout
     assert (tmp_path / "good" / "metrics.jsonl").exists()
     assert not noise(good.stdout + good.stderr), good.stderr[-2000:]
-    script = spawn("start", "--standalone", "--nproc-per-node=1", "train.py")
-    assert "agent exit 1" in script.stdout and "give the training code as -m MODULE" in script.stderr
+    refused = spawn("start", "--standalone", "--nproc-per-node=1", "--no-python", "echo")
+    assert "agent exit 1" in refused.stdout and "--no-python and --run-path are not supported" in refused.stderr
     cancelled = spawn("cancel", "--standalone", "--nproc-per-node=1", "-m", "train", "--run-dir", str(tmp_path / "c"))
     assert "agent exit 2" in cancelled.stdout and not (tmp_path / "c").exists()
 

@@ -183,3 +183,16 @@ def test_job_arguments_reach_argv_unchanged_after_kubelet_expansion(target):
         assert "NODE_RANK" in env or "PET_NODE_RANK" in env  # names the expansion would replace
         assert command[-len(args) - 2:] == ["-m", "mypkg.train", *args], command
         assert command[command.index("--node-rank") + 1].isdigit()  # the launcher's own $(...) still expands
+
+
+def test_compose_nodes_fork_the_users_code_unless_torchrun_is_asked():
+    """The node wrapper forks the user's script's ranks after one import per node, as the
+    trainer's (``--torchrun``, a node option, gives each rank a fresh interpreter instead)."""
+    from simcluster.launcher.jobs import resolve_code
+    from simcluster.launcher.targets.compose import node_command
+
+    script = str(Path(__file__).resolve().parent.parent / "examples" / "ddp.py")
+    forked = node_command(resolve_code(NodeOptions(), script=script, nodes=2, nproc_per_node=2), 1)
+    stock = node_command(resolve_code(NodeOptions(torchrun=True), script=script, nodes=2, nproc_per_node=2), 1)
+    assert "--script" in forked and "--torchrun" not in forked
+    assert stock[stock.index("--"):] == forked[forked.index("--"):] and "--torchrun" in stock[:stock.index("--")]

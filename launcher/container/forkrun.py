@@ -1,22 +1,25 @@
-"""torchrun that imports the training module once per node and forks its ranks from there.
+"""torchrun that imports torch once per node and forks its ranks from there.
 
     python -m launcher.container.forkrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d \
         --rdzv-endpoint=rendezvous:29400 --rdzv-id=run -m train --mesh 2x2x2
+    python -m launcher.container.forkrun --standalone --nproc-per-node=4 examples/llama_2d.py --dp 2 --tp 2
 
 Takes torchrun's own command line (``torch.distributed.run.parse_args``) and runs torchrun's
 own elastic agent (``elastic_launch``: the same rendezvous, restarts, log prefixes, exit
-codes), with one difference: with ``-m MODULE`` the ranks are not fresh interpreters. This
-process first imports torch, MODULE and the modules MODULE lists in ``PRELOAD`` (train lists
-train.trainer: torch.distributed.tensor, FSDP, pipelining, DCP), and each rank is then forked
-from a copy of it (a function entrypoint, which torchrun supports for Python functions). A rank
-then runs ``python -m MODULE ARGS`` as usual (runpy, ``__name__ == "__main__"``), with RANK,
-LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the agent.
+codes), with one difference: the ranks are not fresh interpreters. This process first imports
+torch.distributed and, for the built-in trainer, the trainer and the modules it lists in
+``PRELOAD`` (DTensor, FSDP2, pipelining, DCP); each rank is then forked from a
+copy of it (a function entrypoint, which torchrun supports for Python functions) and runs
+``python -m MODULE ARGS`` or ``python SCRIPT ARGS`` as a fresh interpreter would (runpy,
+``__name__ == "__main__"``; the user's code with its instruments installed first), with RANK,
+LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the agent (launcher/container/forked_rank.py).
+``--no-python`` and ``--run-path`` are refused.
 
 Why: on a simulated node every rank shares the node's few cores, and `import torch` plus the
 distributed stack costs each fresh interpreter about 2.7 s of CPU (1.3 s torch, 1.4 s the
 rest, measured on this project's machine); 8 ranks importing at once on 2 cores spent ~13 s
 before the first collective. Forked ranks share the imported pages (copy-on-write), so the
-per-rank cost is gone. The training code is unchanged: on a real cluster the same module runs
+per-rank cost is gone. The training code is unchanged: on a real cluster the same code runs
 under plain ``torchrun``, and ``python -m launcher.container.node --torchrun`` uses plain torchrun here too.
 
 Fork safety: the ranks are forked from a process with one thread. torchrun's agent is not one
@@ -44,56 +47,13 @@ the same ``main`` in a fresh interpreter.
 from __future__ import annotations
 
 import gc
-import importlib
 import os
-import runpy
 import signal
 import socket
 import sys
-import traceback
 import uuid
 
-
-def run_module(module: str, *argv: str) -> None:
-    """Body of one forked rank: ``python -m module *argv`` in this interpreter.
-
-    Returns None when the module exits 0 (the agent collects that as the rank's return value);
-    any other exit status ends the rank's process with that status, as it would a fresh
-    interpreter's, so the agent reports the rank failed.
-    """
-    # A fresh interpreter's signal dispositions, not the agent's handlers this fork inherited
-    # (those raise in Python and would wait for a rank blocked in a collective to return).
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    # One write per line: unbuffered (PYTHONUNBUFFERED), print() writes its text and its newline
-    # apart, and torchrun's --tee tail, reading the rank's log file in between, printed half a line
-    # that the next rank's line then continued ("stages=[0][rank1]:[simcluster] rank=1 ...").
-    for stream in (sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure"):
-            stream.reconfigure(line_buffering=True, write_through=False)
-    sys.argv = [module, *argv]
-    loaded = sys.modules.get(module)
-    if loaded is not None and not hasattr(loaded, "__path__"):  # a plain module preload imported: run it
-        del sys.modules[module]  # afresh as __main__, as a fresh interpreter does (and runpy warns otherwise)
-    try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            raise
-    except BaseException:  # the rank's own stderr shows its traceback, as a fresh interpreter's would
-        traceback.print_exc()
-        sys.stderr.flush()
-        raise
-
-
-def preload(module: str) -> None:
-    """Import torch.distributed, ``module`` and every module named in its ``PRELOAD`` tuple.
-    Raises ImportError as ``import module`` would."""
-    import torch.distributed  # noqa: F401 - the agent needs it anyway
-
-    for name in getattr(importlib.import_module(module), "PRELOAD", ()):
-        importlib.import_module(name)
+from simcluster.launcher.container.forked_rank import preload, run_module, run_script
 
 
 class ForkedAgent:
@@ -132,14 +92,14 @@ class ForkedAgent:
 
 
 def preload_command(argv: list[str]) -> None:
-    """``preload`` the ``-m`` module of a torchrun command line (``argv``: torchrun's arguments),
-    if it has one. An import that fails is left to ``main``, which fails on it with its traceback."""
+    """``preload`` what the entry of a torchrun command line (``argv``: torchrun's arguments)
+    needs. An import that fails is left to ``main``, which fails on it with its traceback."""
     from torch.distributed.run import parse_args
 
     args = parse_args(argv)
-    if args.module and not args.no_python and not args.run_path:
+    if not args.no_python and not args.run_path:
         try:
-            preload(args.training_script)
+            preload(args.training_script, module=args.module)
         except Exception:  # noqa: BLE001 - main imports it again and reports it as a fresh interpreter would
             pass
 
@@ -196,20 +156,22 @@ def main(argv: list[str] | None = None) -> None:
     from torch.distributed.run import config_from_args, parse_args
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    if not args.module or args.no_python or args.run_path:
-        sys.exit("simcluster.launcher.container.forkrun: give the training code as -m MODULE (use torchrun for scripts)")
+    if args.no_python or args.run_path:
+        sys.exit("simcluster.launcher.container.forkrun: --no-python and --run-path are not supported "
+                 "(give a Python script or -m MODULE, or use torchrun)")
     if args.standalone:  # as torchrun's run(): a c10d store of its own on a free local port (not
         args.rdzv_backend, args.rdzv_endpoint = "c10d", "localhost:0"  # the static backend's fixed 29500,
         args.rdzv_id, args.nnodes = uuid.uuid4().hex, "1"  # which two runs on one machine would share)
     if args.master_port is None:  # as torchrun's run(): only the static backend reads it
         args.master_port = 29500
-    preload(args.training_script)
+    preload(args.training_script, module=args.module)
     config, _, _ = config_from_args(args)
     config.start_method = "forkserver"
     gc.freeze()  # the imported objects out of every collection, so a rank's collector never rescans (and dirties) them
     server = start_fork_server()  # now, while this process has one thread: the agent's start below
     try:
-        elastic_launch(config=config, entrypoint=run_module)(args.training_script, *args.training_script_args)
+        entry = run_module if args.module else run_script
+        elastic_launch(config=config, entrypoint=entry)(args.training_script, *args.training_script_args)
     finally:
         stop_fork_server(server)
 

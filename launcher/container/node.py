@@ -14,8 +14,8 @@ Runs inside the trainer image (the compose ``command`` of every node-K service):
      (``forkrun.spawn``), so a node imports torch once (``--torchrun``: the stock ``torchrun``
      CLI instead, a subprocess) -- with log lines prefixed ``[rankR]:`` (R = global rank),
      forwarding SIGTERM/SIGINT to it;
-     For the user's code (a script, or a module other than the trainer) the ranks' environment
-     loads this project's instruments first (``instrument_env``; launcher/instrument/).
+     For the user's code (a script, or a module other than the trainer) each rank installs this
+     project's instruments first (``instrument_env``; launcher/instrument/), forked or fresh.
   3. writes its exit code and why to the rendezvous store (launcher/container/rendezvous.py),
      stays until the rendezvous has exited (so `compose up --exit-code-from rendezvous` reports
      the verdict), and exits with it. A SIGTERM (`docker stop`) gives 143, "stopped by SIGTERM".

@@ -62,8 +62,9 @@ def rendezvous_command(launch: Launch) -> list[str]:
 
 def node_command(launch: Launch, k: int) -> list[str]:
     """The command of node k: the node wrapper with everything it needs as its own flags, then
-    ``--`` and the entry's arguments. The user's code starts with stock torchrun (``--torchrun``);
-    only the built-in trainer may be forked by the node agent."""
+    ``--`` and the entry's arguments. The ranks are forked after one import per node
+    (launcher/container/forkrun.py), the user's code's as the built-in trainer's, unless the
+    node options ask for stock torchrun (``--torchrun``)."""
     node = launch.node
     entry = ["--module", launch.module] if launch.module else ["--script", launch.script]
     cmd = ["python", "-m", "simcluster.launcher.container.node", "--nnodes", str(launch.nnodes), "--node-rank", str(k),
@@ -75,7 +76,7 @@ def node_command(launch: Launch, k: int) -> list[str]:
         cmd += ["--wait-for", shaped_marker(launch.output_dir, launch.names[k])]
     if launch.workdir:
         cmd += ["--workdir", launch.workdir]
-    if node.torchrun or launch.train is None:
+    if node.torchrun:
         cmd.append("--torchrun")
     return [*cmd, "--", *launch.argv]
 

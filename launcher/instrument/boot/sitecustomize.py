@@ -28,18 +28,14 @@ def _chain() -> None:
 
 
 def _boot() -> None:
-    env = os.environ
-    if env.get("SIMCLUSTER_INSTRUMENT") != "1" or "RANK" not in env:
-        return
-    owner = env.get("SIMCLUSTER_INSTRUMENT_PID")
-    if owner and owner != str(os.getpid()):
-        return
-    env["SIMCLUSTER_INSTRUMENT_PID"] = str(os.getpid())
+    if os.environ.get("SIMCLUSTER_INSTRUMENT") != "1" or "RANK" not in os.environ:
+        return  # not a rank of the user's code: simcluster is not even imported
     try:
-        from simcluster.launcher.instrument.rank import install
-        install()
+        from simcluster.launcher.instrument.rank import boot
     except Exception as e:  # noqa: BLE001 - an instrument must never stop the user's code
         print(f"[simcluster] instruments not installed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        return
+    boot()  # the rules (which process is a rank) live there, shared with a forked rank
 
 
 _boot()
