@@ -2,9 +2,10 @@
 
     python -m bench.startup                          # 2x2x2, small, 3 runs
     python -m bench.startup --mesh 2x2x2 --runs 5 --torchrun
+    python -m bench.startup --runs 4 --image simcluster/trainer:latest --image simcluster/trainer:other   # paired
 
 Runs ``python -m launcher up --mesh MESH --model small --steps 2 --val-every 0`` (the image as
-built: ``python -m launcher build`` first) ``--runs`` times in a row, stamps each line of its
+built: ``python -m launcher build`` first) ``--runs`` times in a row (per ``--image``, alternating), stamps each line of its
 output on arrival, and prints one markdown row a run: the load average before it, then the
 seconds from the command to the first rank output (rank 0's config line), the last rank's
 banner (process groups made, the model built and sharded), step 1 done and step 2 done. Step 1
@@ -61,20 +62,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mesh", default="2x2x2", help="pp x dp x tp (default 2x2x2)")
     p.add_argument("--runs", type=int, default=3, help="runs in a row (default 3)")
     p.add_argument("--torchrun", action="store_true", help="stock torchrun on the nodes (a fresh interpreter a rank)")
+    p.add_argument("--image", action="append", default=[],
+                   help="the trainer image (default: the built one); given twice or more, the runs alternate "
+                        "between them (a paired comparison: each row names its image)")
     args = p.parse_args(argv)
     try:
         world_size = parse_mesh(args.mesh).world_size
     except ConfigError as e:
         p.error(str(e))
-    print("| run | load avg | config line s | last banner s | step 1 done s | step 2 done s |")
-    print("|---|---|---|---|---|---|")
-    done = []
-    for i in range(args.runs):
+    images = args.image or [None]
+    print("| run | image | load avg | config line s | last banner s | step 1 done s | step 2 done s |")
+    print("|---|---|---|---|---|---|---|")
+    done: dict[str | None, list[float]] = {image: [] for image in images}
+    for i in range(args.runs * len(images)):
+        image = images[i % len(images)]
         load = os.getloadavg()[0]
-        seen = one_run(args.mesh, world_size, ["--torchrun"] if args.torchrun else [])
-        done.append(seen["step 1"])
-        print(f"| {i + 1} | {load:.1f} | " + " | ".join(f"{seen[m]:.1f}" for m in MILESTONES) + " |", flush=True)
-    print(f"median step 1 done: {statistics.median(done):.1f} s")
+        extra = (["--torchrun"] if args.torchrun else []) + (["--image", image] if image else [])
+        seen = one_run(args.mesh, world_size, extra)
+        done[image].append(seen["step 1"])
+        print(f"| {i + 1} | {image or 'built'} | {load:.1f} | " + " | ".join(f"{seen[m]:.1f}" for m in MILESTONES)
+              + " |", flush=True)
+    for image, times in done.items():
+        print(f"median step 1 done ({image or 'the built image'}): {statistics.median(times):.1f} s")
     return 0
 
 
