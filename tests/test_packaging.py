@@ -7,6 +7,7 @@ shadow it; the image builds from the installed package alone.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -123,8 +124,10 @@ def test_the_image_builds_from_the_installed_package(installed, trainer_image, t
                                 "import simcluster.launcher.container.node, simcluster.train.trainer, simcluster; "
                                 "print(simcluster.__file__)"], capture_output=True, text=True, timeout=300)
         assert probe.returncode == 0 and probe.stdout.strip() == "/app/simcluster/__init__.py", probe.stderr
-        boot = subprocess.run(["docker", "run", "--rm", image, "ls", "/app/simcluster/launcher/instrument/boot"],
-                              capture_output=True, text=True, timeout=300)
-        assert boot.stdout.split() == ["sitecustomize.py"], boot.stdout + boot.stderr  # the ranks' instruments
+        boot = subprocess.run(["docker", "run", "--rm", "-w", "/app/simcluster/launcher/instrument/boot", image,
+                               "find", ".", "-type", "f"], capture_output=True, text=True, timeout=300)
+        files = sorted(boot.stdout.split())  # the ranks' instruments, and their bytecode compiled at build
+        assert files[1:] == ["./sitecustomize.py"] and re.fullmatch(r"\./__pycache__/sitecustomize\.cpython-\d+\.pyc",
+                                                                     files[0]), boot.stdout + boot.stderr
     finally:
         subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
