@@ -8,8 +8,9 @@ print(resolve_code(NodeOptions(), script='examples/ddp.py', nodes=2, nproc_per_n
 ``resolve_code``: a script (``--script FILE``) or a module (``--module M``, from ``--code DIR``
 or from the image) with its own arguments, on a mesh (``--mesh``: nodes = pp, ranks per node
 = dp*tp, SIMCLUSTER_PP/DP/TP set) or on ``--nodes N --nproc-per-node M``; it starts the way
-stock torchrun starts it, each rank forked after one import of torch per node. The user's code folder is mounted read-only at /code, the ranks'
-working directory, first on sys.path, with the image's own code (/app) after it.
+stock torchrun starts it, each rank forked after one import of torch per node. The user's code
+folder is mounted read-only at /code, the ranks' working directory, first on sys.path, with the
+image's own code (/app) after it.
 Both check every input before anything exists and raise ConfigError naming the field and a fix.
 """
 from __future__ import annotations

@@ -13,7 +13,8 @@ installed first, as the boot folder's sitecustomize installs them in a fresh int
 PYTHONPATH ran once in the node wrapper, not once per rank.
 
 What is imported before the fork: torch and torch.distributed (``STACK``) for every entry, and
-for the built-in trainer also the trainer itself and the modules its package lists in ``PRELOAD``. The user's own module or script is never imported there: its top-level code may
+for the built-in trainer also the trainer itself and the modules its package lists in
+``PRELOAD``. The user's own module or script is never imported there: its top-level code may
 read RANK or start a process group, and it runs in each rank as under stock torchrun.
 """
 from __future__ import annotations

@@ -8,11 +8,11 @@ Takes torchrun's own command line (``torch.distributed.run.parse_args``) and run
 own elastic agent (``elastic_launch``: the same rendezvous, restarts, log prefixes, exit
 codes), with one difference: the ranks are not fresh interpreters. This process first imports
 torch.distributed and, for the built-in trainer, the trainer and the modules it lists in
-``PRELOAD`` (DTensor, FSDP2, pipelining, DCP); each rank is then forked from a
-copy of it (a function entrypoint, which torchrun supports for Python functions) and runs
-``python -m MODULE ARGS`` or ``python SCRIPT ARGS`` as a fresh interpreter would (runpy,
-``__name__ == "__main__"``; the user's code with its instruments installed first), with RANK,
-LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the agent (launcher/container/forked_rank.py).
+``PRELOAD`` (DTensor, FSDP2, pipelining, DCP); each rank is then forked from a copy of it (a
+function entrypoint, which torchrun supports for Python functions) and runs ``python -m MODULE
+ARGS`` or ``python SCRIPT ARGS`` as a fresh interpreter would (runpy, ``__name__ ==
+"__main__"``; the user's code with its instruments installed first), with RANK, LOCAL_RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the agent (launcher/container/forked_rank.py).
 ``--no-python`` and ``--run-path`` are refused.
 
 Why: on a simulated node every rank shares the node's few cores, and `import torch` plus the
