@@ -5,10 +5,10 @@
     python -m bench.startup --runs 4 --image simcluster/trainer:latest --image simcluster/trainer:other   # paired
 
 Runs ``python -m launcher up --mesh MESH --model small --steps 2 --val-every 0`` (the image as
-built: ``python -m launcher build`` first) ``--runs`` times in a row (per ``--image``, alternating), stamps each line of its
-output on arrival, and prints one markdown row a run: the load average before it, then the
-seconds from the command to the first rank output (rank 0's config line), the last rank's
-banner (process groups made, the model built and sharded), step 1 done and step 2 done. Step 1
+built: ``python -m launcher build`` first) ``--runs`` times in a row (per ``--image``,
+alternating), stamps each line of its output on arrival, and prints one markdown row a run: the
+image, the load average before it, then the seconds from the command to the first rank output
+(rank 0's config line), the last rank's banner (process groups made, the model built and sharded), step 1 done and step 2 done. Step 1
 minus the banner is the first step with its warm-up; step 2 minus step 1 a steady step.
 Needs Docker and the trainer image. The performance issue's target: step 1 done <= 8 s.
 """

@@ -154,8 +154,7 @@ dist.destroy_process_group()
 def test_forkrun_starts_a_script_as_a_fresh_interpreter_does(tmp_path):
     """The user's script, forked by forkrun, sees what stock torchrun's fresh interpreter gives
     it (__name__, sys.argv, the script's folder first on sys.path, __main__) and its instruments
-    installed before it runs (the step clock writes steps/rank-R.jsonl); its ranks' parent is the
-    one-thread fork server, not the agent."""
+    installed before it runs (the step clock writes steps/rank-R.jsonl)."""
     need_torch()
     code = tmp_path / "code"
     code.mkdir()
