@@ -8,8 +8,9 @@ Runs ``python -m launcher up --mesh MESH --model small --steps 2 --val-every 0``
 built: ``python -m launcher build`` first) ``--runs`` times in a row (per ``--image``,
 alternating), stamps each line of its output on arrival, and prints one markdown row a run: the
 image, the load average before it, then the seconds from the command to the first rank output
-(rank 0's config line), the last rank's banner (process groups made, the model built and sharded), step 1 done and step 2 done. Step 1
-minus the banner is the first step with its warm-up; step 2 minus step 1 a steady step.
+(rank 0's config line), the last rank's banner (process groups made, the model built and
+sharded), step 1 done and step 2 done. Step 1 minus the banner is the first step with its
+warm-up; step 2 minus step 1 a steady step.
 Needs Docker and the trainer image. The performance issue's target: step 1 done <= 8 s.
 """
 from __future__ import annotations
