@@ -1,5 +1,7 @@
 """The parity matrix: every mesh and schedule against the single-process reference, through
-``python -m train.parity`` (local processes, no Docker); tp peers; clipping.
+``python -m train.parity`` (local processes, no Docker); tp peers; clipping. The matrix's pairs
+run in a few parity commands of many pairs each (GROUPS), each pair's test asserting its own
+table: one import of torch and the trainer a command instead of a pair.
 
     python -m pytest -q tests/test_parity.py
 """
@@ -19,7 +21,7 @@ OTHER_SCHEDULES = ["looped-bfs", "interleaved-zb", "zbv", "dualpipev"]
 STEPS = 3
 
 
-def run_parity(*args: str, run_dir: Path | None = None, launcher: str = "forkrun"
+def run_parity(*args: str, run_dir: Path | None = None, launcher: str = "forkrun", timeout: float = 600
                ) -> tuple[subprocess.CompletedProcess, list[dict]]:
     """Run the parity tool; returns the process and its table rows parsed from stdout. The ranks
     start under forkrun (forked after one import, as on the cluster's nodes: about a third of
@@ -27,14 +29,37 @@ def run_parity(*args: str, run_dir: Path | None = None, launcher: str = "forkrun
     cmd = [sys.executable, "-m", "simcluster.train.parity", "--model", "tiny", "--launcher", launcher, *args]
     if run_dir is not None:
         cmd += ["--run-dir", str(run_dir)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return proc, table_rows(proc.stdout)
+
+
+def table_rows(text: str) -> list[dict]:
+    """The step rows of every parity table in text."""
     rows = []
-    for line in proc.stdout.splitlines():
+    for line in text.splitlines():
         m = re.fullmatch(r"\s*(\d+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)", line)
         if m:
             rows.append({"step": int(m[1]), "loss": float(m[2]), "ref_loss": float(m[3]),
                          "grad_norm": float(m[5]), "ref_grad_norm": float(m[6])})
-    return proc, rows
+    return rows
+
+
+def run_pairs(meshes: list[str], schedules: list[str], *args: str, per_mesh_s: int = 300) -> dict:
+    """One parity command over every (mesh, schedule) pair (the tool's lists): {(mesh, schedule):
+    (passed, that pair's rows, its max_rel_loss_diff)}, and the process under key "proc"."""
+    proc, _ = run_parity("--mesh", ",".join(meshes), "--schedule", ",".join(schedules), "--timeout", str(per_mesh_s),
+                         *args, timeout=per_mesh_s * len(meshes) * len(schedules) + 300)
+    out = {"proc": proc}
+    verdicts = dict(re.findall(r"^parity: mesh (\S+ schedule \S+): (ok|FAILED.*)$", proc.stdout, re.M))
+    blocks = re.split(r"^\[parity\] mesh (\S+) schedule (\S+): against one process$", proc.stdout, flags=re.M)
+    tables = {(m, s): text for m, s, text in zip(blocks[1::3], blocks[2::3], blocks[3::3])}
+    for mesh in meshes:
+        for schedule in schedules:
+            text = tables.get((mesh, schedule), "")
+            found = re.search(r"^max_rel_loss_diff=(\S+)$", text, re.M)
+            out[(mesh, schedule)] = (verdicts.get(f"{mesh} schedule {schedule}") == "ok", table_rows(text),
+                                     float(found[1]) if found else None)
+    return out
 
 
 def max_rel(proc: subprocess.CompletedProcess) -> float:
@@ -43,8 +68,12 @@ def max_rel(proc: subprocess.CompletedProcess) -> float:
 
 def assert_parity(proc, rows, steps=STEPS):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert_rows(rows, max_rel(proc), steps)
+
+
+def assert_rows(rows: list[dict], max_rel_loss: float, steps: int = STEPS) -> None:
     assert [r["step"] for r in rows] == list(range(1, steps + 1))
-    assert max_rel(proc) < 1e-4
+    assert max_rel_loss < 1e-4
     assert abs(rows[0]["loss"] - rows[0]["ref_loss"]) / rows[0]["ref_loss"] < 1e-6
     # a real run: the first loss is about ln(256) = 5.55 and the reference's loss falls
     assert 5.3 < rows[0]["ref_loss"] < 5.8 and rows[-1]["ref_loss"] < rows[0]["ref_loss"]
@@ -70,13 +99,44 @@ def peers_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, list[dict]
     return (*run_parity(*PEERS, run_dir=run_dir), run_dir)
 
 
+# The matrix in parity commands of several pairs each (the tool's lists: one import of torch and
+# the trainer per command, not per pair), with the same flags each pair had alone; 2x2x2/1f1b is
+# the peers run's. Each group runs once, when its first test asks.
+MATRIX_ARGS = ("--steps", str(STEPS), "--microbatches", "4")
+GROUPS = {
+    "one_stage": ([m for m in MESHES if m.startswith("1x")], ["1f1b", "interleaved-1f1b"], MATRIX_ARGS),
+    "two_stages": ([m for m in MESHES if m.startswith("2x") and m != "2x2x2"], SCHEDULES, MATRIX_ARGS),
+    "two_stages_2x2x2": (["2x2x2"], ["gpipe", "interleaved-1f1b"], MATRIX_ARGS),
+    "other_schedules": (["2x2x2"], OTHER_SCHEDULES, ("--steps", str(STEPS))),
+}
+
+
+@pytest.fixture(scope="module")
+def groups():
+    """Group name -> its run_pairs result, filled on first use."""
+    return {}
+
+
+def pair_result(groups: dict, mesh: str, schedule: str) -> tuple[bool, list[dict], float | None]:
+    name = next(n for n, (meshes, schedules, _) in GROUPS.items() if mesh in meshes and schedule in schedules)
+    if name not in groups:
+        meshes, schedules, args = GROUPS[name]
+        groups[name] = run_pairs(meshes, schedules, *args)
+    result = groups[name]
+    passed, rows, loss_diff = result[(mesh, schedule)]
+    proc = result["proc"]
+    assert passed and loss_diff is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return passed, rows, loss_diff
+
+
 @pytest.mark.parametrize("mesh,schedule", MATRIX)
-def test_parity_matrix(mesh, schedule, request):
+def test_parity_matrix(mesh, schedule, request, groups):
     if (mesh, schedule) == ("2x2x2", "1f1b"):
         proc, rows, _ = request.getfixturevalue("peers_run")
-    else:
-        proc, rows = run_parity("--mesh", mesh, "--schedule", schedule, "--steps", str(STEPS), "--microbatches", "4")
-    assert_parity(proc, rows)
+        assert_parity(proc, rows)
+        return
+    _, rows, loss_diff = pair_result(groups, mesh, schedule)
+    assert_rows(rows, loss_diff)
 
 
 def test_parity_four_stages():
@@ -86,9 +146,16 @@ def test_parity_four_stages():
 
 
 @pytest.mark.parametrize("schedule", OTHER_SCHEDULES)
-def test_parity_other_schedules(schedule):
-    proc, rows = run_parity("--mesh", "2x2x2", "--schedule", schedule, "--steps", str(STEPS))
-    assert_parity(proc, rows)
+def test_parity_other_schedules(schedule, groups):
+    _, rows, loss_diff = pair_result(groups, "2x2x2", schedule)
+    assert_rows(rows, loss_diff)
+
+
+def test_the_groups_cover_the_matrix_once():
+    """Every pair of MATRIX but the peers run's, and every other schedule, in exactly one group."""
+    pairs = [(m, s) for meshes, schedules, _ in GROUPS.values() for m in meshes for s in schedules]
+    assert sorted(pairs) == sorted([p for p in MATRIX if p != ("2x2x2", "1f1b")] +
+                                   [("2x2x2", s) for s in OTHER_SCHEDULES])
 
 
 def test_tp_peers_bit_identical_and_clipping(peers_run):
@@ -115,15 +182,30 @@ def test_tp_peers_bit_identical_and_clipping(peers_run):
 
 
 def test_parity_tool_fails_on_mismatch():
-    """A negative tolerance no run can meet: the tool must exit 1 and say so."""
-    proc, rows = run_parity("--mesh", "1x2x1", "--steps", "2", "--tolerance", "-1", launcher="torchrun")
-    assert len(rows) == 2 and proc.returncode == 1 and "parity failed" in proc.stderr
-    assert "[parity] mesh 1x2x1 " in proc.stdout and ": -m torch.distributed.run --standalone " in proc.stdout
+    """A negative tolerance no run can meet, on a list of two pairs under stock torchrun: the tool
+    runs both, exits 1 and names each failed pair."""
+    proc, rows = run_parity("--mesh", "1x2x1", "--schedule", "1f1b,interleaved-1f1b", "--steps", "2", "--tolerance",
+                            "-1", launcher="torchrun")
+    assert len(rows) == 4 and proc.returncode == 1 and "parity failed" in proc.stderr, proc.stderr[-3000:]
+    assert "[parity] mesh 1x2x1 schedule 1f1b " in proc.stdout
+    assert ": -m torch.distributed.run --standalone " in proc.stdout
+    assert "parity: 0/2 pairs passed" in proc.stdout
+    for schedule in ("1f1b", "interleaved-1f1b"):
+        failed = f"parity: mesh 1x2x1 schedule {schedule}: FAILED: loss diverges at step 1: "
+        assert failed in proc.stdout, proc.stdout[-2000:]
 
 
-def test_parity_tool_bad_config_exits_2():
-    proc, _ = run_parity("--mesh", "2x2")
-    assert proc.returncode == 2 and "valid examples" in proc.stderr
+@pytest.mark.parametrize("args, message", [
+    (["--mesh", "2x2"], "valid examples"),
+    (["--mesh", "2x1x1,2x2"], "mesh 2x2 schedule default: "),
+    (["--mesh", "2x1x1,,1x1x2"], "mesh: give one value or a comma-separated list"),
+    (["--schedule", "1f1b,1f1b"], "schedule: give one value or a comma-separated list"),
+])
+def test_parity_tool_bad_config_exits_2(args, message, tmp_path):
+    """A bad mesh, alone or in a list, stops the tool before any run (nothing in the run folder)."""
+    proc, _ = run_parity(*args, run_dir=tmp_path / "parity")
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "parity").exists()
 
 
 def test_seed_model_parity_with_tp_peers_fed_alike():
