@@ -184,16 +184,17 @@ def test_tp_peers_bit_identical_and_clipping(peers_run):
 
 
 def test_parity_tool_fails_on_mismatch():
-    """A negative tolerance no run can meet, on a list of two pairs under stock torchrun: the tool
-    runs both, exits 1 and names each failed pair."""
-    proc, rows = run_parity("--mesh", "1x2x1", "--schedule", "1f1b,interleaved-1f1b", "--steps", "2", "--tolerance",
+    """A negative tolerance no run can meet, on a list of two pairs under stock torchrun (one rank
+    each: every rank there is a fresh interpreter importing torch): the tool runs both, exits 1 and
+    names each failed pair."""
+    proc, rows = run_parity("--mesh", "1x1x1", "--schedule", "1f1b,interleaved-1f1b", "--steps", "2", "--tolerance",
                             "-1", launcher="torchrun")
     assert len(rows) == 4 and proc.returncode == 1 and "parity failed" in proc.stderr, proc.stderr[-3000:]
-    assert "[parity] mesh 1x2x1 schedule 1f1b " in proc.stdout
-    assert ": -m torch.distributed.run --standalone " in proc.stdout
+    assert "[parity] mesh 1x1x1 schedule 1f1b " in proc.stdout
+    assert ": -m torch.distributed.run --standalone --nproc-per-node=1 " in proc.stdout
     assert "parity: 0/2 pairs passed" in proc.stdout
     for schedule in ("1f1b", "interleaved-1f1b"):
-        failed = f"parity: mesh 1x2x1 schedule {schedule}: FAILED: loss diverges at step 1: "
+        failed = f"parity: mesh 1x1x1 schedule {schedule}: FAILED: loss diverges at step 1: "
         assert failed in proc.stdout, proc.stdout[-2000:]
 
 
