@@ -5,13 +5,12 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+import warm
 from simcluster.train.checkpoint_paths import list_checkpoints, resolve_resume
 from simcluster.train.config import Config, parse_mesh
 from simcluster.train.data import dp_shard, lm_batch
@@ -25,12 +24,13 @@ COMMON = ["--model", "tiny", f"--steps={STEPS}", "--val-every=0"]
 def torchrun(mesh: str, run_dir: Path, *extra: str) -> list[dict]:
     """Run ``python -m train`` on local processes; returns the run's metrics records. The ranks start
     under forkrun (torchrun's agent, ranks forked after one import, as on the cluster's nodes: about
-    a third of stock torchrun's CPU on 2 cores; tests/test_launcher_runtime.py checks the two alike)."""
+    a third of stock torchrun's CPU on 2 cores; tests/test_launcher_runtime.py checks the two alike),
+    itself forked from the worker's warm interpreter (tests/warm.py)."""
     world = parse_mesh(mesh).world_size
-    cmd = [sys.executable, "-m", "simcluster.launcher.container.forkrun", "--standalone", f"--nproc-per-node={world}",
-           "-m", "simcluster.train",
-           f"--mesh={mesh}", *COMMON, f"--run-dir={run_dir}", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    args = ["--standalone", f"--nproc-per-node={world}", "-m", "simcluster.train", f"--mesh={mesh}", *COMMON,
+            f"--run-dir={run_dir}", *extra]
+    proc = warm.run("simcluster.launcher.container.forkrun", args, cwd=os.getcwd(), timeout=600,
+                    env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return read_metrics(str(run_dir))
 

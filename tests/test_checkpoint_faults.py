@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+import warm
 from conftest import need, need_torch
 from simcluster.train.checkpoint_paths import list_checkpoints
 from simcluster.train.config import Config
@@ -35,8 +36,10 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def train(run: Path, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "train", "--model", "tiny", "--run-dir", str(run), "--ckpt-every", "1",
-            "--ckpt-keep", "2", "--val-every", "0", *flags]
+    """The arguments of ``python -m train`` here, which runs forked from the worker's warm
+    interpreter (tests/warm.py: torch and the trainer imported once, not once a run)."""
+    return ["--model", "tiny", "--run-dir", str(run), "--ckpt-every", "1", "--ckpt-keep", "2", "--val-every", "0",
+            *flags]
 
 
 KILLS, CHAINS = 12, 2  # 12 seeded kill moments, taken by two run folders side by side (6 each)
@@ -49,8 +52,7 @@ def _killed_chain(run: Path, delays: list[float]) -> None:
     each time; at the end a plain resume continues from it, to its end."""
     newest = None
     for delay in delays:
-        proc = subprocess.Popen(train(run, "--steps", "400", "--resume", "auto"), cwd=ROOT, env=ENV,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = warm.start("train", train(run, "--steps", "400", "--resume", "auto"), cwd=ROOT, env=ENV)
         before = len(list_checkpoints(str(run / "checkpoints")))
         t0 = time.monotonic()
         while len(list_checkpoints(str(run / "checkpoints"))) <= before and proc.poll() is None \
@@ -65,8 +67,8 @@ def _killed_chain(run: Path, delays: list[float]) -> None:
         assert json.loads((Path(newest) / "simcluster.json").read_text())["step"] >= 1, newest
     step = int(Path(newest).name.split("-")[1])
     # three steps past the checkpoint (not to step 400: 0.1 s a step of nothing more to check)
-    resumed = subprocess.run(train(run, "--steps", str(step + 3), "--resume", "auto", "--ckpt-every", "0"), cwd=ROOT,
-                             env=ENV, capture_output=True, text=True, timeout=600)
+    resumed = warm.run("train", train(run, "--steps", str(step + 3), "--resume", "auto", "--ckpt-every", "0"),
+                       cwd=ROOT, env=ENV, timeout=600)
     assert resumed.returncode == 0 and f"resumed from {newest} at step {step}" in resumed.stdout, resumed.stderr[-2000:]
 
 
@@ -96,8 +98,7 @@ def small_disk(tmp_path):
 def test_full_disk_during_a_save_keeps_the_previous_checkpoint(small_disk):
     need_torch()
     run = small_disk / "run"
-    proc = subprocess.run(train(run, "--steps", "5"), cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=300)
+    proc = warm.run("train", train(run, "--steps", "5"), cwd=ROOT, env=ENV, timeout=300)
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "error: rank 0: checkpoint step 2: cannot write" in proc.stderr, proc.stderr
     free = float(re.search(r"\(([\d.]+) MB free on that filesystem\)", proc.stderr).group(1))

@@ -8,12 +8,15 @@ table: one import of torch and the trainer a command instead of a pair.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import warm
 
 MESHES = ["1x1x1", "1x1x2", "1x2x1", "2x1x1", "1x2x2", "2x1x2", "2x2x1", "2x2x2"]
 SCHEDULES = ["gpipe", "1f1b", "interleaved-1f1b"]
@@ -25,11 +28,14 @@ def run_parity(*args: str, run_dir: Path | None = None, launcher: str = "forkrun
                ) -> tuple[subprocess.CompletedProcess, list[dict]]:
     """Run the parity tool; returns the process and its table rows parsed from stdout. The ranks
     start under forkrun (forked after one import, as on the cluster's nodes: about a third of
-    torchrun's CPU on 2 cores); the tool's default, torchrun, runs in the mismatch test."""
-    cmd = [sys.executable, "-m", "simcluster.train.parity", "--model", "tiny", "--launcher", launcher, *args]
-    if run_dir is not None:
-        cmd += ["--run-dir", str(run_dir)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    torchrun's CPU on 2 cores), and the tool itself is forked from the worker's warm interpreter
+    (tests/warm.py); the tool's default, torchrun, runs in the mismatch test, all fresh interpreters."""
+    args = ("--model", "tiny", "--launcher", launcher, *args, *(("--run-dir", str(run_dir)) if run_dir else ()))
+    if launcher == "forkrun":
+        proc = warm.run("simcluster.train.parity", list(args), cwd=os.getcwd(), env=dict(os.environ), timeout=timeout)
+    else:
+        proc = subprocess.run([sys.executable, "-m", "simcluster.train.parity", *args], capture_output=True, text=True,
+                              timeout=timeout)
     return proc, table_rows(proc.stdout)
 
 

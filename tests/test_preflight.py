@@ -10,11 +10,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+import warm
 from simcluster.train.cli import add_config_args, config_from_args
 from simcluster.train.config import Config, ConfigError
 from simcluster.train.corpus import split_sizes
@@ -25,12 +25,15 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def train(*args: str, module: str = "train", timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=ROOT, env=ENV)
+    """``python -m module *args``, forked from the worker's warm interpreter (tests/warm.py)."""
+    return warm.run(module, list(args), cwd=ROOT, env=ENV, timeout=timeout)
 
 
-def torchrun(n: int, *args: str) -> subprocess.CompletedProcess:
-    return train("--standalone", f"--nproc-per-node={n}", "-m", "train", *args, module="torch.distributed.run")
+def forkrun(n: int, *args: str) -> subprocess.CompletedProcess:
+    """The trainer on n local ranks under forkrun (torchrun's agent, the ranks forked after one
+    import, as on a cluster's nodes)."""
+    return train("--standalone", f"--nproc-per-node={n}", "-m", "simcluster.train", *args,
+                 module="simcluster.launcher.container.forkrun")
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -186,9 +189,9 @@ def test_validation_under_zbv_and_dualpipev(tmp_path):
     in the schedule's eval and lost its final checkpoint. Now the forward-only path validates,
     with the loss of 1f1b's schedule eval."""
     common = ["--mesh", "2x1x1", "--model", "tiny", "--steps", "2", "--ckpt-every", "2"]
-    ref = val_loss(torchrun(2, *common, "--schedule", "1f1b", "--run-dir", str(tmp_path / "1f1b")))
+    ref = val_loss(forkrun(2, *common, "--schedule", "1f1b", "--run-dir", str(tmp_path / "1f1b")))
     for schedule in ("zbv", "dualpipev"):
-        got = val_loss(torchrun(2, *common, "--schedule", schedule, "--run-dir", str(tmp_path / schedule)))
+        got = val_loss(forkrun(2, *common, "--schedule", schedule, "--run-dir", str(tmp_path / schedule)))
         assert abs(got - ref) <= 1e-5 * ref, (schedule, got, ref)
         assert (tmp_path / schedule / "checkpoints" / "step-000002" / ".metadata").exists()
     assert 5.0 < ref < 5.6

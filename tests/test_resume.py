@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import warm
 from simcluster.train.config import Config
 from simcluster.train.metrics import read_metrics
 from simcluster.train.optim import lr_at
@@ -24,9 +25,9 @@ COMMON = ["--model", "tiny", "--val-every", "0"]
 
 
 def train(*args: str) -> subprocess.CompletedProcess:
-    """``python -m train`` in one process (mesh 1x1x1)."""
-    return subprocess.run([sys.executable, "-m", "train", *COMMON, *args], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT, env=ENV)
+    """``python -m train`` in one process (mesh 1x1x1), forked from the worker's warm interpreter
+    (tests/warm.py: torch and the trainer imported once, not once a run)."""
+    return warm.run("train", [*COMMON, *args], cwd=ROOT, env=ENV, timeout=300)
 
 
 def ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import warm
 from simcluster.launcher.cli import main
 from simcluster.train.plan.hardware import hardware
 
@@ -26,13 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_torchrun(mesh: str, run_dir: Path, *flags: str) -> subprocess.CompletedProcess:
     pp, dp, tp = map(int, mesh.split("x"))
-    # the ranks forked after one import (as on the cluster's nodes), not stock torchrun: a third of its CPU
-    cmd = [sys.executable, "-m", "simcluster.launcher.container.forkrun", "--standalone",
-           f"--nproc-per-node={pp * dp * tp}", "-m", "simcluster.train", "--mesh", mesh, "--model", "tiny", "--steps",
-           "3", "--val-every", "0",
-           "--run-dir", str(run_dir), *flags]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    # the ranks forked after one import (as on the cluster's nodes), not stock torchrun: a third of its CPU;
+    # forkrun itself forked from the worker's warm interpreter (tests/warm.py)
+    args = ["--standalone", f"--nproc-per-node={pp * dp * tp}", "-m", "simcluster.train", "--mesh", mesh, "--model",
+            "tiny", "--steps", "3", "--val-every", "0", "--run-dir", str(run_dir), *flags]
+    proc = warm.run("simcluster.launcher.container.forkrun", args, cwd=ROOT, timeout=600,
+                    env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 

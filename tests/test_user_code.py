@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+import warm
 from conftest import COMPOSE_V1, assert_ends_quietly, compose_env, need_torch, noise
 from simcluster.launcher.handle import Handle
 
@@ -73,10 +74,12 @@ def losses(folder: Path) -> list[float]:
 
 
 def one_process(script: Path, out: Path, *args: str) -> list[float]:
-    """The same script run in one plain process on the host (the reference)."""
+    """The same script run in one plain process on the host (the reference: ``python SCRIPT``,
+    forked from the worker's warm interpreter, tests/warm.py)."""
     need_torch()
-    subprocess.run([sys.executable, str(script), "--out-dir", str(out), *args], check=True, capture_output=True,
-                   timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = warm.run(str(script), ["--out-dir", str(out), *args], cwd=os.getcwd(), script=True, timeout=300,
+                    env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     return losses(out)
 
 
