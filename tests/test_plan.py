@@ -244,16 +244,17 @@ print(len(groups), woken() - before)
 """
 
 
-def test_the_overhead_children_hold_their_ranks_gloo_groups_idle():
+def test_the_overhead_children_hold_their_ranks_gloo_groups_idle(tmp_path):
     """Each overhead child holds one idle gloo group a group of its cluster rank (the world's and each
     DeviceMesh dimension's that is not the world), whose event loops wake about every 10 ms."""
-    import subprocess
-    import sys
+    import warm
 
     got = {}
-    for mesh in ("1x1x1", "2x1x1", "2x2x2"):
-        out = subprocess.run([sys.executable, "-c", IDLE_GROUPS, mesh], capture_output=True, text=True, timeout=120,
-                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    probe = tmp_path / "idle_groups.py"
+    probe.write_text(IDLE_GROUPS)
+    for mesh in ("1x1x1", "2x1x1", "2x2x2"):  # each in a process of its own, forked from a warm one (tests/warm.py)
+        out = warm.run(str(probe), [mesh], script=True, timeout=120, cwd=os.getcwd(),
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
         assert out.returncode == 0, out.stderr
         got[mesh] = tuple(map(int, out.stdout.split()))
     assert [n for n, _ in got.values()] == [1, 3, 4], got

@@ -102,8 +102,10 @@ print(json.dumps(seen))
 
 @pytest.mark.parametrize("traffic", [0, 1])
 def test_no_hook_or_tracer_unless_asked(tmp_path, traffic):
-    proc = subprocess.run([sys.executable, "-c", OFF_PROBE, str(traffic), str(tmp_path)], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    probe = tmp_path / "off_probe.py"
+    probe.write_text(OFF_PROBE)
+    proc = warm.run(str(probe), [str(traffic), str(tmp_path)], script=True, timeout=300, cwd=ROOT,
+                    env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(seen) == 2
