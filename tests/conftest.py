@@ -161,3 +161,16 @@ def need_torch():
     except ImportError:
         need("torch is not installed on the host: python -m pip install -r requirements-dev.txt")
     return torch
+
+
+def reference_losses(mesh: str, steps: int, data: Path) -> list[float]:
+    """Each step's loss of the one-process reference (train/reference.py) of the tiny model's job
+    on ``mesh`` (``steps`` steps, the text file ``data``), trained in this process on one intra-op
+    thread, as a rank runs. Skips without torch on the host, fails under CI=true."""
+    torch = need_torch()
+    from simcluster.train.config import Config
+    from simcluster.train.preflight import preflight
+    from simcluster.train.reference import run_reference
+
+    torch.set_num_threads(1)
+    return [r["loss"] for r in run_reference(preflight(Config(mesh=mesh, model="tiny", steps=steps, data=str(data))))]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import COMPOSE_V1, assert_ends_quietly, compose_env, need_torch, noise
+from conftest import COMPOSE_V1, assert_ends_quietly, compose_env, need_torch, noise, reference_losses
 from simcluster.launcher.handle import Handle
 import yaml
 
@@ -197,11 +197,6 @@ def test_4x1x2_under_compose_v1(tmp_path):
     """Four nodes, one pipeline stage each, end to end under Compose v1 (docker-compose 1.29):
     every node exits 0, each step once, the end is quiet, and each step's loss equals the
     one-process reference within 1e-4 relative."""
-    torch = need_torch()
-    from simcluster.train.config import Config
-    from simcluster.train.preflight import preflight
-    from simcluster.train.reference import run_reference
-
     c = Cluster(tmp_path, "4x1x2", "--steps", "3", "--data", str(DATA), compose=COMPOSE_V1)
     try:
         c.run()
@@ -211,8 +206,7 @@ def test_4x1x2_under_compose_v1(tmp_path):
         assert not noise(c.output()), noise(c.output())[:5]  # quiet under Compose v1 too
         losses = [r["loss"] for r in c.metrics()]
         assert [r["step"] for r in c.metrics()] == [1, 2, 3]
-        torch.set_num_threads(1)
-        ref = [r["loss"] for r in run_reference(preflight(Config(mesh="4x1x2", model="tiny", steps=3, data=str(DATA))))]
+        ref = reference_losses("4x1x2", 3, DATA)
         assert all(abs(m - r) <= 1e-4 * abs(r) for m, r in zip(losses, ref)), (losses, ref)
     finally:
         c.down()

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import need_torch
+from conftest import reference_losses
 
 from simcluster.launcher.files import code_mounts
 
@@ -33,15 +33,6 @@ def _losses(run_dir: Path) -> list[float]:
     return [json.loads(line)["loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
-def _reference(mesh: str, steps: int) -> list[float]:
-    need_torch()
-    from simcluster.train.config import Config
-    from simcluster.train.preflight import preflight
-    from simcluster.train.reference import run_reference
-
-    return [r["loss"] for r in run_reference(preflight(Config(mesh=mesh, model="tiny", steps=steps, data=str(DATA))))]
-
-
 def test_slurm_up_2x2x2_parity(trainer_image, tmp_path):
     run_dir = tmp_path / "slurm-2x2x2"
     t0 = time.monotonic()
@@ -52,7 +43,7 @@ def test_slurm_up_2x2x2_parity(trainer_image, tmp_path):
     assert "COMPLETED (exit 0:0) on 2 nodes; output" in proc.stdout  # then the shared summary (observe/summary.py)
     assert "== summary: OK ==" in proc.stdout and " after 3 steps" in proc.stdout
     assert "host=node-1 coords=pp1/dp0/tp0" in proc.stdout  # SLURM_NODEID 1 holds stage 1
-    got, ref = _losses(run_dir), _reference("2x2x2", 3)
+    got, ref = _losses(run_dir), reference_losses("2x2x2", 3, DATA)
     assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, ref)) < 1e-4, (got, ref)
     script = (run_dir / "job.sbatch").read_text()
     assert script.startswith("#!/bin/bash\n#SBATCH --job-name=mesh-2x2x2\n#SBATCH --nodes=2\n")

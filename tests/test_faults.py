@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_torch
+from conftest import need_torch, reference_losses
 from simcluster.launcher.handle import Handle
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -244,11 +244,6 @@ def test_max_restarts_resumes_and_matches_an_uninterrupted_run(tmp_path):
     cluster, resumes from the newest checkpoint and finishes; every step once in metrics.jsonl and
     each step's loss equals an uninterrupted run's within 1e-4 relative: the one-process reference
     (train/reference.py, which the parity tests tie to every mesh), trained here."""
-    torch = need_torch()
-    from simcluster.train.config import Config
-    from simcluster.train.preflight import preflight
-    from simcluster.train.reference import run_reference
-
     assert DATA.is_file(), f"corpus missing: {DATA}"
     job = ("--steps", "20", "--data", str(DATA))
     up = Up(tmp_path, *job, "--ckpt-every", "5", "--max-restarts", "1")
@@ -269,8 +264,7 @@ def test_max_restarts_resumes_and_matches_an_uninterrupted_run(tmp_path):
         assert project_states(up.project) == {}
     finally:
         up.cleanup()
-    torch.set_num_threads(1)  # a rank's one intra-op thread: the sums in the mesh's order
-    ref = [r["loss"] for r in run_reference(preflight(Config(mesh="2x1x1", model="tiny", steps=20, data=str(DATA))))]
+    ref = reference_losses("2x1x1", 20, DATA)
     bad = [(r["step"], r["loss"], want) for r, want in zip(rows, ref) if abs(r["loss"] - want) > 1e-4 * abs(want)]
     assert not bad, f"steps (step, resumed run's loss, reference loss) off by > 1e-4 relative: {bad}"
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import need, need_torch
+from conftest import need, reference_losses
 from simcluster.launcher.jobs import resolve_training
 from simcluster.launcher.launch import NodeOptions
 from simcluster.launcher.targets import swarm
@@ -180,11 +180,7 @@ def test_swarm_up_2x2x2_parity(trainer_image, tmp_path):
     stack = "sc-swarm-swarm-2x2x2"
     assert f"launcher: stack {stack} removed" in out
     got = [json.loads(x)["loss"] for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    need_torch()
-    from simcluster.train.preflight import preflight
-    from simcluster.train.reference import run_reference
-
-    ref = [r["loss"] for r in run_reference(preflight(Config(mesh="2x2x2", model="tiny", steps=3, data=str(DATA))))]
+    ref = reference_losses("2x2x2", 3, DATA)
     assert len(got) == 3 and max(abs(a - b) for a, b in zip(got, ref)) < 1e-4, (got, ref)
     doc = yaml.safe_load((run_dir / "stack.yml").read_text())
     assert doc["services"]["node-0"]["volumes"][0] == f"{run_dir}:/runs/swarm-2x2x2:rw"  # absolute on `up`
