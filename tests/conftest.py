@@ -81,11 +81,11 @@ def pytest_configure(config):
 # The files whose tests take longest (CI's --durations on 2 cores, 2 Dec 2026: about 470 s of
 # parity runs, then the fault drills, the user's code, the workflow template, ...; on 4 Dec the
 # checkpoint, compose-config and runtime files, 66-85 s each, joined the end of the list), longest
-# first. Under `-n 2 --dist loadfile` xdist hands out whole files in collection order, so these
-# go first: a long file taken last keeps one worker busy while the other has nothing left.
+# first. Under `--dist loadfile` (pyproject.toml) xdist hands out whole files in collection order, so
+# these go first: a long file taken last keeps one worker busy while the others have nothing left.
 # Only the order changes; a file missing here runs after them, in the usual order. test_swarm.py
 # is left out on purpose: it holds the engine alone (_engine_share below), which among the short
-# files at the end makes the other worker wait least (among the long Docker files: 52 s and 43 s).
+# files at the end makes the other workers wait least (among the long Docker files: 52 s and 43 s).
 LONGEST_FIRST = ("test_parity.py", "test_faults.py", "test_user_code.py", "test_ci_templates.py", "test_compare.py",
                  "test_checkpoint_faults.py", "test_cluster.py", "test_traffic.py", "test_engines_docker.py",
                  "test_plugin.py", "test_packaging.py", "test_plan.py", "test_checkpoint.py",
