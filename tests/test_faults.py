@@ -285,14 +285,16 @@ def test_late_node_joins_within_the_join_timeout(tmp_path):
 
 @docker_test
 def test_node_past_the_join_timeout_is_named(tmp_path):
-    """node-1 due 120 s late with a 15 s join timeout: the job ends non-zero naming node-1."""
-    up = Up(tmp_path, "--steps", "3", "--start-late", "node-1=120", "--join-timeout-s", "15")
+    """node-1 due 120 s late with a 45 s join timeout: the job ends non-zero naming node-1. The timeout
+    is what a healthy node needs to join on a busy machine: node-0's import of torch took past 15 s
+    with three clusters of the suite's workers starting at once, and the rendezvous named it too."""
+    up = Up(tmp_path, "--steps", "3", "--start-late", "node-1=120", "--join-timeout-s", "45")
     try:
         t0 = time.time()
         code = up.wait()
         out = up.output()
         assert code == 1, up.why()
-        assert re.search(r"LOST +node-1 \(ranks 1\): never joined within the 15s join timeout", out), up.why()
+        assert re.search(r"LOST +node-1 \(ranks 1\): never joined within the 45s join timeout", out), up.why()
         assert re.search(r"\[node-0\] error: node-1 \(ranks 1\) lost: never joined", out), up.why()
         assert "not starting node-1" in out, up.why()
         assert up.t_exit - t0 < 100, up.why()
