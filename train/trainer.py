@@ -258,13 +258,14 @@ def run(job: TrainRun) -> int:
     tune_malloc()
     freeze_imports()  # the teardown's gc.collect() below then walks this run's objects only
     rank, local_rank, _ = init_distributed(cfg)
-    trainer = None
+    trainer, together = None, False  # together: every rank ends at the same step (done, or diverged)
     try:
         if rank == 0:
             save_config(cfg, cfg.run_dir)
             print("[simcluster] config: " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items()), flush=True)
         trainer = Trainer(job, rank, local_rank)
         trainer.fit()
+        together = True
     except CheckpointError as e:
         print(f"error: rank {rank}: {e}", file=sys.stderr, flush=True)
         return 2
@@ -272,11 +273,18 @@ def run(job: TrainRun) -> int:
         print(f"error: rank {rank}: {e}", file=sys.stderr, flush=True)
         return 1
     except TrainingDiverged as e:
+        together = True
         if rank == 0:
             print(f"error: training diverged: {e}", file=sys.stderr, flush=True)
         return EXIT_DIVERGED
     finally:
         try:
+            # Ranks that end together tear down together under gloo: a peer that closes its
+            # connections while rank 0 still writes its last record and line can make gloo's event
+            # loop in rank 0 throw on the closed socket, which aborts the process (SIGABRT; seen
+            # once in the suite on a diverged 1x2x1 run, rank 0 gone before its error line).
+            if together and dist.get_backend() == "gloo":
+                dist.barrier()
             dist.destroy_process_group()
         except Exception:  # noqa: BLE001 - a failed peer may have broken the group already
             print(f"[simcluster] rank={rank}: process group teardown failed", file=sys.stderr)
