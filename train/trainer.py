@@ -281,8 +281,8 @@ def run(job: TrainRun) -> int:
         try:
             # Ranks that end together tear down together under gloo: a peer that closes its
             # connections while rank 0 still writes its last record and line can make gloo's event
-            # loop in rank 0 throw on the closed socket, which aborts the process (SIGABRT; seen
-            # once in the suite on a diverged 1x2x1 run, rank 0 gone before its error line).
+            # loop in rank 0 throw on the closed socket, which aborts the process (SIGABRT before
+            # rank 0's error line, on a diverged run in the suite).
             if together and dist.get_backend() == "gloo":
                 dist.barrier()
             dist.destroy_process_group()
