@@ -23,7 +23,7 @@ from simcluster.launcher.launch import NodeOptions
 from simcluster.launcher.targets import jobset, slurm, trainjob
 from simcluster.launcher.targets.check import has_registry
 from simcluster.train.config import Config, ConfigError, resolve
-from simcluster.train.device import backend, mesh_device_type, rank_device
+from simcluster.train.device import backend, mesh_device_type, process_group_device, rank_device
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
@@ -95,8 +95,30 @@ def test_device_choice_is_pure():
     assert (backend("cpu"), backend("cuda")) == ("gloo", "nccl")
     assert (mesh_device_type("cpu"), mesh_device_type("cuda")) == ("cpu", "cuda")
     assert (rank_device("cpu", 3), rank_device("cuda", 3)) == ("cpu", "cuda:3")
+    assert (process_group_device("cpu", 3), process_group_device("cuda", 3)) == (None, "cuda:3")
     with pytest.raises(ConfigError, match="device: unknown 'tpu'"):
         resolve(Config(device="tpu"))
+
+
+def test_cuda_process_group_is_bound_to_the_rank_gpu(monkeypatch):
+    """On cuda the trainer hands init_process_group the rank's GPU (NCCL's barriers then know their
+    device); on cpu it leaves device_id out, which torch requires there."""
+    import torch
+
+    from simcluster.train import trainer
+
+    calls = []
+    monkeypatch.setattr(trainer.device, "bind", lambda device, local_rank: None)
+    monkeypatch.setattr(trainer.dist, "init_process_group", lambda backend, **kw: calls.append((backend, kw)))
+    monkeypatch.setattr(trainer.dist, "get_rank", lambda: 5)
+    monkeypatch.setattr(trainer.dist, "get_world_size", lambda: 8)
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert trainer.init_distributed(Config(device="cuda")) == (5, 1, 8)
+    assert trainer.init_distributed(Config(device="cpu")) == (5, 1, 8)
+    (nccl, on_gpu), (gloo, on_cpu) = calls
+    assert (nccl, on_gpu["device_id"], gloo) == ("nccl", torch.device("cuda", 1), "gloo")
+    assert "device_id" not in on_cpu and on_cpu["timeout"] == on_gpu["timeout"]
 
 
 def test_cuda_without_gpu_names_the_fix():

@@ -5,7 +5,8 @@ testable on a CPU machine.
 
 cpu: the gloo backend, tensors and the device mesh on the CPU (what the simulation runs).
 cuda: the nccl backend, the device mesh on cuda, each rank on GPU LOCAL_RANK
-(torch.cuda.set_device before the process group starts, so NCCL binds the right GPU).
+(torch.cuda.set_device before the process group starts, and the group's ``device_id``, so NCCL
+binds the right GPU and its barriers know it).
 """
 from __future__ import annotations
 
@@ -23,6 +24,16 @@ def mesh_device_type(device: str) -> str:
 def rank_device(device: str, local_rank: int) -> str:
     """Where a rank's parameters and batches live: "cpu", or "cuda:LOCAL_RANK"."""
     return "cpu" if device == "cpu" else f"cuda:{local_rank}"
+
+
+def process_group_device(device: str, local_rank: int) -> str | None:
+    """init_process_group's ``device_id``: "cuda:LOCAL_RANK" on cuda, None (leave it out) on cpu.
+
+    On cuda it binds the group to the rank's GPU, so NCCL's barrier knows its device instead of
+    warning that it guesses the current one; on cpu torch refuses it (``ValueError``: "must be an
+    accelerator with an index", ../shared/notes).
+    """
+    return f"cuda:{local_rank}" if device == "cuda" else None
 
 
 def bind(device: str, local_rank: int) -> str:

@@ -53,11 +53,12 @@ def init_distributed(cfg: Config) -> tuple[int, int, int]:
     timeout = timedelta(seconds=cfg.timeout_s)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device.bind(cfg.device, local_rank)  # cuda: this rank's GPU, before the group exists
+    bound = device.process_group_device(cfg.device, local_rank)
+    kw = {"timeout": timeout, **({"device_id": torch.device(bound)} if bound else {})}
     if "RANK" in os.environ:
-        dist.init_process_group(device.backend(cfg.device), timeout=timeout)
+        dist.init_process_group(device.backend(cfg.device), **kw)
     else:
-        dist.init_process_group(device.backend(cfg.device), store=dist.HashStore(), rank=0, world_size=1,
-                                timeout=timeout)
+        dist.init_process_group(device.backend(cfg.device), store=dist.HashStore(), rank=0, world_size=1, **kw)
     return dist.get_rank(), int(os.environ.get("LOCAL_RANK", 0)), dist.get_world_size()
 
 
