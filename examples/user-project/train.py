@@ -86,10 +86,13 @@ def main() -> None:
     p.add_argument("--out", default="out")
     args = p.parse_args()
 
-    dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+    if args.device == "cuda":  # this rank's GPU, bound to the group: NCCL's barrier then knows its device
+        gpu = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(gpu)
+        dist.init_process_group("nccl", device_id=gpu)
+    else:
+        dist.init_process_group("gloo")
     world, rank = dist.get_world_size(), dist.get_rank()
-    if args.device == "cuda":
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
     if args.tp < 1 or world % args.tp:
         raise ValueError(f"--tp {args.tp} does not divide world size {world}; pick a divisor, e.g. --tp 1")
     mesh = init_device_mesh(args.device, (world // args.tp, args.tp), mesh_dim_names=("dp", "tp"))
