@@ -33,7 +33,7 @@ def process_group_device(device: str, local_rank: int) -> str | None:
     warning that it guesses the current one; on cpu torch refuses it (``ValueError``: "must be an
     accelerator with an index", ../shared/notes).
     """
-    return f"cuda:{local_rank}" if device == "cuda" else None
+    return None if device == "cpu" else rank_device(device, local_rank)
 
 
 def bind(device: str, local_rank: int) -> str:

@@ -59,7 +59,7 @@ def init_distributed(cfg: Config) -> tuple[int, int, int]:
         dist.init_process_group(device.backend(cfg.device), **kw)
     else:
         dist.init_process_group(device.backend(cfg.device), store=dist.HashStore(), rank=0, world_size=1, **kw)
-    return dist.get_rank(), int(os.environ.get("LOCAL_RANK", 0)), dist.get_world_size()
+    return dist.get_rank(), local_rank, dist.get_world_size()
 
 
 class Trainer:
