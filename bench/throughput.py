@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from simcluster.train.config import parse_mesh
+from simcluster.train.config import ConfigError, parse_mesh
 from simcluster.launcher.observe.rundir import read_metrics
 
 WARMUP = 2  # steps excluded from the medians (first-call caches, allocator warm-up)
@@ -29,27 +29,37 @@ def steady_tokens_per_s(recs: list[dict], skip: set[int] = frozenset()) -> float
     return statistics.median(vals)
 
 
-def run_single(model: str, steps: int, threads: int, run_dir: str, extra: list[str]) -> list[dict]:
-    """One plain process (``train.reference``) with ``threads`` intra-op threads."""
+def single_command(model: str, steps: int, threads: int, run_dir: str, extra: list[str]) -> tuple[list[str], dict]:
+    """(argv, environment) of one plain process (``train.reference``) with ``threads`` intra-op threads."""
     cmd = [sys.executable, "-m", "simcluster.train.reference", f"--model={model}", f"--steps={steps}", f"--threads={threads}",
            f"--run-dir={run_dir}", *extra]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return cmd, dict(os.environ)
+
+
+def mesh_command(mesh: str, model: str, schedule: str, steps: int, threads: int, run_dir: str, extra: list[str],
+                 profile_step: int = 0, docker: bool = False) -> tuple[list[str], dict]:
+    """(argv, environment) of the mesh as local processes (torchrun) or, with ``docker``, the compose cluster."""
+    flags = [f"--mesh={mesh}", f"--model={model}", f"--schedule={schedule}", f"--steps={steps}", "--val-every=0",
+             f"--profile-step={profile_step}", *extra]
+    if docker:
+        return [sys.executable, "-m", "launcher", "up", *flags, f"--run-dir={run_dir}"], dict(os.environ)
+    world = parse_mesh(mesh).world_size
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
+           "-m", "train", *flags, f"--threads={threads}", f"--run-dir={run_dir}"]
+    return cmd, {**os.environ, "OMP_NUM_THREADS": str(threads)}
+
+
+def run_single(model: str, steps: int, threads: int, run_dir: str, extra: list[str]) -> list[dict]:
+    """One plain process (``train.reference``) with ``threads`` intra-op threads; its metrics records."""
+    cmd, env = single_command(model, steps, threads, run_dir, extra)
+    subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     return read_metrics(run_dir)
 
 
 def run_mesh(mesh: str, model: str, schedule: str, steps: int, threads: int, run_dir: str, extra: list[str],
              profile_step: int = 0, docker: bool = False) -> list[dict]:
-    """The mesh as local processes (torchrun) or, with ``docker``, as the compose cluster."""
-    flags = [f"--mesh={mesh}", f"--model={model}", f"--schedule={schedule}", f"--steps={steps}", "--val-every=0",
-             f"--profile-step={profile_step}", *extra]
-    if docker:
-        cmd = [sys.executable, "-m", "launcher", "up", *flags, f"--run-dir={run_dir}"]
-        env = dict(os.environ)
-    else:
-        world = parse_mesh(mesh).world_size
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
-               "-m", "train", *flags, f"--threads={threads}", f"--run-dir={run_dir}"]
-        env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    """The mesh as local processes (torchrun) or, with ``docker``, as the compose cluster; its metrics records."""
+    cmd, env = mesh_command(mesh, model, schedule, steps, threads, run_dir, extra, profile_step, docker)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
@@ -97,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docker", action="store_true", help="run the mesh in the compose cluster")
     p.add_argument("--out", default=None, help="folder for the runs (default: a temp folder)")
     args, extra = p.parse_known_args(argv)
+    try:
+        parse_mesh(args.mesh)
+    except ConfigError as e:
+        p.error(str(e))
     out = args.out or tempfile.mkdtemp(prefix="bench-")
     res = measure(args.mesh, args.model, args.schedule, args.steps, args.repeats, args.cores, args.docker, extra, out)
     print(f"\nmesh {args.mesh} ({'docker' if args.docker else 'local processes'}), model {args.model}, "

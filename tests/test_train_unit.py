@@ -253,3 +253,19 @@ def test_train_cli_world_size_mismatch_exits_2(tmp_path):
                            "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120,
                           env={**os.environ, "WORLD_SIZE": "4"})
     assert proc.returncode == 2 and "world size 4 != pp*dp*tp = 2*2*2 = 8" in proc.stderr
+
+
+def test_reference_hands_over_each_step_when_it_ends(tmp_path):
+    """train.reference gives each step's record to ``on_step`` as that step ends (its CLI prints the
+    step line then, as a mesh's rank 0 does, so bench.dimensions can time steps by their lines):
+    when step N's record arrives, the run folder holds N records; in order, the records returned."""
+    from simcluster.launcher.observe.rundir import read_metrics
+    from simcluster.train.preflight import preflight
+    from simcluster.train.reference import run_reference
+
+    torch.set_num_threads(1)
+    seen = []
+    records = run_reference(preflight(Config(mesh="1x1x1", model="tiny", steps=3)), str(tmp_path),
+                            on_step=lambda rec: seen.append((rec, len(read_metrics(str(tmp_path))))))
+    assert [rec for rec, _ in seen] == records and [r["step"] for r in records] == [1, 2, 3]
+    assert [n for _, n in seen] == [1, 2, 3]

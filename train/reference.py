@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -23,8 +24,12 @@ from simcluster.train.preflight import preflight
 from simcluster.train.runtime import GarbageCollection, tune_malloc
 
 
-def run_reference(run: TrainRun, run_dir: str | None = None) -> list[dict]:
-    """Train ``run`` (mesh ignored) in this process; returns per-step records like a mesh run's."""
+def run_reference(run: TrainRun, run_dir: str | None = None,
+                  on_step: Callable[[dict], None] | None = None) -> list[dict]:
+    """Train ``run`` (mesh ignored) in this process; returns per-step records like a mesh run's.
+
+    ``on_step`` is called with each step's record as soon as the step ends (the CLI prints it).
+    """
     cfg, args = run.config, run.model
     model = build_model(args)
     init_weights(model, cfg.seed, args.n_layers)
@@ -50,6 +55,8 @@ def run_reference(run: TrainRun, run_dir: str | None = None) -> list[dict]:
                    "tokens_per_s": run.tokens_per_step / dt, "rss_mb": [peak_rss_mb()]}
             writer.write(rec)
             records.append(rec)
+            if on_step is not None:
+                on_step(rec)
             collector.step(step)
     return records
 
@@ -67,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(cfg.threads or 1)
     tune_malloc()
     save_config(cfg, cfg.run_dir)
-    for rec in run_reference(run, cfg.run_dir):
-        print(step_line(rec, cfg.steps), flush=True)
+    run_reference(run, cfg.run_dir, on_step=lambda rec: print(step_line(rec, cfg.steps), flush=True))
     return 0
 
 
