@@ -1,6 +1,6 @@
 """What each parallel dimension costs: CPU-seconds and wall seconds a step, each dimension alone.
 
-    python -m bench.dimensions                       # 2x2x2 small 1F1B: about 6 minutes on 2 cores
+    python -m bench.dimensions                       # 2x2x2 small 1F1B: about 5 minutes on 2 cores
     python -m bench.dimensions --mesh 2x2x2 --rounds 1
 
 For ``--mesh PxDxT`` this runs, in turn and ``--rounds`` times: one process (``train.reference``)
