@@ -24,8 +24,9 @@ import sys
 import tempfile
 import time
 
-from simcluster.train.config import ConfigError, parse_mesh
-from simcluster.launcher.observe.rundir import read_metrics
+from simcluster.train.errors import ConfigError
+from simcluster.train.config import parse_mesh
+from simcluster.train.rundir import read_metrics
 from bench.throughput import WARMUP, mesh_command, single_command
 
 STEP_LINE = re.compile(r"^step (\d+)/(\d+) ")

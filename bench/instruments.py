@@ -19,9 +19,9 @@ import subprocess
 import sys
 import tempfile
 
-from simcluster.launcher.files import SOURCE
+from simcluster.launcher.job.files import SOURCE
 from simcluster.launcher.instrument.spec import Instruments
-from simcluster.launcher.observe.rundir import read_metrics
+from simcluster.train.rundir import read_metrics
 
 SETTINGS = ("plain", "steps", "traffic", "trace")
 

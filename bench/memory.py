@@ -22,12 +22,13 @@ import sys
 import tempfile
 import time
 
-from simcluster.train.config import ConfigError, parse_mesh
+from simcluster.train.errors import ConfigError
+from simcluster.train.config import parse_mesh
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the node wrapper (it imports torch and forks the agent), the agent, its fork server and the ranks all carry
 # the wrapper's command line; forkrun's own for a forkrun started directly
-MATCH = (b"simcluster.launcher.container.node", b"simcluster.launcher.container.forkrun")
+MATCH = (b"simcluster.launcher.container.node", b"simcluster.train.forkrun")
 
 
 def summed_kb() -> tuple[int, int, int]:

@@ -25,10 +25,11 @@ import sys
 import tempfile
 import time
 
-from simcluster.launcher import engine
-from simcluster.launcher.drills.shaping import NETTOOLS_IMAGE, rate_bits_per_s, tbf_command
-from simcluster.launcher.layout import IMAGE
-from simcluster.launcher.observe.rundir import read_metrics
+from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.drills.shaping import NETTOOLS_IMAGE, tbf_command
+from simcluster.train.units import rate_bits_per_s
+from simcluster.launcher.container.layout import IMAGE
+from simcluster.train.rundir import read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -24,7 +24,8 @@ import sys
 import tempfile
 import time
 
-from simcluster.train.config import ConfigError, parse_mesh
+from simcluster.train.errors import ConfigError
+from simcluster.train.config import parse_mesh
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MILESTONES = {"config": re.compile(r"\[simcluster\] config: "), "banner": re.compile(r"\[simcluster\] rank=\d+ "),

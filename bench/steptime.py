@@ -26,7 +26,8 @@ import tempfile
 
 import simcluster
 from simcluster.train.config import Config, parse_mesh
-from simcluster.train.plan.hardware import hardware, shaped
+from simcluster.train.plan.hardware import shaped
+from simcluster.train.plan.lookup import hardware
 from simcluster.train.plan.measure import overhead_for
 from simcluster.train.plan.search import search
 from simcluster.train.plan.predict import plan

@@ -8,7 +8,7 @@
 # docker layer cache. --force rebuilds all three; --offline skips the registry probe.
 # Runs from a checkout or from the installed package (python -m simcluster build): the context is
 # staged in a temporary folder (requirements.txt, wheelhouse/, simcluster/ = this installation's
-# code, from simcluster.launcher.files.stage_code), so the image is the same either way.
+# code, from simcluster.launcher.job.files.stage_code), so the image is the same either way.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."          # SOURCE: the checkout's root, or site-packages/simcluster
 
@@ -114,8 +114,8 @@ cp images/Dockerfile images/requirements.txt "$ctx/"
 cp -al "$WHEELHOUSE" "$ctx/wheelhouse" 2>/dev/null || cp -a "$WHEELHOUSE" "$ctx/wheelhouse"
 rm -f "$ctx/wheelhouse/.complete"
 # The code and its digest come from the package the interpreter imports: `launcher up` compares the
-# label with simcluster.launcher.files.code_digest() (content, not mtimes).
-digest=$("$PY" -c 'import sys; from simcluster.launcher.files import code_digest, stage_code
+# label with simcluster.launcher.job.files.code_digest() (content, not mtimes).
+digest=$("$PY" -c 'import sys; from simcluster.launcher.job.files import code_digest, stage_code
 stage_code(sys.argv[1]); print(code_digest())' "$ctx")
 say "docker build $IMAGE (code digest ${digest:0:12})"
 docker build "${nocache[@]}" --build-arg BASE_IMAGE="$base" ${TORCH_INDEX:+--build-arg TORCH_INDEX="$TORCH_INDEX"} \

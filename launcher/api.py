@@ -21,9 +21,9 @@ import threading
 from dataclasses import dataclass
 
 from simcluster.launcher.drills import faults as _faults
-from simcluster.launcher.launch import Launch
-from simcluster.launcher.observe import rundir
-from simcluster.train.config import ConfigError
+from simcluster.launcher.job.launch import Launch
+from simcluster.train import rundir
+from simcluster.train.errors import ConfigError
 
 CHAOS_JOIN_S = 10.0  # how long a run waits, after its cluster ended, for its chaos threads to say why they stopped
 
@@ -55,7 +55,7 @@ class FailedRank:
 class Run:
     """One ended run of the simulated cluster, read from its folder.
 
-    run_dir: the host run folder (absolute); launch: what ran (launcher/launch.py); exit_code:
+    run_dir: the host run folder (absolute); launch: what ran (launcher/job/launch.py); exit_code:
     `up`'s (0 every node exited 0, 1 the run failed or timed out); chaos: what its faults said.
     """
 
@@ -204,8 +204,8 @@ def up(args: argparse.Namespace, chaos: tuple = (), chaos_lines: list[str] | Non
     """
     from simcluster.launcher.parser import build_parser
     from simcluster.launcher.drills import shaping
-    from simcluster.launcher.files import container_user, host_abspath
-    from simcluster.launcher.options import resolve
+    from simcluster.launcher.job.files import container_user, host_abspath
+    from simcluster.launcher.job.options import resolve
     from simcluster.launcher.run import RUNNERS, runner
     from simcluster.launcher.run.base import UpOptions
     from simcluster.launcher.targets.check import check_target
@@ -272,7 +272,7 @@ def run(script: str | None = None, module: str | None = None, code: str | None =
     finally:
         if main:
             signal.signal(signal.SIGTERM, sigterm)
-    from simcluster.launcher.files import host_abspath
+    from simcluster.launcher.job.files import host_abspath
 
     if code == 130:
         raise KeyboardInterrupt

@@ -26,13 +26,13 @@ import os
 import re
 import sys
 
-from simcluster.launcher.checks import out_problem
-from simcluster.launcher.engine import LauncherError
-from simcluster.launcher.files import ROOT, container_user, project_dir_for, repo_path, write_atomic
-from simcluster.launcher.launch import NodeOptions
+from simcluster.launcher.job.checks import out_problem
+from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.job.files import ROOT, container_user, project_dir_for, repo_path, write_atomic
+from simcluster.launcher.job.launch import NodeOptions
 from simcluster.launcher.parser import build_parser as _build_parser
-from simcluster.launcher.options import node_options, resolve, split_job_argv
-from simcluster.train.config import ConfigError
+from simcluster.launcher.job.options import node_options, resolve, split_job_argv
+from simcluster.train.errors import ConfigError
 
 EXIT_USAGE = 2
 
@@ -84,7 +84,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 def cmd_build(args: argparse.Namespace) -> int:
     """Build the image; --check: 0 when it holds this installation's code, else 1; --cache-key: print its key."""
-    from simcluster.launcher.layout import IMAGE
+    from simcluster.launcher.container.layout import IMAGE
     from simcluster.launcher.run.image import build_image, cache_key, image_state
 
     if args.check and args.cache_key:
@@ -148,7 +148,7 @@ def cmd_project(args: argparse.Namespace) -> int:
 
 def cmd_compose_run(args: argparse.Namespace) -> int:
     """status, logs, down: a Compose run's handle (a swarm run's stack is gone once its `up` ends)."""
-    from simcluster.launcher.handle import Handle
+    from simcluster.launcher.engines.handle import Handle
     from simcluster.launcher.run import compose
 
     target = Handle.find(args.run_dir, args.file, args.project)

@@ -22,13 +22,14 @@ import os
 import shutil
 from dataclasses import dataclass, fields
 
-from simcluster.launcher.engine import LauncherError
-from simcluster.launcher.files import ROOT, host_abspath, repo_path
-from simcluster.launcher.launch import Launch, NodeOptions
-from simcluster.launcher.observe.rundir import METRICS, rank_lines, step_rows, summary_lines
-from simcluster.launcher.observe.series import (Comparison, Series, compare_series, metric_pattern, series_from_lines,
+from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.job.files import ROOT, host_abspath, repo_path
+from simcluster.launcher.job.launch import Launch, NodeOptions
+from simcluster.train.rundir import METRICS, rank_lines, step_rows, summary_lines
+from simcluster.train.series import (Comparison, Series, compare_series, metric_pattern, series_from_lines,
                                                 series_from_rows)
-from simcluster.train.config import Config, ConfigError, parse_mesh
+from simcluster.train.config import Config, parse_mesh
+from simcluster.train.errors import ConfigError
 
 
 class RunFailed(LauncherError):
@@ -104,7 +105,7 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
          run_dir: str | None = None, mounts=(), node: NodeOptions | None = None, timeout_s: float = Config.timeout_s,
          total_steps: int | None = None, cpu_bridges: bool = True, traffic: int = 0,
          trace_steps: str | None = None) -> tuple[Side, Side]:
-    """The two sides, every input checked as `launcher up` checks it (launcher/options.py resolve),
+    """The two sides, every input checked as `launcher up` checks it (launcher/job/options.py resolve),
     before anything starts; nothing is written. Paths are relative to the current folder.
     total_steps, cpu_bridges, traffic, trace_steps: the instruments' options of your code, for both
     runs (`up --total-steps`, `--no-cpu-bridges`, `--traffic 1`, `--trace-steps 2`).
@@ -114,8 +115,8 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
             folder, mount, node option or timeout; the built-in trainer (use train.parity).
     """
     from simcluster.launcher.parser import build_parser
-    from simcluster.launcher.files import container_user
-    from simcluster.launcher.options import resolve
+    from simcluster.launcher.job.files import container_user
+    from simcluster.launcher.job.options import resolve
     from simcluster.launcher.targets.check import check_target
 
     if script is None and code is None and module in (None, "train", "simcluster.train"):
@@ -187,9 +188,9 @@ class ComposeRun:
         Raises:
             ConfigError: naming the folder and `launcher down`.
         """
-        from simcluster.launcher import engine
+        from simcluster.launcher.engines import docker as engine
         from simcluster.launcher.drills import shaping
-        from simcluster.launcher.handle import Handle
+        from simcluster.launcher.engines.handle import Handle
 
         for side in sides:
             shaping.check(side.launch, "up", "compose", {})

@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from simcluster.launcher.options import add_engine_args, add_job_args, add_node_args
+from simcluster.launcher.job.options import add_engine_args, add_job_args, add_node_args
 from simcluster.train.cli import add_config_args
 
 

@@ -29,7 +29,7 @@ def torchrun(mesh: str, run_dir: Path, *extra: str) -> list[dict]:
     world = parse_mesh(mesh).world_size
     args = ["--standalone", f"--nproc-per-node={world}", "-m", "simcluster.train", f"--mesh={mesh}", *COMMON,
             f"--run-dir={run_dir}", *extra]
-    proc = warm.run("simcluster.launcher.container.forkrun", args, cwd=os.getcwd(), timeout=600,
+    proc = warm.run("simcluster.train.forkrun", args, cwd=os.getcwd(), timeout=600,
                     env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return read_metrics(str(run_dir))

@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 from conftest import copy_working_tree, need
-from simcluster.launcher.files import code_digest
-from simcluster.launcher.layout import IMAGE
+from simcluster.launcher.job.files import code_digest
+from simcluster.launcher.container.layout import IMAGE
 from simcluster.launcher.run.image import image_state
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ import yaml
 
 from conftest import reference_losses
 
-from simcluster.launcher.files import code_mounts
+from simcluster.launcher.job.files import code_mounts
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parents[0] / "shared" / "data" / "tinyshakespeare.txt"

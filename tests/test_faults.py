@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need_torch, reference_losses
-from simcluster.launcher.handle import Handle
+from simcluster.launcher.engines.handle import Handle
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
@@ -81,10 +81,11 @@ def test_rendezvous_names_silent_and_missing_nodes():
 
 def test_start_late_option_and_restart_launch(tmp_path):
     from simcluster.launcher.api import parse_start_late
-    from simcluster.launcher.jobs import resolve_training
-    from simcluster.launcher.launch import NodeOptions
+    from simcluster.launcher.job.entry import resolve_training
+    from simcluster.launcher.job.launch import NodeOptions
     from simcluster.launcher.run.compose import restart_launch
-    from simcluster.train.config import Config, ConfigError
+    from simcluster.train.config import Config
+    from simcluster.train.errors import ConfigError
 
     assert parse_start_late(["node-1=20", "node-2=0.5"]) == {"node-1": 20.0, "node-2": 0.5}
     for bad in (["node-1"], ["=3"], ["node-1=-1"], ["node-1=x"]):

@@ -19,10 +19,11 @@ import yaml
 
 from simcluster.launcher.targets.compose import build_compose, host_path, omp_threads
 from simcluster.launcher.targets.document import escape
-from simcluster.launcher.jobs import resolve_training, train_flags
-from simcluster.launcher.launch import Launch, NodeOptions, check_node_options
-from simcluster.launcher.layout import node_names, node_ranks
-from simcluster.train.config import Config, ConfigError, MeshSpec, parse_mesh
+from simcluster.launcher.job.entry import resolve_training, train_flags
+from simcluster.launcher.job.launch import Launch, NodeOptions, check_node_options
+from simcluster.train.layout import node_names, node_ranks
+from simcluster.train.config import Config, MeshSpec, parse_mesh
+from simcluster.train.errors import ConfigError
 
 
 def launch(cfg: Config, node: NodeOptions = NodeOptions()) -> Launch:

@@ -18,7 +18,7 @@ import yaml
 import simcluster.launcher.cli
 import simcluster.launcher.targets.compose
 import simcluster.train.config
-from simcluster.launcher import files
+from simcluster.launcher.job import files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,7 +88,7 @@ def test_launcher_import_graph_has_no_cycle():
     assert importers == {"launcher.__main__"}  # nobody else imports the door (simcluster/__main__.py too)
 
 
-# What only launcher/engine.py may do with the Docker SDK (test_docker_through_the_sdk_only).
+# What only launcher/engines/docker.py may do with the Docker SDK (test_docker_through_the_sdk_only).
 SDK_METHODS = {"exec_run", "unpause", "pause", "tasks", "connect", "disconnect", "reload"}  # obj.NAME(...)
 SDK_METHODS_WITH = {"remove": "force", "stop": "timeout", "wait": "timeout"}  # obj.NAME(KEYWORD=...): a common name
 SDK_COLLECTIONS = {"swarm", "networks", "containers", "images", "services", "volumes", "configs", "secrets"}  # x.NAME.y
@@ -144,14 +144,14 @@ def test_sdk_uses_are_seen():
 
 
 def test_docker_through_the_sdk_only():
-    """launcher/engine.py is the one module that touches the Docker SDK (tests' helpers are exempt)."""
-    engine_py = ROOT / "launcher" / "engine.py"
+    """launcher/engines/docker.py is the one module that touches the Docker SDK (tests' helpers are exempt)."""
+    engine_py = ROOT / "launcher" / "engines" / "docker.py"
     sources = {p: p.read_text() for folder in ("launcher", "bench") for p in (ROOT / folder).rglob("*.py")}
     assert "import docker" in sources[engine_py] and sdk_uses(ast.parse(sources[engine_py]))
     for path, text in sources.items():
         if path != engine_py:
             assert not sdk_uses(ast.parse(text)), f"{path.relative_to(ROOT)} touches the Docker SDK (only " \
-                                                  f"launcher/engine.py may): {sdk_uses(ast.parse(text))}"
+                                                  f"launcher/engines/docker.py may): {sdk_uses(ast.parse(text))}"
         # the CLIs without an SDK: compose (v2), and `docker stack` (deploy, rm) in engine.stack_cli only
         allowed = "compose|stack" if path == engine_py else "compose"
         assert not re.search(rf"""\[["']docker["'],(?!\s*["']({allowed})["'])""", text), f"{path} runs the docker CLI"
@@ -159,7 +159,7 @@ def test_docker_through_the_sdk_only():
 
 
 def test_shared_facts_have_one_home():
-    """Node names, the lost-after fraction and the store keys are written in launcher/layout.py only."""
+    """Node names, the lost-after fraction and the store keys are written in launcher/container/layout.py only."""
     for path in (ROOT / "launcher").rglob("*.py"):
         if path.name == "layout.py":
             continue

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import simcluster.launcher.cli as cli
-from simcluster.launcher.checks import MIN_MEMORY, image_problem, memory_bytes, memory_problem
+from simcluster.launcher.job.checks import MIN_MEMORY, image_problem, memory_bytes, memory_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP = str(ROOT / "examples" / "ddp.py")
@@ -203,7 +203,7 @@ def _run_folder(tmp_path: Path, capsys) -> Path:
 
 
 def test_chaos_on_a_run_where_nothing_runs_says_so_and_exits_1(capsys, tmp_path, monkeypatch):
-    from simcluster.launcher import engine
+    from simcluster.launcher.engines import docker as engine
     from simcluster.launcher.drills import chaos
 
     run = _run_folder(tmp_path, capsys)
@@ -218,7 +218,7 @@ def test_chaos_on_a_run_where_nothing_runs_says_so_and_exits_1(capsys, tmp_path,
 
 
 def test_chaos_on_an_ended_run_exits_1_at_once(capsys, tmp_path, monkeypatch):
-    from simcluster.launcher import engine
+    from simcluster.launcher.engines import docker as engine
 
     run = _run_folder(tmp_path, capsys)
     found = {"rendezvous": FakeContainer("rendezvous", "exited", 1), "node-0": FakeContainer("node-0", "exited", 0, 0),
@@ -238,7 +238,7 @@ def test_chaos_without_a_compose_file_names_up(capsys, tmp_path, monkeypatch):
 
 
 def test_status_of_an_ended_run(capsys, tmp_path, monkeypatch):
-    from simcluster.launcher import engine
+    from simcluster.launcher.engines import docker as engine
 
     run = _run_folder(tmp_path, capsys)
     found: dict = {}

@@ -23,7 +23,7 @@ from conftest import need_torch, noise
 from simcluster.launcher.container.node import check_writable, torchrun_command
 from simcluster.launcher.container.rendezvous import summary
 from simcluster.launcher.observe.progress import Progress, format_duration, parse_done, parse_step, split_rank
-from simcluster.launcher.handle import sanitize_project
+from simcluster.launcher.engines.handle import sanitize_project
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP = "step 12/300 loss 3.2145 grad_norm 1.2300 lr 3.00e-03 step_time 0.512s tokens_per_s 4000 rss_mb 312"
@@ -65,7 +65,7 @@ def test_node_wrapper_helpers(tmp_path):
                  "--local-addr=node-1", "--tee=3"):
         assert part in cmd
     assert cmd[-4:] == ["-m", "train", "--mesh", "2x2x2"]
-    assert cmd[:3] == [sys.executable, "-m", "simcluster.launcher.container.forkrun"]  # ranks forked after one import per node
+    assert cmd[:3] == [sys.executable, "-m", "simcluster.train.forkrun"]  # ranks forked after one import per node
     assert not any(p.startswith("--node-rank") for p in cmd)  # c10d orders the nodes; torch would warn it ignores it
     args.rdzv_backend = "static"
     static = torchrun_command(args, "node-1", [])
@@ -83,17 +83,17 @@ def _launch(launcher: list[str], run_dir: Path, *flags: str) -> subprocess.Compl
 
 
 def test_forkrun_trains_like_torchrun(tmp_path):
-    """simcluster.launcher.container.forkrun (torchrun's agent, ranks forked after one import) gives the same run
+    """simcluster.train.forkrun (torchrun's agent, ranks forked after one import) gives the same run
     as stock torchrun, with torchrun's log prefixes and exit status."""
     need_torch()
-    fork = _launch([sys.executable, "-m", "simcluster.launcher.container.forkrun"], tmp_path / "fork")
+    fork = _launch([sys.executable, "-m", "simcluster.train.forkrun"], tmp_path / "fork")
     stock = _launch([sys.executable, "-m", "torch.distributed.run"], tmp_path / "stock")
     assert fork.returncode == 0 and stock.returncode == 0, fork.stderr[-2000:] + stock.stderr[-2000:]
     losses = [[json.loads(line)["loss"] for line in (tmp_path / d / "metrics.jsonl").read_text().splitlines()]
               for d in ("fork", "stock")]
     assert len(losses[0]) == 3 and losses[0] == losses[1]
     assert "[default1]:[simcluster] rank=1 local_rank=1 world_size=2" in fork.stdout
-    bad = _launch([sys.executable, "-m", "simcluster.launcher.container.forkrun"], tmp_path / "bad", "--n-heads", "3")
+    bad = _launch([sys.executable, "-m", "simcluster.train.forkrun"], tmp_path / "bad", "--n-heads", "3")
     assert bad.returncode == 1 and "n_heads" in bad.stdout + bad.stderr  # rank exits 2, the agent 1, as torchrun
 
 
@@ -124,7 +124,7 @@ def test_forkrun_forks_its_ranks_from_a_one_thread_server(tmp_path):
     launcher.container.ranks still names each rank's process (the freeze drills use it)."""
     need_torch()
     (tmp_path / "fork_parent.py").write_text(FORK_PARENT)
-    proc = subprocess.run([sys.executable, "-m", "simcluster.launcher.container.forkrun", "--standalone",
+    proc = subprocess.run([sys.executable, "-m", "simcluster.train.forkrun", "--standalone",
                            "--nproc-per-node=3", "--tee=3", "-m", "fork_parent"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT}:{tmp_path}"})
@@ -162,7 +162,7 @@ def test_forkrun_starts_a_script_as_a_fresh_interpreter_does(tmp_path):
     from simcluster.launcher.container.node import instrument_env
 
     out = {}
-    for name, launcher in (("fork", "simcluster.launcher.container.forkrun"), ("stock", "torch.distributed.run")):
+    for name, launcher in (("fork", "simcluster.train.forkrun"), ("stock", "torch.distributed.run")):
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
                "SIMCLUSTER_OUTPUT_DIR": str(tmp_path / name)}
         instrument_env(env)
@@ -181,7 +181,7 @@ def test_forkrun_starts_a_script_as_a_fresh_interpreter_does(tmp_path):
 
 SPAWN = """
 import os, sys, time
-from simcluster.launcher.container import forkrun
+from simcluster.train import forkrun
 argv = sys.argv[2:]
 agent = forkrun.spawn(argv, {**os.environ, "SPAWNED": "1"}, None)
 if sys.argv[1] == "cancel":
@@ -294,7 +294,7 @@ def test_node_wrapper_ranks_follow_node_names_not_arrival(tmp_path):
 def test_code_digest_follows_content_not_mtimes(tmp_path):
     """The trainer image's staleness check: the digest changes with a file's bytes or name,
     not with its modification time (a cached image build keeps its old creation time)."""
-    from simcluster.launcher.files import code_digest
+    from simcluster.launcher.job.files import code_digest
 
     (tmp_path / "train").mkdir()
     (tmp_path / "launcher").mkdir()
@@ -316,7 +316,7 @@ def test_code_digest_follows_content_not_mtimes(tmp_path):
 
 def test_run_folders_of_one_name_are_two_projects(tmp_path):
     """a/run and b/run get their own compose projects (one `up` never touches the other's)."""
-    from simcluster.launcher.handle import Handle
+    from simcluster.launcher.engines.handle import Handle
 
     a, b = Handle.for_run(str(tmp_path / "a" / "run")), Handle.for_run(str(tmp_path / "b" / "run"))
     assert a.project != b.project and a.project.startswith("sc-run-") and b.project.startswith("sc-run-")
@@ -327,8 +327,8 @@ def test_run_folders_of_one_name_are_two_projects(tmp_path):
 def test_failing_ranks_are_named_with_traceback_or_cxx_abort(tmp_path, capsys):
     """The summary's failure lines: a Python traceback's last frames and exception, a C++ abort's
     ``terminate called`` line (with the teardown-race hint), and peers that only saw one die."""
-    from simcluster.launcher.jobs import resolve_code
-    from simcluster.launcher.launch import NodeOptions
+    from simcluster.launcher.job.entry import resolve_code
+    from simcluster.launcher.job.launch import NodeOptions
     from simcluster.launcher.observe.follow import Stream
     from simcluster.launcher.observe.summary import _show_failures
 
@@ -356,7 +356,7 @@ def test_failing_ranks_are_named_with_traceback_or_cxx_abort(tmp_path, capsys):
 
 def test_metrics_tail_skips_a_previous_runs_file(tmp_path):
     """A reused run folder: the old metrics.jsonl gives no progress rows until this run writes it."""
-    from simcluster.launcher.observe.rundir import MetricsTail
+    from simcluster.train.rundir import MetricsTail
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n')

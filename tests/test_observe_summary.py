@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from simcluster.launcher.jobs import resolve_code
-from simcluster.launcher.launch import NodeOptions
+from simcluster.launcher.job.entry import resolve_code
+from simcluster.launcher.job.launch import NodeOptions
 from simcluster.launcher.observe.failures import FRAME_LINES, FRAMES_KEPT, RankTrace
 from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.observe.summary import summarise

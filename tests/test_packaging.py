@@ -29,9 +29,9 @@ import sys
 
 def test_simcluster_imports_beside_my_train():
     import simcluster
-    from simcluster.launcher import files
-    from simcluster.launcher.jobs import resolve_code
-    from simcluster.launcher.launch import NodeOptions
+    from simcluster.launcher.job import files
+    from simcluster.launcher.job.entry import resolve_code
+    from simcluster.launcher.job.launch import NodeOptions
     import simcluster.train.config  # ours, under its own name
 
     launch = resolve_code(NodeOptions(), script="train.py", nodes=2, nproc_per_node=2)
@@ -111,10 +111,10 @@ def test_the_image_builds_from_the_installed_package(installed, trainer_image, t
         build = subprocess.run([str(py), "-m", "simcluster", "build"], cwd=project, env=env, capture_output=True,
                                text=True, timeout=1200)
         assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-        digest = subprocess.run([str(py), "-c", "from simcluster.launcher.files import code_digest; "
+        digest = subprocess.run([str(py), "-c", "from simcluster.launcher.job.files import code_digest; "
                                  "print(code_digest())"], cwd=project, capture_output=True, text=True).stdout.strip()
         sys.path.insert(0, str(ROOT))
-        from simcluster.launcher.files import code_digest
+        from simcluster.launcher.job.files import code_digest
 
         assert digest == code_digest()
         label = subprocess.run(["docker", "image", "inspect", "-f", '{{index .Config.Labels "io.simcluster.code-digest"}}',

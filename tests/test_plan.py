@@ -122,12 +122,13 @@ def test_recalibrate_measures_again_and_replaces_the_cache(tmp_path, monkeypatch
     """--recalibrate measures even over a valid cache and writes what it measured; without it the
     cache is read. The measurement is stubbed here: the real one (about 30 s) runs once a session,
     for the first test that asks for "local"."""
-    from simcluster.train.plan import calibrate, hardware as hw_module
+    from simcluster.train.plan import lookup as hw_module
+    from simcluster.train.plan.hardware import HARDWARE
 
     monkeypatch.setenv("SIMCLUSTER_CACHE", str(tmp_path))
-    measured = [hw_module.HARDWARE["h100-sxm-8x"], hw_module.HARDWARE["a100-80g-8x"]]
+    measured = [HARDWARE["h100-sxm-8x"], HARDWARE["a100-80g-8x"]]
     calls = []
-    monkeypatch.setattr(calibrate, "calibrate", lambda: calls.append(1) or measured[len(calls) - 1])
+    monkeypatch.setattr(hw_module, "calibrate", lambda: calls.append(1) or measured[len(calls) - 1])
     first = hw_module.hardware("local")
     assert first == measured[0] and hw_module.hardware("local") == measured[0] and len(calls) == 1
     assert hw_module.hardware("local", recalibrate=True) == measured[1] and len(calls) == 2
@@ -137,7 +138,8 @@ def test_recalibrate_measures_again_and_replaces_the_cache(tmp_path, monkeypatch
 def test_hardware_models_step_time_and_search(capsys, tmp_path):
     """Named targets carry their sources; `local` is read from its cache file; the step time's parts
     add up and H100 beats A100; the search ranks runnable candidates only, fastest first."""
-    from simcluster.train.plan.hardware import HARDWARE, _cached, cache_path, hardware, memory_of_rank
+    from simcluster.train.plan.hardware import HARDWARE, memory_of_rank
+    from simcluster.train.plan.lookup import _cached, cache_path, hardware
     from simcluster.train.plan.search import search
     from simcluster.train.plan.steptime import step_time
 
@@ -211,7 +213,7 @@ def test_local_overhead_is_measured_per_stage_and_scales_the_step(corpus, tmp_pa
     """On `local` each pp stage's CPU is measured on the fake group (the tiny model's ops are mostly
     not FLOPs: far above 1x its FLOP time), with denormals flushed (the fake receives' garbage made a
     later stage 5x slower than the first), and it multiplies the stage's compute; `plan` prints it."""
-    from simcluster.train.plan.hardware import hardware
+    from simcluster.train.plan.lookup import hardware
     from simcluster.train.plan.measure import stage_overhead
     from simcluster.train.plan.steptime import step_time
 

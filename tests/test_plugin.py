@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from simcluster.launcher.handle import Handle
+from simcluster.launcher.engines.handle import Handle
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "simcluster.launcher.testing.plugin"
@@ -51,8 +51,8 @@ def inner_env(**extra: str) -> dict[str, str]:
 
 def leftovers(basetemp: Path) -> dict[str, list]:
     """project -> its containers and networks still there, for every run folder under basetemp."""
-    from simcluster.launcher import engine
-    from simcluster.launcher.engine import PROJECT_LABEL
+    from simcluster.launcher.engines import docker as engine
+    from simcluster.launcher.engines.docker import PROJECT_LABEL
 
     out = {}
     for compose_file in basetemp.rglob("compose.yml"):

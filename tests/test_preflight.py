@@ -16,7 +16,8 @@ import pytest
 
 import warm
 from simcluster.train.cli import add_config_args, config_from_args
-from simcluster.train.config import Config, ConfigError
+from simcluster.train.config import Config
+from simcluster.train.errors import ConfigError
 from simcluster.train.corpus import split_sizes
 from simcluster.train.preflight import check
 
@@ -33,7 +34,7 @@ def forkrun(n: int, *args: str) -> subprocess.CompletedProcess:
     """The trainer on n local ranks under forkrun (torchrun's agent, the ranks forked after one
     import, as on a cluster's nodes)."""
     return train("--standalone", f"--nproc-per-node={n}", "-m", "simcluster.train", *args,
-                 module="simcluster.launcher.container.forkrun")
+                 module="simcluster.train.forkrun")
 
 
 @pytest.mark.parametrize("overrides,message", [

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from simcluster.launcher.targets.compose import node_command
-from simcluster.launcher.jobs import resolve_training
-from simcluster.launcher.launch import NodeOptions
-from simcluster.launcher.drills.shaping import rate_bits_per_s, tbf_command
-from simcluster.launcher.layout import shaped_marker
+from simcluster.launcher.job.entry import resolve_training
+from simcluster.launcher.job.launch import NodeOptions
+from simcluster.train.units import rate_bits_per_s
+from simcluster.launcher.drills.shaping import tbf_command
+from simcluster.launcher.container.layout import shaped_marker
 from simcluster.train.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]

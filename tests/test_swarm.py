@@ -23,10 +23,11 @@ import pytest
 import yaml
 
 from conftest import need, reference_losses
-from simcluster.launcher.jobs import resolve_training
-from simcluster.launcher.launch import NodeOptions
+from simcluster.launcher.job.entry import resolve_training
+from simcluster.launcher.job.launch import NodeOptions
 from simcluster.launcher.targets import swarm
-from simcluster.train.config import Config, ConfigError
+from simcluster.train.config import Config
+from simcluster.train.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parents[0] / "shared" / "data" / "tinyshakespeare.txt"
@@ -104,7 +105,7 @@ def test_stack_file_passes_the_v3_schema(docker_available, tmp_path):
     ({"LocalNodeState": "inactive"}, "simcluster/trainer:latest", None),
 ])
 def test_swarm_checks(monkeypatch, info, image, problem):
-    from simcluster.launcher import engine
+    from simcluster.launcher.engines import docker as engine
     from simcluster.launcher.run import swarm as swarm_run
 
     # an engine answering docker info with this Swarm section, and no stack up

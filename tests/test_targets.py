@@ -18,11 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simcluster.launcher.jobs import resolve_training
-from simcluster.launcher.launch import NodeOptions
+from simcluster.launcher.job.entry import resolve_training
+from simcluster.launcher.job.launch import NodeOptions
 from simcluster.launcher.targets import jobset, slurm, trainjob
 from simcluster.launcher.targets.check import has_registry
-from simcluster.train.config import Config, ConfigError, resolve
+from simcluster.train.config import Config, resolve
+from simcluster.train.errors import ConfigError
 from simcluster.train.device import backend, mesh_device_type, process_group_device, rank_device
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -210,7 +211,7 @@ def test_job_arguments_reach_argv_unchanged_after_kubelet_expansion(target):
 def test_compose_nodes_fork_the_users_code_unless_torchrun_is_asked():
     """The node wrapper forks the user's script's ranks after one import per node, as the
     trainer's (``--torchrun``, a node option, gives each rank a fresh interpreter instead)."""
-    from simcluster.launcher.jobs import resolve_code
+    from simcluster.launcher.job.entry import resolve_code
     from simcluster.launcher.targets.compose import node_command
 
     script = str(Path(__file__).resolve().parent.parent / "examples" / "ddp.py")

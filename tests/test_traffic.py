@@ -20,7 +20,7 @@ import pytest
 
 import warm
 from simcluster.launcher.cli import main
-from simcluster.train.plan.hardware import hardware
+from simcluster.train.plan.lookup import hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,7 +31,7 @@ def run_torchrun(mesh: str, run_dir: Path, *flags: str) -> subprocess.CompletedP
     # forkrun itself forked from the worker's warm interpreter (tests/warm.py)
     args = ["--standalone", f"--nproc-per-node={pp * dp * tp}", "-m", "simcluster.train", "--mesh", mesh, "--model",
             "tiny", "--steps", "3", "--val-every", "0", "--run-dir", str(run_dir), *flags]
-    proc = warm.run("simcluster.launcher.container.forkrun", args, cwd=ROOT, timeout=600,
+    proc = warm.run("simcluster.train.forkrun", args, cwd=ROOT, timeout=600,
                     env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

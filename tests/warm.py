@@ -9,7 +9,7 @@ interpreter per pytest worker.
 A fresh interpreter running the trainer first imports torch, DTensor, FSDP2, pipelining and DCP:
 about 3 s of CPU on this project's 2-core machine, more than a short test run itself. Here the
 import is made once, by multiprocessing's fork server (started on first use, ``PRELOAD``), and each
-run is a fork of it, as a cluster node forks its ranks (launcher/container/forkrun.py).
+run is a fork of it, as a cluster node forks its ranks (train/forkrun.py).
 
 The child is what ``python -m MODULE ARGS`` would be where the tests look: launcher/container/
 forked_rank.py's ``run_module`` or ``run_script`` (the ones a cluster's ranks run) gives it the argv,
@@ -28,7 +28,7 @@ import subprocess
 import tempfile
 import threading
 
-PRELOAD = ["warm", "simcluster.launcher.container.forked_rank", "simcluster.train.trainer"]
+PRELOAD = ["warm", "simcluster.train.forked_rank", "simcluster.train.trainer"]
 _lock = threading.Lock()
 _context = None
 
@@ -51,7 +51,7 @@ def _child(entry: str, script: bool, args: list[str], cwd: str, env: dict[str, s
     os.environ.clear()
     os.environ.update(env)
     os.chdir(cwd)
-    from simcluster.launcher.container.forked_rank import run_module, run_script
+    from simcluster.train.forked_rank import run_module, run_script
 
     (run_script if script else run_module)(entry, *args)
 

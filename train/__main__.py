@@ -13,7 +13,7 @@ import os
 import sys
 
 from simcluster.train.cli import add_config_args, config_from_args
-from simcluster.train.config import ConfigError
+from simcluster.train.errors import ConfigError
 from simcluster.train.preflight import preflight
 
 

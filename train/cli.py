@@ -11,7 +11,8 @@ from dataclasses import fields
 
 import yaml
 
-from simcluster.train.config import Config, ConfigError
+from simcluster.train.config import Config
+from simcluster.train.errors import ConfigError
 from simcluster.train.config_types import config_from_dict
 
 

@@ -11,7 +11,8 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from simcluster.launcher.layout import node_of
+from simcluster.train.errors import ConfigError
+from simcluster.train.layout import node_of
 
 DEVICES = ("cpu", "cuda")  # --device: gloo on CPU, or nccl with one GPU per rank
 MESH_EXAMPLES = "valid examples: 2x2x2, 4x1x2, 1x1x1, pp=2,dp=2,tp=2"
@@ -28,10 +29,6 @@ SCHEDULES: dict[str, tuple[str, str]] = {
     "zbv": ("ScheduleZBVZeroBubble", "v"),
     "dualpipev": ("ScheduleDualPipeV", "v"),
 }
-
-
-class ConfigError(ValueError):
-    """A bad mesh spec, config field or data path; the message names the field and a fix."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import MISSING, fields
 
-from simcluster.train.config import Config, ConfigError
+from simcluster.train.config import Config
+from simcluster.train.errors import ConfigError
 
 EXAMPLES = {"int": "100", "float": "0.003", "str": "text"}
 

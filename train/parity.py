@@ -10,7 +10,7 @@ import of torch and the trainer, as on the cluster's nodes), runs ``train.refere
 same seed, data and optimizer, prints a table of each step's loss and grad norm, and ends with one line
 ``max_rel_loss_diff=<float>``. Exits 1 when a step's relative loss difference exceeds the
 tolerance (1e-4 over all steps, 1e-6 on the first step) or the runs hold different steps, 2 on a
-bad config. The step-by-step comparison and its table are launcher/observe/series.py's, the one
+bad config. The step-by-step comparison and its table are train/series.py's, the one
 ``launcher compare`` uses.
 
 Lists: ``--mesh`` and ``--schedule`` take comma-separated lists, and the tool checks every pair
@@ -32,9 +32,10 @@ import sys
 import tempfile
 
 from simcluster.train.cli import add_config_args, config_from_args
-from simcluster.train.config import ConfigError, TrainRun
-from simcluster.launcher.observe.rundir import read_metrics
-from simcluster.launcher.observe.series import Comparison, compare_series, series_from_rows, table_text
+from simcluster.train.errors import ConfigError
+from simcluster.train.config import TrainRun
+from simcluster.train.rundir import read_metrics
+from simcluster.train.series import Comparison, compare_series, series_from_rows, table_text
 from simcluster.train.preflight import preflight
 
 PARITY_DEFAULTS = {"model": "tiny", "steps": 10, "val_every": 0, "log_every": 1}
@@ -50,7 +51,7 @@ def compare(mesh_recs: list[dict], ref_recs: list[dict], tolerance: float) -> tu
     return loss, norm
 
 
-LAUNCHERS = {"torchrun": "torch.distributed.run", "forkrun": "simcluster.launcher.container.forkrun"}
+LAUNCHERS = {"torchrun": "torch.distributed.run", "forkrun": "simcluster.train.forkrun"}
 
 
 def torchrun_args(world_size: int, train_args: list[str]) -> list[str]:
@@ -78,7 +79,7 @@ def run_mesh(launcher: str, args: list[str], env: dict[str, str], timeout: float
         return proc.returncode, proc.stdout + proc.stderr
     import time
 
-    from simcluster.launcher.container import forkrun
+    from simcluster.train import forkrun
 
     sys.stdout.flush()
     sys.stderr.flush()

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from simcluster.train.config import SCHEDULES, Config, ConfigError, TrainRun, resolve
+from simcluster.train.config import SCHEDULES, Config, TrainRun, resolve
+from simcluster.train.errors import ConfigError
 from simcluster.train.corpus import check_corpus
 from simcluster.train.preflight_values import value_errors
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 
-from simcluster.train.config import Config, ConfigError, parse_steps
+from simcluster.train.config import Config, parse_steps
+from simcluster.train.errors import ConfigError
 
 SEED_LIMIT = 2**63  # torch.Generator.manual_seed takes 64-bit seeds; batches and init use seed mod 2**63
 TIMEOUT_LIMIT_S = 1e6  # datetime.timedelta and gloo take far more; beyond 11 days a peer is surely gone

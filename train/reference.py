@@ -14,7 +14,8 @@ import torch
 
 from simcluster.train.cli import add_config_args, config_from_args, save_config
 from simcluster.train.clip import clip_grad_norm_
-from simcluster.train.config import ConfigError, TrainRun
+from simcluster.train.errors import ConfigError
+from simcluster.train.config import TrainRun
 from simcluster.train.data import Batches
 from simcluster.train.metrics import MetricsWriter, peak_rss_mb, step_line
 from simcluster.train.model import build_model, loss_fn

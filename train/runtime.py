@@ -46,7 +46,7 @@ def freeze_imports() -> None:
     collector's permanent generation, once per process: no later collection walks them (a full
     ``gc.collect()`` of torch's ~300k objects costs a rank about 0.1-0.3 s of CPU, and in a forked
     rank it writes to the pages it shares with its node's other ranks). The objects made after
-    (the model, the process groups) stay collectable. launcher/container/forkrun.py freezes its
+    (the model, the process groups) stay collectable. train/forkrun.py freezes its
     imports before forking the ranks; this does the same in a fresh interpreter (stock torchrun)."""
     gc.freeze()
 

@@ -14,7 +14,7 @@ import glob
 import json
 import os
 
-from simcluster.launcher.layout import node_name, node_of
+from simcluster.train.layout import node_name, node_of
 
 COMPUTE_CAT = "compute"
 

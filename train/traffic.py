@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from simcluster.launcher.layout import node_of
+from simcluster.train.layout import node_of
 
 KINDS = ("pp_send", "pp_recv", "tp_all_reduce", "fsdp_all_gather", "fsdp_reduce_scatter", "world_all_reduce", "other")
 
@@ -74,7 +74,7 @@ class TrafficMode(TorchDispatchMode):
 
     Args:
         rank: this process's global rank.
-        ranks_per_node: dp*tp (launcher/layout.py node_of).
+        ranks_per_node: dp*tp (launcher/container/layout.py node_of).
         kinds_by_group: "pp" | "dp" | "tp" | "world" -> this rank's groups as sorted global ranks:
             ``group_kinds(mesh)`` in the trainer, ``layout.mesh_groups`` for the user's code.
             Where two coincide (1x1x2: tp is the world) the op tells them apart

@@ -6,5 +6,5 @@
     torchrun --nproc-per-node 2 -m launcher.container.probe                             # wiring probe
 
 They need torch (the host launcher does not) and share the cluster's facts through
-launcher/layout.py; everything else they are told by flags.
+launcher/container/layout.py; everything else they are told by flags.
 """

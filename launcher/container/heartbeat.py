@@ -3,7 +3,7 @@
     python -c "from simcluster.launcher.container.heartbeat import Heartbeat; help(Heartbeat)"
 
 Runs inside a node container (launcher/container/node.py starts it); the store keys are those of
-launcher/layout.py, served by launcher/container/rendezvous.py.
+launcher/container/layout.py, served by launcher/container/rendezvous.py.
 
 Rules of the quiet end (a store call to a store that has just closed fails loudly: torch prints
 ``recvValue failed`` and C++ stack frames): once the heartbeat reads FINISHED it sets this node's
@@ -21,8 +21,8 @@ import threading
 import time
 from datetime import timedelta
 
-from simcluster.launcher.layout import (CLOSED_KEY, EXIT_KEY, FINISHED, HB_KEY, NODE_KEY, REPORTED, VERDICT, rank_range,
-                                        report_key)
+from simcluster.launcher.container.layout import CLOSED_KEY, EXIT_KEY, FINISHED, HB_KEY, NODE_KEY, REPORTED, VERDICT, report_key
+from simcluster.train.layout import rank_range
 
 
 def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float = 15,

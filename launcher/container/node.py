@@ -25,7 +25,7 @@ Runs inside the trainer image (the compose ``command`` of every node-K service):
 
 Heartbeat: from the start, a thread registers this node in the rendezvous store and bumps its
 heartbeat counter every second; the rendezvous declares a node lost when it goes silent for
---lost-after-s (the launcher passes LOST_FRACTION x the job's timeout, see launcher/layout.py)
+--lost-after-s (the launcher passes LOST_FRACTION x the job's timeout, see launcher/container/layout.py)
 or never registers within --join-timeout-s. When that verdict appears, this wrapper prints ``[node-0] error: node-1 (ranks 2-3)
 lost: ...``, stops its torchrun (SIGTERM, SIGKILL after 2 s) and exits non-zero. If this
 wrapper itself cannot reach the rendezvous for --lost-after-s (its container was cut off the
@@ -56,11 +56,14 @@ import sys
 import tempfile
 import time
 
-from simcluster.launcher.container import forkrun
+from simcluster.train import forkrun
+from simcluster.train.forked_rank import RANK_HOOK
 from simcluster.launcher.container.heartbeat import Heartbeat, report, wait_gone
 from simcluster.launcher.container.ranks import frozen
+from simcluster.launcher.instrument.rank import boot
 from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
-from simcluster.launcher.layout import JOIN_TIMEOUT_S, TRAINER_MODULE, node_ranks, rank_range
+from simcluster.launcher.container.layout import JOIN_TIMEOUT_S
+from simcluster.train.layout import TRAINER_MODULE, node_ranks, rank_range
 
 STOP_GRACE_S = 2.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
 GONE_WAIT_S = 15.0  # after FINISHED, wait this long at most for the rendezvous to exit (it takes a few seconds)
@@ -103,6 +106,7 @@ def instrument_env(env: dict) -> None:
     rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join([folder, *rest, *([] if package_home in rest else [package_home])])
     env[ENABLE] = "1"
+    env[RANK_HOOK] = f"{boot.__module__}:{boot.__name__}"  # a forked rank runs it as sitecustomize would
 
 
 def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[str]) -> list[str]:
@@ -111,7 +115,7 @@ def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[
         exe = shutil.which("torchrun")
         cmd = [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
     else:  # torchrun's agent, ranks forked after one import per node (launcher/forkrun.py)
-        cmd = [sys.executable, "-m", "simcluster.launcher.container.forkrun"]
+        cmd = [sys.executable, "-m", "simcluster.train.forkrun"]
     return cmd + torchrun_args(args, node_name, train_argv)
 
 
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", default=None, help="the job's output folder: must be writable (checked first)")
     parser.add_argument("--lost-after-s", type=float, required=True,
                         help="a rendezvous silent this long means this node is cut off (the launcher passes "
-                             "LOST_FRACTION x the job's timeout, see launcher/layout.py)")
+                             "LOST_FRACTION x the job's timeout, see launcher/container/layout.py)")
     parser.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S,
                         help=f"rendezvous join timeout (default {JOIN_TIMEOUT_S:g}s; torchrun gets +60s)")
     parser.add_argument("--wait-for", default=None, metavar="FILE",

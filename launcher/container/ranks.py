@@ -7,7 +7,7 @@ A rank frozen by SIGSTOP (or a cgroup freeze of its process) still looks alive t
 heartbeat thread and to torchrun's agent, which only polls exit codes. The node wrapper
 (launcher/container/node.py) asks ``frozen`` every second, so liveness reaches the ranks.
 A rank's number comes from its environment (RANK, set when stock torchrun starts it); ranks
-forked by launcher/container/forkrun.py inherit the agent's environment, so for them it is the
+forked by train/forkrun.py inherit the agent's environment, so for them it is the
 node's first rank plus their index among their fork server's children in start (pid) order (the
 server is the agent's child beside multiprocessing's resource tracker: the one with children).
 """

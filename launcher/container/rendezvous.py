@@ -27,7 +27,7 @@ waiting nodes watch for (launcher/container/heartbeat.py). No node makes a store
 that, so none prints torch's ``recvValue failed`` and stack frames. Lost nodes are not waited for.
 The process ends right after the store closes (os._exit), so its container is gone first.
 
-Store protocol: the keys in launcher/layout.py, shared with launcher/container/node.py.
+Store protocol: the keys in launcher/container/layout.py, shared with launcher/container/node.py.
 """
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ import sys
 import time
 from datetime import timedelta
 
-from simcluster.launcher.layout import (CLOSED_KEY, EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, NODE_KEY, REPORTED,
-                                        VERDICT, node_name, rank_range, report_key)
+from simcluster.launcher.container.layout import CLOSED_KEY, EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, NODE_KEY, REPORTED, VERDICT, report_key
+from simcluster.train.layout import node_name, rank_range
 
 GRACE_S = 30.0  # after one node failed, the others get this long to report
 CLOSE_WAIT_S = 5.0  # after FINISHED, wait this long at most for the waiting nodes to close their clients

@@ -27,13 +27,13 @@ import sys
 import time
 from datetime import datetime
 
-from simcluster.launcher import engine
-from simcluster.launcher.engine import LauncherError
+from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.observe.progress import parse_step, split_rank
-from simcluster.launcher.layout import LABEL
-from simcluster.launcher.observe.rundir import METRICS, last_step
-from simcluster.launcher.handle import Handle
-from simcluster.train.config import ConfigError
+from simcluster.launcher.container.layout import LABEL
+from simcluster.train.rundir import METRICS, last_step
+from simcluster.launcher.engines.handle import Handle
+from simcluster.train.errors import ConfigError
 
 FAULTS = ("kill", "stop", "pause", "disconnect", "freeze")
 START_WAIT_S = 120.0  # how long chaos waits for a first container of the run (`launcher up` starting it)

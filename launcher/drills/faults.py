@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import ClassVar
 
-from simcluster.train.config import ConfigError
+from simcluster.train.errors import ConfigError
 
 
 @dataclass(frozen=True)

@@ -19,23 +19,12 @@ import os
 import re
 import shutil
 
-from simcluster.launcher.engine import LauncherError
-from simcluster.launcher.layout import SHAPED_DIR, shaped_marker
-from simcluster.train.config import ConfigError
+from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.container.layout import SHAPED_DIR, shaped_marker
+from simcluster.train.errors import ConfigError
+from simcluster.train.units import rate_bits_per_s
 
 NETTOOLS_IMAGE = "simcluster/nettools:latest"
-_RATE = re.compile(r"(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)")
-_RATE_BITS = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-              "bps": 8, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
-
-
-def rate_bits_per_s(text: str) -> float | None:
-    """tc's rate units (``100mbit``, ``1gbit``, ``12.5mbps`` = bytes/s) -> bits per second; None
-    when ``text`` does not parse or is not > 0."""
-    m = _RATE.fullmatch(str(text).strip().lower())
-    if not m or float(m.group(1)) <= 0:
-        return None
-    return float(m.group(1)) * _RATE_BITS[m.group(2)]
 
 
 def tbf_command(rate: str) -> list[str]:
@@ -70,7 +59,7 @@ def check(launch, action: str, target: str, start_late: dict) -> None:
     if start_late:
         raise ConfigError("--start-late cannot be combined with --inter-node-bandwidth (a late node's network "
                           "would not be shaped); drop one of them")
-    from simcluster.launcher import engine
+    from simcluster.launcher.engines import docker as engine
 
     if engine.image_created(NETTOOLS_IMAGE) is None:
         raise LauncherError(f"--inter-node-bandwidth needs the helper image {NETTOOLS_IMAGE} (iproute2); build it "
@@ -89,7 +78,7 @@ def apply(launch, containers: dict, run_dir: str, show) -> dict[str, str]:
     Raises:
         LauncherError: a node container is missing or its helper failed.
     """
-    from simcluster.launcher import engine
+    from simcluster.launcher.engines import docker as engine
 
     rate = launch.node.inter_node_bandwidth
     os.makedirs(os.path.join(run_dir, SHAPED_DIR), exist_ok=True)

@@ -57,7 +57,7 @@ def log(step: int | None = None, *, total_steps: int | None = None, **metrics) -
         row[name] = value
     _last_step = step
     os.makedirs(out_dir, exist_ok=True)
-    from simcluster.launcher.observe.rundir import METRICS
+    from simcluster.train.rundir import METRICS
 
     with open(os.path.join(out_dir, METRICS), "a", encoding="utf-8") as fh:
         fh.write(json.dumps(row) + "\n")  # one write of one line: appends from several ranks stay whole

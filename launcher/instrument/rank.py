@@ -1,5 +1,5 @@
 """The instruments of one rank of the user's code: installed by boot/sitecustomize.py (or, in a forked
-rank, launcher/container/forked_rank.py) before it runs.
+rank, train/forked_rank.py) before it runs.
 
     SIMCLUSTER_INSTRUMENT=1 RANK=0 SIMCLUSTER_OUTPUT_DIR=/tmp/r PYTHONPATH=launcher/instrument/boot python examples/ddp.py
 
@@ -18,7 +18,7 @@ import sys
 from simcluster.launcher.instrument.clock import Clock
 from simcluster.launcher.instrument.lazy import when_imported
 from simcluster.launcher.instrument.spec import ENABLE, OWNER, Instruments
-from simcluster.launcher.layout import node_of
+from simcluster.train.layout import node_of
 
 CLOCK: Clock | None = None  # this rank's clock, once installed (simcluster.step and simcluster.log use it)
 
@@ -32,7 +32,7 @@ def boot(env=os.environ) -> None:
     RANK is set, and no other process claimed them (OWNER holds the pid that did; an interpreter
     a rank starts itself inherits it and is not a rank). Never raises: an instrument that fails
     prints one line and the user's code runs without it. Called by boot/sitecustomize.py in a
-    fresh interpreter and by launcher/container/forked_rank.py in a forked rank."""
+    fresh interpreter and by train/forked_rank.py in a forked rank."""
     if env.get(ENABLE) != "1" or "RANK" not in env:
         return
     owner = env.get(OWNER)

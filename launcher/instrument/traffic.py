@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from simcluster.launcher.layout import mesh_groups
+from simcluster.train.layout import mesh_groups
 
 
 def groups_from_env(rank: int, env) -> dict[str, tuple[int, ...]]:

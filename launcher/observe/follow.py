@@ -20,14 +20,15 @@ import sys
 import threading
 import time
 
-from simcluster.launcher import engine
-from simcluster.launcher.engine import compose
-from simcluster.launcher.launch import Launch
-from simcluster.launcher.layout import RDZV_HOST, node_of
+from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines.docker import compose
+from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.container.layout import RDZV_HOST
+from simcluster.train.layout import node_of
 from simcluster.launcher.observe.failures import RankTrace
-from simcluster.launcher.observe.rundir import StepsTail
+from simcluster.train.rundir import StepsTail
 from simcluster.launcher.observe.progress import Bar, Progress, parse_done, parse_step, split_rank
-from simcluster.launcher.handle import Handle
+from simcluster.launcher.engines.handle import Handle
 
 EXITED = re.compile(r"^rendezvous: (\S+) \(ranks [^)]*\) exited -?\d+(?: \((.*)\))?$")
 KILL_AFTER_RDZV_S = 10.0  # containers still up this long after the rendezvous exited are killed (nodes

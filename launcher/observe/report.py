@@ -17,8 +17,8 @@ import html
 import json
 import os
 
-from simcluster.launcher.observe.rundir import METRICS, STEPS, newest_run, step_rows
-from simcluster.train.config import ConfigError
+from simcluster.train.rundir import METRICS, STEPS, newest_run, step_rows
+from simcluster.train.errors import ConfigError
 
 
 def read_rows(run_dir: str) -> list[dict]:

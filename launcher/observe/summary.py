@@ -20,9 +20,10 @@ import posixpath
 
 from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT
 from simcluster.launcher.observe.follow import Stream
-from simcluster.launcher.launch import Launch
-from simcluster.launcher.observe.rundir import METRICS, step_rows, write_summary
-from simcluster.launcher.layout import RDZV_HOST, format_ranks, node_of, node_ranks
+from simcluster.launcher.job.launch import Launch
+from simcluster.train.rundir import METRICS, step_rows, write_summary
+from simcluster.launcher.container.layout import RDZV_HOST
+from simcluster.train.layout import format_ranks, node_of, node_ranks
 from simcluster.train.metrics import traffic_text
 
 

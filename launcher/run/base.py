@@ -16,13 +16,13 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from simcluster.launcher import engine
-from simcluster.launcher.handle import Handle
-from simcluster.launcher.launch import Launch
+from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.observe.follow import Stream, Watch
-from simcluster.launcher.observe.rundir import CLUSTER_LOG
+from simcluster.train.rundir import CLUSTER_LOG
 from simcluster.launcher.observe.summary import summarise
-from simcluster.train.config import ConfigError
+from simcluster.train.errors import ConfigError
 
 
 @dataclass(frozen=True)

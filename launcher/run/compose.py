@@ -6,7 +6,7 @@
 ``status``: the nodes' table, and how the run ended once it has (every container exited:
 their exit codes; none left: when and how, from RUN_DIR/cluster.log).
 ``up``: refuses a run folder whose cluster is still up, writes RUN_DIR/compose.yml, builds the
-image if missing (run/image.py), creates RUN_DIR (launcher/files.py make_run_dir), ``compose
+image if missing (run/image.py), creates RUN_DIR (launcher/job/files.py make_run_dir), ``compose
 up -d``, streams every container's log prefixed ``node-K rR |`` with a progress line from rank
 0's step lines, waits for every container, prints a summary, ``compose down``. Exit 0 only if
 every node exited 0. All lines shown also go to RUN_DIR/cluster.log.
@@ -30,18 +30,18 @@ import threading
 import time
 from datetime import datetime
 
-from simcluster.launcher import engine
+from simcluster.launcher.engines import docker as engine
 from simcluster.launcher.drills import shaping
-from simcluster.launcher.engine import LauncherError, compose
-from simcluster.launcher.files import host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
-from simcluster.launcher.handle import Handle
-from simcluster.launcher.launch import Launch, with_resume
-from simcluster.launcher.layout import IMAGE, LABEL, RDZV_HOST
-from simcluster.launcher.observe.rundir import last_step, last_summary
+from simcluster.launcher.engines.docker import LauncherError, compose
+from simcluster.launcher.job.files import host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
+from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.job.launch import Launch, with_resume
+from simcluster.launcher.container.layout import IMAGE, LABEL, RDZV_HOST
+from simcluster.train.rundir import last_step, last_summary
 from simcluster.launcher.run.base import Runner, UpOptions, follow_and_summarise, kill_all, open_stream
 from simcluster.launcher.run.image import check_image, ensure_image
 from simcluster.launcher.targets.compose import render
-from simcluster.train.config import ConfigError
+from simcluster.train.errors import ConfigError
 
 
 class ComposeRunner(Runner):

@@ -12,11 +12,12 @@ import os
 import subprocess
 import sys
 
-from simcluster.launcher import engine, files
-from simcluster.launcher.engine import LauncherError
-from simcluster.launcher.launch import Launch
-from simcluster.launcher.layout import IMAGE, LABEL
-from simcluster.train.config import ConfigError
+from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.job import files
+from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.container.layout import IMAGE, LABEL
+from simcluster.train.errors import ConfigError
 
 NODE_MODULE = "simcluster.launcher.container.node"  # what every node runs
 

@@ -23,11 +23,12 @@ import os
 import secrets
 import time
 
-from simcluster.launcher import engine
-from simcluster.launcher.engine import LauncherError
-from simcluster.launcher.files import IMAGES, code_sources, host_abspath, make_run_dir
-from simcluster.launcher.launch import Launch
-from simcluster.launcher.layout import IMAGE_USER, LABEL, node_of
+from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.job.files import IMAGES, code_sources, host_abspath, make_run_dir
+from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.container.layout import IMAGE_USER, LABEL
+from simcluster.train.layout import node_of
 from simcluster.launcher.observe.progress import split_rank
 from simcluster.launcher.observe.summary import summarise
 from simcluster.launcher.run.base import Runner, UpOptions, open_stream

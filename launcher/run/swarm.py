@@ -23,17 +23,17 @@ import signal
 import sys
 import time
 
-from simcluster.launcher import engine
-from simcluster.launcher.engine import STACK_LABEL, LauncherError, stack_cli
-from simcluster.launcher.files import ROOT, make_run_dir, write_atomic
-from simcluster.launcher.handle import Handle
-from simcluster.launcher.launch import Launch
-from simcluster.launcher.layout import IMAGE
+from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines.docker import STACK_LABEL, LauncherError, stack_cli
+from simcluster.launcher.job.files import ROOT, make_run_dir, write_atomic
+from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.container.layout import IMAGE
 from simcluster.launcher.run.base import Runner, UpOptions, follow_and_summarise, kill_all, open_stream
 from simcluster.launcher.run.image import check_image, ensure_image
 from simcluster.launcher.targets import swarm
 from simcluster.launcher.targets.check import check_swarm_image
-from simcluster.train.config import ConfigError
+from simcluster.train.errors import ConfigError
 
 ADVERTISE_ADDR = "127.0.0.1"  # a one-node swarm: nothing outside this machine joins it
 GWBRIDGE = "docker_gwbridge"  # the bridge a swarm node makes for its tasks (ours attach none of it)

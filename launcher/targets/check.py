@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import posixpath
 
-from simcluster.launcher.launch import Launch
-from simcluster.train.config import ConfigError
+from simcluster.launcher.job.launch import Launch
+from simcluster.train.errors import ConfigError
 
 BIND_MOUNTS = ("compose", "swarm")  # targets that bind-mount host folders into the nodes
 

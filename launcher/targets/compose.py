@@ -2,12 +2,12 @@
 
 No I/O, no Docker, no torch: the same Launch always gives the same bytes.
 
-    python -c "from launcher.compose import *; from simcluster.launcher.launch import *; from simcluster.train.config import Config; \
+    python -c "from launcher.compose import *; from simcluster.launcher.job.launch import *; from simcluster.train.config import Config; \
 print(render(resolve_training(Config(mesh='2x2x2'), NodeOptions()), 'compose/x.yml', '..', 'python -m launcher generate'))"
 
 Layout: service ``rendezvous`` (a TCPStore that also collects every node's exit code, then
 exits) and one service per node ``node-0`` .. ``node-{N-1}`` (zero-padded, so sorted names
-are node ranks; see launcher/layout.py), each running nproc_per_node ranks under torchrun.
+are node ranks; see launcher/container/layout.py), each running nproc_per_node ranks under torchrun.
 Why c10d here when the real-engine targets (launcher/targets/) use the static rendezvous with the
 engine's node index: the rendezvous container serves the c10d store and the fault drills'
 heartbeats and exit reports, and restarts re-run a c10d round; c10d ignores --node-rank and
@@ -22,11 +22,11 @@ from __future__ import annotations
 import posixpath
 import shlex
 
-from simcluster.launcher import files
-from simcluster.launcher.files import repo_path
-from simcluster.launcher.launch import Launch
-from simcluster.launcher.layout import (APP_DIR, LABEL, NETWORK, RDZV_HOST, RDZV_PORT, format_ranks, node_ranks,
-                                        shaped_marker)
+from simcluster.launcher.job import files
+from simcluster.launcher.job.files import repo_path
+from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.container.layout import APP_DIR, LABEL, NETWORK, RDZV_HOST, RDZV_PORT, shaped_marker
+from simcluster.train.layout import format_ranks, node_ranks
 from simcluster.launcher.targets.document import HEADER, dump_services, hardening
 from simcluster.launcher.targets.document import node_env as common_env
 
@@ -63,7 +63,7 @@ def rendezvous_command(launch: Launch) -> list[str]:
 def node_command(launch: Launch, k: int) -> list[str]:
     """The command of node k: the node wrapper with everything it needs as its own flags, then
     ``--`` and the entry's arguments. The ranks are forked after one import per node
-    (launcher/container/forkrun.py), the user's code's as the built-in trainer's, unless the
+    (train/forkrun.py), the user's code's as the built-in trainer's, unless the
     node options ask for stock torchrun (``--torchrun``)."""
     node = launch.node
     entry = ["--module", launch.module] if launch.module else ["--script", launch.script]

@@ -14,7 +14,7 @@ a failed node fails the set (a torchrun job cannot lose a rank); raise it togeth
 """
 from __future__ import annotations
 
-from simcluster.launcher.launch import Launch
+from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.targets.document import HEADER, dump, k8s_name, kubelet_literal, node_env, torchrun_argv
 from simcluster.launcher.targets.pod import pod_spec
 

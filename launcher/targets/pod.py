@@ -1,7 +1,7 @@
 """The Kubernetes pod template of one node, shared by the JobSet and TrainJob targets.
 
-    python -c "from launcher.targets.pod import *; from simcluster.launcher.jobs import resolve_training; \
-from simcluster.launcher.launch import NodeOptions; from simcluster.train.config import Config; \
+    python -c "from launcher.targets.pod import *; from simcluster.launcher.job.entry import resolve_training; \
+from simcluster.launcher.job.launch import NodeOptions; from simcluster.train.config import Config; \
 print(container(resolve_training(Config(mesh='2x2x2'), NodeOptions()), ['torchrun'], {}))"
 
 One container ``node`` of the image, non-root (the image's user 1000), all capabilities dropped,
@@ -13,8 +13,8 @@ limits (``nvidia.com/gpu``: one per rank with --device cuda).
 """
 from __future__ import annotations
 
-from simcluster.launcher.launch import Launch
-from simcluster.launcher.layout import DATA_MOUNT, IMAGE_USER, RUNS_MOUNT
+from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.container.layout import DATA_MOUNT, IMAGE_USER, RUNS_MOUNT
 from simcluster.launcher.targets.document import gpus_per_node
 
 CONTAINER = "node"  # the container name (Kubeflow's torch runtime names its trainer container "node")

@@ -20,7 +20,7 @@ import math
 import re
 import shlex
 
-from simcluster.launcher.launch import Launch
+from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.targets.document import HEADER, MASTER_PORT, gpus_per_node, host_argv, node_env, torchrun_argv
 
 DEFAULT_SETUP = "source .venv/bin/activate"

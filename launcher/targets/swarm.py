@@ -39,10 +39,11 @@ from __future__ import annotations
 import posixpath
 import shlex
 
-from simcluster.launcher import files
-from simcluster.launcher.files import repo_path
-from simcluster.launcher.launch import Launch
-from simcluster.launcher.layout import LABEL, NETWORK, RDZV_HOST, format_ranks, node_ranks
+from simcluster.launcher.job import files
+from simcluster.launcher.job.files import repo_path
+from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.container.layout import LABEL, NETWORK, RDZV_HOST
+from simcluster.train.layout import format_ranks, node_ranks
 from simcluster.launcher.targets.compose import host_path, node_command, node_env, rendezvous_command
 from simcluster.launcher.targets.document import HEADER, dump_services, gpus_per_node, hardening
 
@@ -52,7 +53,7 @@ GPU_KIND = "NVIDIA-GPU"  # --device cuda: the generic resource a GPU host advert
 
 def stack_name(launch: Launch) -> str:
     """The stack's name: ``sc-swarm-<run name>`` (services ``sc-swarm-mesh-2x2x2_node-0``, ...)."""
-    from simcluster.launcher.handle import Handle
+    from simcluster.launcher.engines.handle import Handle
 
     return Handle.for_stack(launch.run_name).project
 

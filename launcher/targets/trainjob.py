@@ -13,7 +13,7 @@ go through ``runtimePatches`` (the TrainJob has no pod template of its own).
 """
 from __future__ import annotations
 
-from simcluster.launcher.launch import Launch
+from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.targets.document import HEADER, dump, entry, k8s_name, kubelet_literal, node_env
 from simcluster.launcher.targets.pod import CONTAINER, pod_security_context, resources, security_context, volume_mounts, volumes
 

@@ -67,8 +67,8 @@ def _missing_docker(config: pytest.Config) -> str:
 def simcluster_docker(pytestconfig: pytest.Config) -> None:
     """A Docker engine and a Compose CLI answer; otherwise the test is skipped (or fails, see the
     module docstring) naming what is missing."""
-    from simcluster.launcher import engine
-    from simcluster.launcher.engine import LauncherError
+    from simcluster.launcher.engines import docker as engine
+    from simcluster.launcher.engines.docker import LauncherError
 
     try:
         engine.info()  # raises LauncherError naming the fix when no engine answers
@@ -83,7 +83,7 @@ def simcluster_docker(pytestconfig: pytest.Config) -> None:
 def simcluster_image(simcluster_docker, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The trainer image's name, built once when missing (this installation's build script),
     under a file lock shared by the xdist workers of this session."""
-    from simcluster.launcher.layout import IMAGE
+    from simcluster.launcher.container.layout import IMAGE
     from simcluster.launcher.run.image import ensure_image
 
     lock = tmp_path_factory.getbasetemp().parent / "simcluster-image.lock"
@@ -140,7 +140,7 @@ class Simcluster:
         """``simcluster.compare(**defaults, **kwargs)``: the Comparison (launcher/compare.py); the
         marks' keywords that compare has no use for (wall_timeout_s, chaos, max_restarts) are left out."""
         from simcluster.launcher.compare import compare, plan
-        from simcluster.launcher.launch import NodeOptions
+        from simcluster.launcher.job.launch import NodeOptions
 
         known = set(inspect.signature(plan).parameters) | set(inspect.signature(compare).parameters) \
             | {f.name for f in fields(NodeOptions)}
@@ -160,9 +160,9 @@ def _folders(path: str) -> list[str]:
 
 def _teardown(path: str) -> None:
     """Remove every container and network of the run folder's compose project(s); a missing engine is fine."""
-    from simcluster.launcher import engine
-    from simcluster.launcher.engine import PROJECT_LABEL, LauncherError
-    from simcluster.launcher.handle import Handle
+    from simcluster.launcher.engines import docker as engine
+    from simcluster.launcher.engines.docker import PROJECT_LABEL, LauncherError
+    from simcluster.launcher.engines.handle import Handle
 
     for folder in _folders(path):
         try:
@@ -187,7 +187,7 @@ def simcluster(request: pytest.FixtureRequest, tmp_path, simcluster_image) -> Si
 def sections(path: str):
     """(folder, text) of what a failed test's report shows of a run folder (each side of a compare):
     its summary, else its log's end."""
-    from simcluster.launcher.observe.rundir import log_lines, summary_lines
+    from simcluster.train.rundir import log_lines, summary_lines
 
     for folder in _folders(path):
         lines = summary_lines(folder)

@@ -11,7 +11,7 @@ ping-pongs over loopback TCP), alone and beside 3 x cores busy processes (ranks 
 cores, as 8 ranks on 2: a message waits for its peer's turn on a core); the CPU a rank spends in
 each collective kind inside an action, per call and per byte, in groups of 2, 4 and 8 among
 4 x cores ranks. The gloo ranks are forked from one fresh interpreter, as the cluster's are
-(launcher/container/forkrun.py). The cores every rank shares are this process's CPU affinity.
+(train/forkrun.py). The cores every rank shares are this process's CPU affinity.
 Not measured: the Docker bridge between containers (the across-node numbers are the host's;
 --inter-node-bandwidth is hardware.shaped).
 """
@@ -266,7 +266,7 @@ def collective_cpu(cores: int) -> tuple[tuple[str, int, float, float], ...]:
 
 def calibrate() -> Hardware:
     """The local Hardware, measured now (about 25 s on 2 cores; the gloo benchmarks' ranks forked
-    from one fresh interpreter, as the cluster's ranks are: launcher/container/forkrun.py)."""
+    from one fresh interpreter, as the cluster's ranks are: train/forkrun.py)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     latency, bandwidth = gloo_link()
     shared_latency = gloo_link(busy=3 * cores)[0]

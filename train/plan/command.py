@@ -13,10 +13,11 @@ import os
 import sys
 
 from simcluster.train.cli import config_from_args
-from simcluster.train.config import ConfigError
+from simcluster.train.errors import ConfigError
 from simcluster.train.plan import search as searching
 from simcluster.train.plan import project as projecting
-from simcluster.train.plan.hardware import NAMES, hardware, shaped
+from simcluster.train.plan.hardware import NAMES, shaped
+from simcluster.train.plan.lookup import hardware
 from simcluster.train.plan.predict import plan, to_dict, to_text
 from simcluster.train.plan.steptime import step_time
 from simcluster.train.plan.steptime import to_text as step_text

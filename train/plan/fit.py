@@ -3,7 +3,7 @@
     python -m launcher up --mesh 2x2x2 --model small --memory-per-node 200m                  # a warning per node
     python -m launcher up --mesh 2x2x2 --model small --memory-per-node 200m --strict-memory  # refused, exit 2
 
-A node (a pp stage's container on Compose, launcher/layout.py) holds the ranks
+A node (a pp stage's container on Compose, launcher/container/layout.py) holds the ranks
 ``node * ranks_per_node .. + ranks_per_node - 1``; its predicted bytes are the sum of its ranks'
 ``RankPlan.total`` (parameters, gradients, optimizer state, FSDP's gathered parameters, peak
 activations; predict.py). That is tensors only: each rank's process adds the interpreter and
@@ -11,7 +11,7 @@ torch's libraries (a few hundred MB, measured in BENCHMARKS.md), which the messa
 """
 from __future__ import annotations
 
-from simcluster.launcher.layout import node_name, node_of
+from simcluster.train.layout import node_name, node_of
 from simcluster.train.config import TrainRun
 from simcluster.train.plan.predict import Plan, plan
 

@@ -1,5 +1,5 @@
 """Hardware models for the step time: one contract (Hardware), the named GPU targets in HARDWARE, and
-``local``, this machine measured by a short micro-benchmark (calibrate.py) and cached in a file.
+``local``, this machine measured by a short micro-benchmark (calibrate.py), found by name in lookup.py.
 
     python -m launcher plan --mesh 2x2x2 --model small --hardware h100-sxm-8x
     python -m launcher plan --mesh 2x2x2 --model small --hardware local [--recalibrate]
@@ -14,12 +14,10 @@ NCCL's small-message latency within a node and over InfiniBand, and says so.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import json
-import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from simcluster.train.config import ConfigError
+from simcluster.train.errors import ConfigError
+from simcluster.train.units import rate_bits_per_s
 
 G = 1e9
 
@@ -71,53 +69,6 @@ HARDWARE: dict[str, Hardware] = {
 NAMES = (*HARDWARE, "local")
 
 
-CACHE_VERSION = 3  # bumped whenever Hardware's fields or the calibration's method change
-
-
-def cache_path() -> str:
-    """The calibration file: $SIMCLUSTER_CACHE (else $XDG_CACHE_HOME/simcluster, ~/.cache/simcluster)/
-    hardware-local-v{CACHE_VERSION}.json (another version's file is left alone, never read)."""
-    base = os.environ.get("SIMCLUSTER_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "simcluster")
-    return os.path.join(base, f"hardware-local-v{CACHE_VERSION}.json")
-
-
-def _cached(path: str) -> Hardware | None:
-    """The Hardware of a calibration file, or None when it is missing, unreadable or not this version's."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-        if not isinstance(data, dict) or set(data) != {f.name for f in dataclasses.fields(Hardware)}:
-            return None
-        return Hardware(**{**data, "sources": tuple(data["sources"]),
-                           "collective_cpu": tuple(tuple(row) for row in data["collective_cpu"])})
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def local(recalibrate: bool = False) -> Hardware:
-    """This machine: the cached calibration, or a fresh one (calibrate.py, under a minute) written to
-    cache_path() (also when the file there is unreadable or of another shape). Processes that ask at
-    once calibrate once: the others wait on cache_path() + ".lock" and read what it wrote."""
-    path = cache_path()
-    hw = None if recalibrate else _cached(path)
-    if hw is not None:
-        return hw
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".lock", "w", encoding="utf-8") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one calibration at a time: a second would measure the first's load
-        hw = None if recalibrate else _cached(path)  # another process calibrated while this one waited
-        if hw is not None:
-            return hw
-        from simcluster.train.plan.calibrate import calibrate
-
-        hw = calibrate()
-        with open(path + ".tmp", "w", encoding="utf-8") as fh:
-            json.dump(asdict(hw), fh, indent=1)
-        os.replace(path + ".tmp", path)
-    return hw
-
-
 def memory_of_rank(hw: Hardware, world_size: int) -> float:
     """Bytes one rank may hold: a device's memory, or on a machine whose ranks share it (local) its
     memory split over the world's ranks."""
@@ -131,23 +82,8 @@ def shaped(hw: Hardware, rate: str) -> Hardware:
     Raises:
         ConfigError: rate is not a tc rate.
     """
-    from simcluster.launcher.drills.shaping import rate_bits_per_s
-
     bits = rate_bits_per_s(rate)
     if bits is None or bits <= 0:
         raise ConfigError(f"inter_node_bandwidth: {rate!r} is not a tc rate; e.g. --inter-node-bandwidth 100mbit")
     return dataclasses.replace(hw, name=f"{hw.name} at {rate} between nodes", inter_bw=bits / 8, node_link=True,
                                sources=(*hw.sources, f"--inter-node-bandwidth {rate}: each node's egress (tc tbf)"))
-
-
-def hardware(name: str, recalibrate: bool = False) -> Hardware:
-    """The model named; "local" calibrates on first use.
-
-    Raises:
-        ConfigError: an unknown name, listing the known ones.
-    """
-    if name == "local":
-        return local(recalibrate)
-    if name not in HARDWARE:
-        raise ConfigError(f"hardware: unknown {name!r}; choose one of {', '.join(NAMES)}")
-    return HARDWARE[name]

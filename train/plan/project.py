@@ -34,9 +34,10 @@ import os
 import statistics
 from dataclasses import dataclass
 
-from simcluster.launcher.observe import rundir
+from simcluster.train import rundir
 from simcluster.train.cli import load_yaml
-from simcluster.train.config import ConfigError, TrainRun, resolve, traced_steps
+from simcluster.train.errors import ConfigError
+from simcluster.train.config import TrainRun, resolve, traced_steps
 from simcluster.train.config_types import config_from_dict
 from simcluster.train.plan.hardware import Hardware
 from simcluster.train.plan.schedule import rank_orders, simulate

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from simcluster.launcher.layout import mesh_groups, node_of
+from simcluster.train.layout import mesh_groups, node_of
 from simcluster.train.config import MeshSpec
 from simcluster.train.plan.hardware import Hardware
 from simcluster.train.plan.predict import Plan, RankPlan

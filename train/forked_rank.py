@@ -1,8 +1,8 @@
 """What a rank forked by forkrun runs: the entry a fresh interpreter would, in this one.
 
-    python -c "from simcluster.launcher.container.forked_rank import preload; preload('simcluster.train', module=True)"
+    python -c "from simcluster.train.forked_rank import preload; preload('simcluster.train', module=True)"
 
-forkrun (launcher/container/forkrun.py) imports ``preload``'s modules once per node and forks
+forkrun (train/forkrun.py) imports ``preload``'s modules once per node and forks
 every rank from that process; the rank then calls ``run_module`` (``python -m MODULE ARGS``) or
 ``run_script`` (``python SCRIPT ARGS``). Each makes the state a fresh interpreter starts with
 where a fork differs: the default signal dispositions, line-buffered output, ``sys.argv``,
@@ -14,7 +14,7 @@ PYTHONPATH ran once in the node wrapper, not once per rank.
 
 What is imported before the fork: torch and torch.distributed (``STACK``) for every entry, and
 for the built-in trainer also the trainer itself and the modules its package lists in
-``PRELOAD``. The user's own module or script is never imported there: its top-level code may
+``TRAINER_PRELOAD``. The user's own module or script is never imported there: its top-level code may
 read RANK or start a process group, and it runs in each rank as under stock torchrun.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import signal
 import sys
 import traceback
 
-from simcluster.launcher.layout import TRAINER_MODULE
+from simcluster.train.layout import TRAINER_MODULE
 
 # Imported before the fork for any entry: what every torchrun script imports (torch: 1.3 s of a
 # rank's 2.7 s of imports). Not DTensor, FSDP2 or pipelining for the user's code: a rank then
@@ -34,16 +34,21 @@ from simcluster.launcher.layout import TRAINER_MODULE
 # destroys its process group before its model hung at exit in 3 runs of 10 traced
 # (--trace-steps), against 0 in 12 without (torch's deadlock, docs/own-code.md).
 STACK = ("torch", "torch.distributed")
+TRAINER_PRELOAD = ("simcluster.train.trainer",)  # and the built-in trainer's whole stack (DTensor, FSDP2, pipelining, DCP)
+# "module:function" that each forked rank calls before its entry, as a fresh interpreter's
+# sitecustomize would (the node wrapper names the launcher's instruments here for the user's code):
+# this floor runs it by name and imports nothing of the launcher.
+RANK_HOOK = "SIMCLUSTER_RANK_HOOK"
 
 
 def preload(entry: str, module: bool) -> None:
     """Import ``STACK`` and, when ``entry`` is the built-in trainer (``module`` True: a ``-m``
-    name), the trainer and every module named in its ``PRELOAD`` tuple (DTensor, FSDP2,
+    name), the trainer and every module named in ``TRAINER_PRELOAD`` (DTensor, FSDP2,
     pipelining, DCP). Raises ImportError as the import would."""
     for name in STACK:
         importlib.import_module(name)
     if module and entry == TRAINER_MODULE:  # not `train`: a package of the user's may have that name
-        for name in getattr(importlib.import_module(entry), "PRELOAD", ()):
+        for name in TRAINER_PRELOAD:
             importlib.import_module(name)
 
 
@@ -63,12 +68,9 @@ def _as_fresh_interpreter(argv0: str, argv: tuple[str, ...], path0: str) -> None
     sys.argv = [argv0, *argv]
     if path0 not in sys.path[:1]:
         sys.path.insert(0, path0)
-    from simcluster.launcher.instrument.spec import ENABLE
-
-    if os.environ.get(ENABLE) == "1":
-        from simcluster.launcher.instrument.rank import boot
-
-        boot()
+    if hook := os.environ.get(RANK_HOOK):  # e.g. the launcher's instruments of the user's code
+        module, _, function = hook.partition(":")
+        getattr(importlib.import_module(module), function)()
 
 
 def _run(body) -> None:

@@ -5,7 +5,7 @@
 
 The built-in trainer runs when neither --script nor --code is given and --module is ``train``
 (the default); its options are the trainer's own flags. Otherwise the user's code runs
-(launcher/jobs.py resolve_code) with the arguments after ``--``, and trainer options are refused.
+(launcher/job/entry.py resolve_code) with the arguments after ``--``, and trainer options are refused.
 """
 from __future__ import annotations
 
@@ -16,14 +16,16 @@ import shlex
 import sys
 from dataclasses import fields
 
-from simcluster.launcher.checks import example, memory_bytes, run_dir_problem, text_errors
-from simcluster.launcher.files import host_abspath, repo_path
+from simcluster.launcher.job.checks import example, memory_bytes, run_dir_problem, text_errors
+from simcluster.launcher.job.files import host_abspath, repo_path
 from simcluster.launcher.instrument.spec import Instruments
-from simcluster.launcher.jobs import parse_mount, resolve_code, resolve_training
-from simcluster.launcher.launch import RDZV_BACKENDS, EngineOptions, Launch, NodeOptions, check_engine_options
-from simcluster.launcher.layout import JOIN_TIMEOUT_S, TRAINER_MODULE
+from simcluster.launcher.job.entry import parse_mount, resolve_code, resolve_training
+from simcluster.launcher.job.launch import RDZV_BACKENDS, EngineOptions, Launch, NodeOptions, check_engine_options
+from simcluster.launcher.container.layout import JOIN_TIMEOUT_S
+from simcluster.train.layout import TRAINER_MODULE
 from simcluster.train.cli import config_from_args
-from simcluster.train.config import Config, ConfigError
+from simcluster.train.config import Config
+from simcluster.train.errors import ConfigError
 
 SHARED = ("mesh", "run_dir", "timeout_s")  # Config fields that are launcher options for any job
 INSTRUMENTS = ("traffic", "trace_steps", "profile_step")  # trainer flags that instrument the user's code too
@@ -233,7 +235,7 @@ def _raise(errors: list[str]) -> None:
 
 def check_typed(args: argparse.Namespace) -> None:
     """Every string typed on the command line, each flag's value and each of the job's arguments
-    after ``--``, is free of control characters (launcher/checks.py: newline, tab, other C0, DEL,
+    after ``--``, is free of control characters (launcher/job/checks.py: newline, tab, other C0, DEL,
     C1, U+2028/9): each lands in the generated document, whose header names them on one comment line.
 
     Raises:

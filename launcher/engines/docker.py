@@ -1,6 +1,6 @@
 """The Docker engine through the Docker SDK for Python, and the Compose CLI (which has no SDK).
 
-    python -c "from simcluster.launcher.engine import compose_cli; print(compose_cli())"
+    python -c "from simcluster.launcher.engines.docker import compose_cli; print(compose_cli())"
     SIMCLUSTER_COMPOSE=docker-compose python -m launcher status    # choose compose v1
 
 Containers are found by the labels both Compose versions set (com.docker.compose.project /

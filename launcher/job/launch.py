@@ -1,9 +1,9 @@
 """The launch description: one cluster job, resolved once at the edge, frozen, passed everywhere.
 
-    python -c "from launcher.jobs import *; from simcluster.launcher.launch import *; from simcluster.train.config import Config; \
+    python -c "from launcher.jobs import *; from simcluster.launcher.job.launch import *; from simcluster.train.config import Config; \
 print(resolve_training(Config(mesh='2x2x2', model='tiny'), NodeOptions()))"
 
-``launcher/cli.py`` turns the flags into a Launch (``launcher/jobs.py``: the built-in trainer or
+``launcher/cli.py`` turns the flags into a Launch (``launcher/job/entry.py``: the built-in trainer or
 the user's own code, one mesh parse); ``launcher/compose.py`` turns a Launch into a compose
 document; ``runner.py`` runs it. Nothing downstream re-parses the mesh, the generated YAML or
 another program's argv.
@@ -16,11 +16,11 @@ import math
 import re
 from dataclasses import dataclass
 
-from simcluster.launcher.checks import MIN_CPUS, image_problem, memory_problem
-from simcluster.launcher.drills.shaping import rate_bits_per_s
+from simcluster.launcher.job.checks import MIN_CPUS, image_problem, memory_problem
+from simcluster.train.units import rate_bits_per_s
 from simcluster.launcher.instrument.spec import Instruments
-from simcluster.launcher.layout import (IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, lost_after_s, node_names,
-                             run_name)
+from simcluster.launcher.container.layout import IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, lost_after_s, run_name
+from simcluster.train.layout import node_names
 from simcluster.train.config import MeshSpec, TrainRun
 
 RDZV_BACKENDS = ("c10d", "static")
@@ -60,7 +60,7 @@ class NodeOptions:
 
 def check_node_options(node: NodeOptions) -> list[str]:
     """Problems of the node options, each naming the option and a fix (the rules of sizes and
-    image references: launcher/checks.py)."""
+    image references: launcher/job/checks.py)."""
     errors = []
     if node.cpus_per_node is not None and not (node.cpus_per_node >= MIN_CPUS and math.isfinite(node.cpus_per_node)):
         errors.append(f"cpus_per_node: must be >= {MIN_CPUS} CPUs (Docker: 'Range of CPUs is from 0.01 to N.00'), "

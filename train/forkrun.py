@@ -12,7 +12,7 @@ torch.distributed and, for the built-in trainer, the trainer and the modules it 
 function entrypoint, which torchrun supports for Python functions) and runs ``python -m MODULE
 ARGS`` or ``python SCRIPT ARGS`` as a fresh interpreter would (runpy, ``__name__ ==
 "__main__"``; the user's code with its instruments installed first), with RANK, LOCAL_RANK,
-WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the agent (launcher/container/forked_rank.py).
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT set by the agent (train/forked_rank.py).
 ``--no-python`` and ``--run-path`` are refused.
 
 Why: on a simulated node every rank shares the node's few cores, and `import torch` plus the
@@ -53,7 +53,7 @@ import socket
 import sys
 import uuid
 
-from simcluster.launcher.container.forked_rank import preload, run_module, run_script
+from simcluster.train.forked_rank import preload, run_module, run_script
 
 
 class ForkedAgent:
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.no_python or args.run_path:
-        sys.exit("simcluster.launcher.container.forkrun: --no-python and --run-path are not supported "
+        sys.exit("simcluster.train.forkrun: --no-python and --run-path are not supported "
                  "(give a Python script or -m MODULE, or use torchrun)")
     if args.standalone:  # as torchrun's run(): a c10d store of its own on a free local port (not
         args.rdzv_backend, args.rdzv_endpoint = "c10d", "localhost:0"  # the static backend's fixed 29500,

@@ -1,6 +1,6 @@
 """Checks of the launcher's input strings, the way Docker and Compose would check them (stdlib only).
 
-    python -c "from simcluster.launcher.checks import *; print(image_problem('Simcluster/trainer'), memory_bytes('3g'))"
+    python -c "from simcluster.launcher.job.checks import *; print(image_problem('Simcluster/trainer'), memory_bytes('3g'))"
 
 Every problem is one line naming the option, what is wrong and a valid example (``launcher``
 exits 2 with them, before any file is written). The rules:

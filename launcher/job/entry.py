@@ -1,6 +1,6 @@
 """The two kinds of job, one path to a Launch: the built-in trainer, or the user's own torchrun code.
 
-    python -c "from launcher.jobs import *; from simcluster.launcher.launch import NodeOptions; \
+    python -c "from launcher.jobs import *; from simcluster.launcher.job.launch import NodeOptions; \
 print(resolve_code(NodeOptions(), script='examples/ddp.py', nodes=2, nproc_per_node=2))"
 
 ``resolve_training``: a trainer Config (preflighted: the one mesh parse) -> a Launch running
@@ -21,9 +21,11 @@ import os
 import re
 from dataclasses import fields
 
-from simcluster.launcher.launch import Launch, Mount, NodeOptions, check_node_options
-from simcluster.launcher.layout import APP_DIR, DATA_MOUNT, RUNS_MOUNT, TRAINER_MODULE, run_name
-from simcluster.train.config import Config, ConfigError, MeshSpec, parse_mesh
+from simcluster.launcher.job.launch import Launch, Mount, NodeOptions, check_node_options
+from simcluster.launcher.container.layout import APP_DIR, DATA_MOUNT, RUNS_MOUNT, run_name
+from simcluster.train.layout import TRAINER_MODULE
+from simcluster.train.config import Config, MeshSpec, parse_mesh
+from simcluster.train.errors import ConfigError
 from simcluster.train.preflight import preflight
 
 CODE_DIR = "/code"  # the user's code folder inside the containers

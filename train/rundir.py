@@ -1,6 +1,6 @@
 """The one reader of a run folder: metrics.jsonl (whole, growing, or its last step), the newest run.
 
-    python -c "from simcluster.launcher.observe.rundir import read_metrics; print(read_metrics('runs/mesh-2x2x2')[-1])"
+    python -c "from simcluster.train.rundir import read_metrics; print(read_metrics('runs/mesh-2x2x2')[-1])"
 
 A run folder (``runs/<name>``, mounted at /runs/<name> in every container) holds ``metrics.jsonl``
 (one JSON object per step, the schema of train/metrics.py), ``cluster.log``, ``traffic/``,
@@ -17,7 +17,7 @@ import json
 import os
 import re
 
-from simcluster.train.config import ConfigError
+from simcluster.train.errors import ConfigError
 
 METRICS = "metrics.jsonl"
 STEPS = "steps"  # the instruments' step records of the user's code: steps/rank-R.jsonl (instrument/spec.py)

@@ -1,9 +1,8 @@
 """Facts of a simulated cluster that the host side and the containers share (stdlib only).
 
-    python -c "from simcluster.launcher.layout import node_names, node_ranks; print(node_names(12)[:3], node_ranks(1, 4))"
+    python -c "from simcluster.launcher.container.layout import EXIT_KEY, lost_after_s; print(EXIT_KEY, lost_after_s(300))"
 
-One home for: the names of services and nodes, which global ranks a node holds, the keys of
-the rendezvous store, the lost-after rule, the default ports, mounts and join timeout. The
+One home for: the rendezvous service, the keys of its store, the lost-after rule, the default ports, mounts and join timeout. The
 host side (launcher/compose.py, runner.py, follow.py) and the programs inside the containers
 (launcher/container/) import them from here; the containers are told the rest by flags.
 """
@@ -16,7 +15,6 @@ NETWORK = "cluster"  # the compose network (internal: nothing published on the h
 RUNS_MOUNT = "/runs"  # run folders are mounted at /runs/<run name> in every container
 DATA_MOUNT = "/data"  # data paths are mounted read-only at /data/<name>
 APP_DIR = "/app"  # the project code inside the trainer image: APP_DIR/simcluster/{launcher,train}
-TRAINER_MODULE = "simcluster.train"  # the built-in trainer, as torchrun -m runs it on every rank
 IMAGE = "simcluster/trainer:latest"
 LABEL = "io.simcluster."  # prefix of the containers' and the image's labels: what `launcher status` reads back
 IMAGE_USER = "1000:1000"  # the image's own user, for compose files and a launcher run as root
@@ -40,58 +38,6 @@ CLOSED_KEY = "simcluster/closed/"  # + node rank: set by a node that read FINISH
 def report_key(index: int) -> str:
     """Store key holding the node name of the index-th exit report (1-based)."""
     return f"{REPORTED}/{index}"
-
-
-def node_name(k: int, nnodes: int) -> str:
-    """Service and host name of node rank k: ``node-K`` zero-padded to the width of nnodes, so
-    sorted names are node-rank order (what torchrun's c10d rendezvous sorts by)."""
-    return f"node-{k:0{len(str(nnodes))}d}"
-
-
-def node_names(nnodes: int) -> list[str]:
-    """Names of all nodes: node-0.. for fewer than 10, node-00.. for 10 to 99, and so on."""
-    return [node_name(k, nnodes) for k in range(nnodes)]
-
-
-def node_ranks(k: int, nproc: int) -> range:
-    """Global ranks on node rank k with nproc ranks a node: k*nproc .. (k+1)*nproc - 1.
-
-    With a (pp, dp, tp) mesh, nproc = dp*tp and node k holds pipeline stage k.
-    """
-    return range(k * nproc, (k + 1) * nproc)
-
-
-def node_of(rank: int, nproc: int) -> int:
-    """The node rank holding global rank ``rank`` with nproc ranks a node: rank // nproc (the
-    inverse of node_ranks). The one rank-to-node rule, for the host side, the containers and the
-    trainer alike; with a (pp, dp, tp) mesh it is the rank's pipeline stage (nproc = dp*tp)."""
-    return rank // nproc
-
-
-def mesh_groups(rank: int, pp: int, dp: int, tp: int) -> dict[str, tuple[int, ...]]:
-    """This rank's groups of a (pp, dp, tp) mesh laid out pp-outermost, as ``init_device_mesh``
-    lays out ``(pp, dp, tp)`` (rank = (pp_i*dp + dp_i)*tp + tp_i): {"pp", "dp", "tp", "world"} ->
-    sorted global ranks; size-1 dimensions are left out (they never communicate)."""
-    pp_i, rest = divmod(rank, dp * tp)
-    dp_i, tp_i = divmod(rest, tp)
-    out = {"world": tuple(range(pp * dp * tp))}
-    if pp > 1:
-        out["pp"] = tuple((p * dp + dp_i) * tp + tp_i for p in range(pp))
-    if dp > 1:
-        out["dp"] = tuple((pp_i * dp + d) * tp + tp_i for d in range(dp))
-    if tp > 1:
-        out["tp"] = tuple((pp_i * dp + dp_i) * tp + t for t in range(tp))
-    return out
-
-
-def format_ranks(ranks: range) -> str:
-    """``0-3``, or ``5`` for a single rank."""
-    return str(ranks.start) if len(ranks) == 1 else f"{ranks.start}-{ranks.stop - 1}"
-
-
-def rank_range(k: int, nproc: int | None) -> str:
-    """``"4-7"`` for node rank k with nproc ranks (``"5"`` for one, ``"?"`` if unknown)."""
-    return format_ranks(node_ranks(k, nproc)) if nproc else "?"
 
 
 def lost_after_s(timeout_s: float) -> float:

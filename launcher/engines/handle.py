@@ -12,9 +12,9 @@ import os
 import re
 from dataclasses import dataclass
 
-from simcluster.launcher.layout import LABEL
-from simcluster.launcher.files import ROOT, host_abspath
-from simcluster.train.config import ConfigError
+from simcluster.launcher.container.layout import LABEL
+from simcluster.launcher.job.files import ROOT, host_abspath
+from simcluster.train.errors import ConfigError
 
 
 def sanitize_project(name: str) -> str:

@@ -1,7 +1,7 @@
 """Host paths and files of the launcher: where its own code and image build are (SOURCE), where runs go
 (ROOT), paths as the compose files name them, atomic writes and run folders.
 
-    python -c "from simcluster.launcher.files import ROOT, SOURCE, repo_path; print(SOURCE, ROOT, repo_path('runs/x'))"
+    python -c "from simcluster.launcher.job.files import ROOT, SOURCE, repo_path; print(SOURCE, ROOT, repo_path('runs/x'))"
 """
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import os
 import sys
 import tempfile
 
-from simcluster.launcher.layout import APP_DIR, IMAGE_USER, RUN_DIR_MODE
+from simcluster.launcher.container.layout import APP_DIR, IMAGE_USER, RUN_DIR_MODE
 
 PACKAGE = os.path.dirname(os.path.abspath(sys.modules["simcluster"].__file__))  # simcluster/ (its __init__)
 # SOURCE: the folder holding launcher/, train/ and images/. Installed with pip they are inside the
-# package; in a checkout they are the package folder's siblings, at the checkout's root.
-SOURCE = PACKAGE if os.path.isdir(os.path.join(PACKAGE, "launcher")) else os.path.dirname(PACKAGE)
-CHECKOUT = SOURCE != PACKAGE
+# package; in a checkout they are the checkout's top-level folders, which simcluster/launcher and
+# simcluster/train link to.
+CHECKOUT = os.path.islink(os.path.join(PACKAGE, "launcher"))
+SOURCE = os.path.dirname(PACKAGE) if CHECKOUT else PACKAGE
 # ROOT: where runs/ and compose/ are made: the checkout's root, or (installed) the folder the
 # launcher is started in. Never taken for the source tree: an installed launcher reads its own code
 # and image build from SOURCE, whatever train/ or launcher/ folders the user's project holds.

@@ -1,0 +1,1 @@
+"""The engines a job runs on or is rendered for, and the one door to Docker (docker.py)."""

@@ -1,0 +1,211 @@
+"""Every import names its file, arrows point one way, and each file is one module object whichever
+entry point loaded it (no Docker).
+
+    python -m pytest -q tests/test_imports.py
+
+The static half reads the source alone, as an import-graph tool or an IDE would, with no mapping
+rule: every first-party import (function-level ones too) resolves to a path in the checkout
+(``simcluster.launcher.job.launch`` -> simcluster/launcher/job/launch.py, through the link to
+launcher/), the graph of modules has no cycle, and nothing under train/ imports launcher/. The
+dynamic half starts each entry point (``python -m launcher``, ``python -m simcluster``,
+``python -m train``, ``python -m train.parity``, torchrun's ``-m train``, the pytest plugin),
+imports every module of the project in that process at its exit, and finds no file loaded twice.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("launcher", "train")  # the top-level folders simcluster/launcher and simcluster/train link to
+FIRST_PARTY = ("simcluster",)
+READERS = ("launcher", "train", "simcluster", "tests", "bench", "examples")  # every folder whose imports must resolve
+
+
+def _sources(*folders: str) -> list[Path]:
+    return [p for f in folders for p in sorted((ROOT / f).rglob("*.py")) if "__pycache__" not in p.parts]
+
+
+def _module_of(path: Path) -> str | None:
+    """simcluster.launcher.job.launch for launcher/job/launch.py; None outside the packages."""
+    rel = path.relative_to(ROOT).with_suffix("").parts
+    if rel[0] == "simcluster":
+        return ".".join(rel[:-1] if rel[-1] == "__init__" else rel)
+    if rel[0] in PACKAGES:
+        return ".".join(("simcluster",) + (rel[:-1] if rel[-1] == "__init__" else rel))
+    return None
+
+
+def _resolve(name: str) -> Path | None:
+    """The file (or namespace folder) an absolute module name names, found by path from the checkout."""
+    base = ROOT.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate.resolve()
+    return base.resolve() if base.is_dir() else None
+
+
+def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
+    """(line, absolute module, names imported from it) of every import in a file, at any depth."""
+    out = []
+    package = _module_of(path)
+    if package and path.name != "__init__.py":
+        package = package.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                assert package, f"{path}: a relative import outside the packages"
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(parts + ([module] if module else []))
+            out.append((node.lineno, module, [a.name for a in node.names]))
+    return out
+
+
+def _graph() -> tuple[dict[str, set[str]], list[str]]:
+    """module -> the modules it imports (by real path), and every import that names no file."""
+    edges: dict[str, set[str]] = {}
+    unresolved = []
+    for path in _sources(*READERS):
+        if path.parent.name == "boot":  # sitecustomize: loaded by site, not imported by name
+            continue
+        here = str(path.resolve().relative_to(ROOT))
+        for line, module, names in _imports(path):
+            if module.split(".")[0] not in FIRST_PARTY:
+                continue
+            target = _resolve(module)
+            if target is None:
+                unresolved.append(f"{here}:{line} {module}")
+                continue
+            for name in names:  # `from simcluster.train import layout` names the module train/layout.py
+                sub = _resolve(f"{module}.{name}") if name != "*" else None
+                if sub is not None and sub.suffix == ".py":
+                    edges.setdefault(here, set()).add(str(sub.relative_to(ROOT)))
+            if target.suffix == ".py":
+                edges.setdefault(here, set()).add(str(target.relative_to(ROOT)))
+    return edges, unresolved
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each a cycle of imports."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1 or v in edges.get(v, ()):
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_first_party_import_names_a_file():
+    edges, unresolved = _graph()
+    assert not unresolved, f"imports that name no file of the checkout: {unresolved}"
+    assert sum(len(v) for v in edges.values()) > 400  # the graph was read, function-level imports included
+
+
+def test_the_import_graph_has_no_cycle_and_train_imports_nothing_of_launcher():
+    edges, _ = _graph()
+    assert not _cycles(edges), f"import cycles: {_cycles(edges)}"
+    upward = sorted(f"{a} -> {b}" for a, bs in edges.items() for b in bs
+                    if a.startswith("train/") and b.startswith("launcher/"))
+    assert not upward, f"train/ (the lower floor) imports launcher/: {upward}"
+
+
+def test_the_checkout_holds_no_second_name_for_its_packages():
+    """launcher/ and train/ are namespace folders: `python -m launcher` loads no __init__.py under a
+    bare name beside simcluster.launcher's."""
+    for folder in PACKAGES:
+        assert not (ROOT / folder / "__init__.py").exists(), f"{folder}/__init__.py would load twice"
+        link = ROOT / "simcluster" / folder
+        assert link.is_symlink() and link.resolve() == (ROOT / folder).resolve(), f"simcluster/{folder}"
+
+
+# Loaded as each entry point's process starts: import every module of the project by its one name;
+# at the process's exit, report any file that two module objects hold.
+PROBE = r'''
+import atexit, importlib, json, os, sys
+
+def _import_all(root):
+    for top in ("launcher", "train"):
+        for base, dirs, files in os.walk(os.path.join(root, top)):
+            dirs[:] = [d for d in dirs if d not in ("__pycache__", "boot")]
+            for f in files:
+                if f.endswith(".py") and f != "__main__.py":
+                    rel = os.path.relpath(os.path.join(base, f), root)[:-3].split(os.sep)
+                    name = ".".join(["simcluster", *(rel[:-1] if rel[-1] == "__init__" else rel)])
+                    importlib.import_module(name)
+
+def _probe():
+    root = os.environ["PROBE_ROOT"]
+    seen = {}
+    for name, mod in list(sys.modules.items()):
+        path = getattr(mod, "__file__", None)
+        if name in ("__main__", "__mp_main__") or not path:  # the entry itself (multiprocessing's alias too)
+            continue
+        real = os.path.realpath(path)
+        if real.startswith(root + os.sep):
+            seen.setdefault(real, []).append(name)
+    with open(os.environ["PROBE_OUT"] + f".{os.getpid()}", "w") as fh:
+        json.dump({"modules": len(seen), "twice": {k: v for k, v in seen.items() if len(v) > 1},
+                   "bare": sorted(n for n, m in sys.modules.items() if n.split(".")[0] in ("launcher", "train")
+                                  and getattr(m, "__file__", None))}, fh)
+
+_import_all(os.environ["PROBE_ROOT"])
+atexit.register(_probe)
+'''
+
+ENTRY_POINTS = {
+    "python -m launcher": ["-m", "launcher", "generate", "--mesh", "2x1x1", "--stdout"],
+    "python -m simcluster": ["-m", "simcluster", "generate", "--mesh", "2x1x1", "--stdout"],
+    "python -m train": ["-m", "train", "--help"],
+    "python -m train.parity": ["-m", "train.parity", "--help"],
+    "torchrun -m train": ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", "-m", "train", "--help"],
+    "the pytest plugin": ["-m", "pytest", "-p", "simcluster.launcher.testing.plugin", "-q", "--co", "-p", "no:cacheprovider",
+                          "-n", "0", "tests/test_layout_doc.py"],
+}
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_each_entry_point_loads_each_file_once(entry, tmp_path):
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "sitecustomize.py").write_text(PROBE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "probe"), str(ROOT)]),
+           "PROBE_ROOT": str(ROOT), "PROBE_OUT": str(tmp_path / "out")}
+    proc = subprocess.run([sys.executable, *ENTRY_POINTS[entry]], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=240)
+    reports = [json.loads(p.read_text()) for p in tmp_path.glob("out.*")]
+    assert reports, f"{entry}: no report (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    for report in reports:
+        assert report["modules"] > 90, report  # every module of launcher/ and train/ was imported
+        assert not report["twice"], f"{entry}: files loaded as two modules: {report['twice']}"
+        assert not report["bare"], f"{entry}: files under a bare name: {report['bare']}"
