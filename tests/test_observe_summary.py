@@ -103,8 +103,9 @@ def test_chained_cut_short_and_cxx_abort():
               "During handling of the above exception, another exception occurred:", "",
               "Traceback (most recent call last):", '  File "a.py", line 3, in f', "    raise ValueError(x)",
               "ValueError: from the KeyError", "Traceback (most recent call last):", '  File "a.py", line 9']:
-        t.feed(x)  # the last block is cut short: the latest complete one stands
-    assert t.lines() == ['  File "a.py", line 3, in f', "    raise ValueError(x)", "ValueError: from the KeyError"]
+        t.feed(x)  # the last block is cut short: the latest complete one stands, with its chain's root cause
+    assert t.lines() == ["root cause: KeyError: 'x'", '  File "a.py", line 3, in f', "    raise ValueError(x)",
+                         "ValueError: from the KeyError"]
 
     abort = RankTrace()
     for x in ["terminate called without an active exception"] + [f"frame #{i}: libc.so" for i in range(200)]:
@@ -155,3 +156,29 @@ def test_failed_run_without_any_traceback_says_so(stream, capsys):
     assert "  rank output  0/4 ranks printed (none printed anything)" in out
     assert f"  no rank printed a Python traceback or a C++ abort; each rank's output: {stream.launch.run_dir}/cluster.log" \
         in out
+
+
+def test_a_chained_exception_names_its_root_cause(stream, capsys):
+    """`raise ... from ...` and an exception raised while handling another: the summary names the
+    chain's first exception (the root cause) as well as the last; an unrelated later traceback of the
+    same rank starts a chain of its own."""
+    chained = ["Traceback (most recent call last):", '  File "/code/trace.py", line 9, in capture',
+               "    out = model(x)", "KeyError: \"Found <class 'DynamicCache'> in output\"", "",
+               "The above exception was the direct cause of the following exception:", "",
+               *deep_traceback(1, 3, "RuntimeError: It seems that we cannot capture your model as a full graph")]
+    handled = ["Traceback (most recent call last):", '  File "/code/a.py", line 1, in f', "ValueError: first", "",
+               "During handling of the above exception, another exception occurred:", "",
+               "Traceback (most recent call last):", '  File "/code/a.py", line 3, in f', "OSError: second", "",
+               "The above exception was the direct cause of the following exception:", "",
+               "Traceback (most recent call last):", '  File "/code/a.py", line 5, in g', "TypeError: third"]
+    alone = ["Traceback (most recent call last):", '  File "/code/b.py", line 1, in f', "ValueError: earlier",
+             "Traceback (most recent call last):", '  File "/code/b.py", line 2, in g', "IndexError: later"]
+    feed_interleaved(stream, {1: [f"[rank1]:{x}" if not x.startswith("[rank") else x for x in chained],
+                              2: [f"[rank2]:{x}" for x in handled], 3: [f"[rank3]:{x}" for x in alone]})
+    text = summary_of(stream, {"node-0": 1, "node-1": 1, "rendezvous": 1}, capsys)
+    assert "FAILED rank 1 on node-0: RuntimeError: It seems that we cannot capture your model" in text
+    assert "root cause: KeyError: \"Found <class 'DynamicCache'> in output\"" in text
+    assert "FAILED rank 2 on node-1: TypeError: third" in text and "root cause: ValueError: first" in text
+    assert "FAILED rank 3 on node-1: IndexError: later" in text and "ValueError: earlier" not in text
+    failed = {f["rank"]: f["lines"] for f in json.loads((Path(stream.launch.run_dir) / "summary.json").read_text())["failed"]}
+    assert failed[1][0].startswith("root cause: KeyError") and failed[1][-1].startswith("RuntimeError")

@@ -15,6 +15,12 @@ Rules (``Stream.tracebacks`` and the summary's FAILED lines follow them):
 - A new ``Traceback`` line starts a new block (a chained exception, a later failure): the latest
   complete traceback is the one reported. A block cut short (no exception line yet) leaves the
   previous complete one reported, if any.
+- A chain (``raise ... from ...``, or an exception raised while another was handled): Python prints
+  the first exception's block, then CHAIN_LINE (``The above exception was the direct cause of the
+  following exception:`` or ``During handling of the above exception, another exception
+  occurred:``), then the next block. The reported block then opens with ``root cause: `` and the
+  chain's first exception line (its root cause), whatever the chain's length; the last exception
+  stays the last line.
 - A rank with no complete Python traceback is reported by its last ``terminate called ...`` line
   (C++ std::terminate), if it printed one.
 - PEER_FAILED / PEER_TIMEOUT tell, from the exception line, a rank that only saw a peer die (its
@@ -29,6 +35,9 @@ EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception
 # what a rank raises when a peer died first: named, but not as the cause
 PEER_FAILED = re.compile(r"Connection closed by peer|remote worker crashing|Connection reset by peer|Broken pipe")
 PEER_TIMEOUT = re.compile(r"[Tt]imed out waiting|DistNetworkError.*[Tt]imeout")
+CHAIN_LINE = re.compile(r"^(The above exception was the direct cause of the following exception|"
+                        r"During handling of the above exception, another exception occurred):")
+ROOT_CAUSE = "root cause: "  # the first line of a chained block's lines(): the chain's first exception
 CXX_ABORT = re.compile(r"^terminate called (?:without an active exception|after throwing .*)")  # std::terminate
 TRACEBACK_START = "Traceback (most recent call last)"
 CARETS = re.compile(r"^\s*[\^~]+[\s\^~]*$")
@@ -43,16 +52,22 @@ class RankTrace:
         self.frames: collections.deque[list[str]] | None = None  # the open block's last frames; None: no block
         self.depth = 0  # File frames of the open block
         self.done: tuple[list[list[str]], int, str] | None = None  # the latest complete one: frames, depth, exception
+        self.root: str | None = None  # the first exception of the chain the latest complete block ends
+        self.chained = False  # a chain line came after the latest complete block: the next block continues it
+        self.block_chained = False  # the open block continues a chain
         self.abort: str | None = None  # the last "terminate called ..." line
 
     def feed(self, text: str) -> None:
         if text.startswith(TRACEBACK_START):
             self.frames, self.depth = collections.deque(maxlen=FRAMES_KEPT), 0
+            self.block_chained, self.chained = self.chained and self.done is not None, False
         elif CXX_ABORT.match(text):
             self.abort = text
         elif self.frames is None:
+            self.chained = self.chained or (self.done is not None and bool(CHAIN_LINE.match(text)))
             return
         elif EXCEPTION_LINE.match(text):
+            self.root = self.root if self.block_chained else text
             self.done = (list(self.frames), self.depth, text)
             self.frames = None
         elif text.startswith(" ") and not CARETS.match(text):
@@ -63,11 +78,13 @@ class RankTrace:
                 self.frames[-1].append(text)
 
     def lines(self) -> list[str] | None:
-        """The lines to show, the last one the exception (or abort) line: ``... N earlier frames``
-        when frames were left out, then the last frames' lines; None when the rank printed neither."""
+        """The lines to show, the last one the exception (or abort) line: ``root cause: ...`` when
+        that exception ended a chain, ``... N earlier frames`` when frames were left out, then the
+        last frames' lines; None when the rank printed neither."""
         if self.done is None:
             return [self.abort] if self.abort else None
         frames, depth, exception = self.done
         earlier = depth - sum(1 for f in frames if f and f[0].lstrip().startswith('File "'))
-        head = [f"... {earlier} earlier frame{'s' if earlier != 1 else ''}"] if earlier > 0 else []
+        head = [f"{ROOT_CAUSE}{self.root}"] if self.root and self.root != exception else []
+        head += [f"... {earlier} earlier frame{'s' if earlier != 1 else ''}"] if earlier > 0 else []
         return head + [line for frame in frames for line in frame] + [exception]
