@@ -161,5 +161,87 @@ def test_llama_2d_needs_the_bridge_on_cpu(tmp_path):
     assert 5.0 < read_metrics(str(tmp_path))[0]["loss"] < 6.0  # ln 256 = 5.55 at the first step
 
 
+def rng_ranks(result: str) -> None:
+    """Each rank of a 4-rank gloo world on a (dp 2, tp 2) CPU mesh: a sharded random init without the
+    RNG bridge (torch 2.13's behaviour: the shards drawn alike), then with it, twice from one seed, and
+    a ColwiseParallel Linear initialized after parallelizing; rank 0 writes what every rank drew."""
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    from simcluster.launcher.instrument import rng
+
+    dist.init_process_group("gloo")
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+
+    def gathered(x: torch.Tensor) -> list[list[float]]:
+        out = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+        dist.all_gather(out, x.contiguous())
+        return [o.flatten().tolist() for o in out]
+
+    def init(seed: int) -> list[list[float]]:
+        torch.manual_seed(seed)
+        w = distribute_tensor(torch.empty(8, 4), mesh, [Replicate(), Shard(0)])
+        nn.init.normal_(w)
+        return gathered(w.to_local())
+
+    res = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res["unbridged"] = init(0)
+        res["unbridged_warned"] = any("may not have complete support" in str(w.message) for w in caught)
+        res["installed"] = [rng.install(), rng.install()]
+        caught.clear()
+        res["bridged"], res["again"], res["other_seed"] = init(0), init(0), init(1)
+        res["state_after"] = gathered(torch.get_rng_state().float())
+        torch.manual_seed(0)
+        lin = parallelize_module(nn.Linear(4, 8, bias=False), mesh["tp"], ColwiseParallel())
+        nn.init.normal_(lin.weight)
+        res["colwise"] = gathered(lin.weight.to_local())
+        res["bridged_warned"] = [str(w.message) for w in caught if "random" in str(w.message)]
+    if dist.get_rank() == 0:
+        Path(result).write_text(json.dumps(res))
+    dist.destroy_process_group()
+    mesh = lin = None
+    gc.collect()
+
+
+@pytest.fixture(scope="module")
+def drawn(tmp_path_factory) -> dict:
+    """What rng_ranks() drew on 4 ranks (dp 2 x tp 2); rank r holds tp shard r % 2."""
+    out = tmp_path_factory.mktemp("rng") / "res.json"
+    proc = subprocess.run([*TORCHRUN, "--nproc-per-node=4", __file__, str(out), "rng"], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return json.loads(out.read_text())
+
+
+def test_without_the_rng_bridge_the_shards_of_a_random_init_are_alike_on_cpu(drawn):
+    """torch 2.13's CPU path, pinned: every rank draws its shard from the same generator state."""
+    shards = drawn["unbridged"]
+    assert shards[0] == shards[1] == shards[2] == shards[3] and drawn["unbridged_warned"]
+
+
+def test_the_rng_bridge_gives_the_gpu_trackers_guarantees(drawn):
+    """No two shards alike, replicas (dp) equal, every rank's generator in one state after, a rerun
+    repeats the values, another seed changes them; the ColwiseParallel weight's halves differ; no warning."""
+    tp0, tp1, tp0_replica, tp1_replica = drawn["bridged"]
+    assert drawn["installed"] == [True, True]
+    assert tp0 != tp1 and tp0 == tp0_replica and tp1 == tp1_replica
+    assert len(set(tp0) | set(tp1)) == len(tp0) + len(tp1)  # no value shared between the shards
+    assert all(state == drawn["state_after"][0] for state in drawn["state_after"])
+    assert drawn["again"] == drawn["bridged"] and drawn["other_seed"] != drawn["bridged"]
+    colwise = drawn["colwise"]
+    assert colwise[0] != colwise[1] and colwise[0] == colwise[2] and colwise[1] == colwise[3]
+    assert drawn["bridged_warned"] == []
+    mean = sum(tp0 + tp1) / len(tp0 + tp1)
+    assert abs(mean) < 0.6  # drawn from normal(0, 1): 16 values
+
+
 if __name__ == "__main__":
-    ranks(sys.argv[1])
+    rng_ranks(sys.argv[1]) if sys.argv[2:] == ["rng"] else ranks(sys.argv[1])

@@ -16,6 +16,8 @@ in the ranks, with the public extension point
 - What cannot be bridged from outside the user's code is listed in NOT_BRIDGED with its one-line
   fix, never patched behind the user's back.
 
+Random ops on DTensors on a CPU mesh (shards drawn alike) are bridged by rng.py, installed here too.
+
 The gap it closes (torch 2.13, CPU): F.scaled_dot_product_attention on DTensors runs
 aten._scaled_dot_product_flash_attention_for_cpu, which has no DTensor strategy. With
 is_causal=True it raises NotImplementedError; without, DTensor traces torch's decomposition of the
@@ -31,6 +33,8 @@ from __future__ import annotations
 import os
 import runpy
 import sys
+
+from simcluster.launcher.instrument import rng
 
 FORWARD = "aten._scaled_dot_product_flash_attention_for_cpu.default"
 BACKWARD = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"
@@ -142,7 +146,8 @@ def _key_on_mask_and_scalars(op) -> None:
 
 
 def install() -> list[str]:
-    """Register every bridge of BRIDGED that torch lacks; returns the names of the ops bridged.
+    """Register every bridge of BRIDGED that torch lacks, and the CPU RNG tracker of DTensor's random
+    ops (instrument/rng.py); returns the names of the ops bridged.
 
     Idempotent: an op bridged before by this process is named again, not registered twice; an op
     torch already has a strategy for (a later torch) is left alone and not named. Registers with
@@ -160,6 +165,7 @@ def install() -> list[str]:
             register_sharding(op)(fn)
             _key_on_mask_and_scalars(op)
             _MINE.add(name)
+    rng.install()
     return [name for name in ops if name in _MINE]
 
 
