@@ -207,8 +207,8 @@ def up(args: argparse.Namespace, chaos: tuple = (), chaos_lines: list[str] | Non
     from simcluster.launcher.job.files import container_user, host_abspath
     from simcluster.launcher.job.options import resolve
     from simcluster.launcher.run import RUNNERS, runner
-    from simcluster.launcher.run.base import UpOptions
-    from simcluster.launcher.targets.check import check_target
+    from simcluster.launcher.engines.skeleton import UpOptions
+    from simcluster.launcher.engines.checks import check_target
 
     launch, command = resolve(args, user=container_user(), parser=build_parser())
     if args.target not in RUNNERS:

@@ -40,7 +40,7 @@ EXIT_USAGE = 2
 def cmd_generate(args: argparse.Namespace) -> int:
     from simcluster.launcher.drills import shaping
     from simcluster.launcher.targets import TARGETS, default_path
-    from simcluster.launcher.targets.check import check_target, target_warnings
+    from simcluster.launcher.engines.checks import check_target, target_warnings
 
     launch, command = resolve(args, user=NodeOptions.user, parser=build_parser())
     shaping.check(launch, "generate", args.target, {})
@@ -85,7 +85,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     """Build the image; --check: 0 when it holds this installation's code, else 1; --cache-key: print its key."""
     from simcluster.launcher.container.layout import IMAGE
-    from simcluster.launcher.run.image import build_image, cache_key, image_state
+    from simcluster.launcher.engines.image import build_image, cache_key, image_state
 
     if args.check and args.cache_key:
         raise ConfigError("build: --check or --cache-key, not both; e.g. simcluster build --check")

@@ -117,7 +117,7 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
     from simcluster.launcher.parser import build_parser
     from simcluster.launcher.job.files import container_user
     from simcluster.launcher.job.options import resolve
-    from simcluster.launcher.targets.check import check_target
+    from simcluster.launcher.engines.checks import check_target
 
     if script is None and code is None and module in (None, "train", "simcluster.train"):
         raise ConfigError("--script: compare runs your own code: give --script FILE or --module NAME; the built-in "
@@ -201,8 +201,8 @@ class ComposeRun:
 
     def __call__(self, side: Side) -> int:
         """Run the side to its end; `up`'s exit code (0, 1, 130)."""
-        from simcluster.launcher.run.base import UpOptions
-        from simcluster.launcher.run.compose import ComposeRunner
+        from simcluster.launcher.engines.skeleton import UpOptions
+        from simcluster.launcher.engines.compose.run import ComposeRunner
 
         runner, opts = ComposeRunner(), UpOptions()
         runner.check(side.launch, opts)

@@ -24,15 +24,17 @@ import sys
 import time
 
 from simcluster.launcher.engines import docker as engine
-from simcluster.launcher.engines.docker import STACK_LABEL, LauncherError, stack_cli
+from simcluster.launcher.engines import docker_cluster as cluster
+from simcluster.launcher.engines.compose_cli import stack_cli
+from simcluster.launcher.engines.docker import STACK_LABEL, LauncherError
 from simcluster.launcher.job.files import ROOT, make_run_dir, write_atomic
 from simcluster.launcher.engines.handle import Handle
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import IMAGE
-from simcluster.launcher.run.base import Runner, UpOptions, follow_and_summarise, kill_all, open_stream
-from simcluster.launcher.run.image import check_image, ensure_image
-from simcluster.launcher.targets import swarm
-from simcluster.launcher.targets.check import check_swarm_image
+from simcluster.launcher.engines.skeleton import Runner, UpOptions, follow_and_summarise, kill_all, open_stream
+from simcluster.launcher.engines.image import check_image, ensure_image
+from simcluster.launcher.engines.swarm import render as swarm
+from simcluster.launcher.engines.checks import check_swarm_image
 from simcluster.train.errors import ConfigError
 
 ADVERTISE_ADDR = "127.0.0.1"  # a one-node swarm: nothing outside this machine joins it
@@ -78,7 +80,7 @@ def check_engine(launch: Launch, stack: str) -> dict:
         raise ConfigError("--target swarm: this engine is a swarm worker, and stacks are deployed from a manager; "
                           "run there (`docker node ls` lists them), or `docker swarm leave` here for a one-node swarm")
     check_swarm_image(launch, int(sw.get("Nodes") or 1) if state == "active" else 1)
-    if state == "active" and engine.stack_tasks(stack):
+    if state == "active" and cluster.stack_tasks(stack):
         raise ConfigError(f"run_dir: the stack of {launch.run_dir} ({stack}) is still up; remove it with "
                           f"`docker stack rm {stack}` or pass another --run-dir")
     return sw
@@ -114,7 +116,7 @@ class SwarmRunner(Runner):
         run_dir = target.run_dir
         make_run_dir(run_dir, launch.node.user)
         write_atomic(target.file, swarm.render(launch, command, target.file, ROOT))
-        made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", engine.network(GWBRIDGE) is not None
+        made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", cluster.network(GWBRIDGE) is not None
         print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); run folder "
               f"{launch.run_dir}; swarm stack {target.project} ({os.path.relpath(target.file)})", flush=True)
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also removes the stack
@@ -123,7 +125,7 @@ class SwarmRunner(Runner):
         try:
             if made_swarm:
                 try:
-                    engine.swarm_init(ADVERTISE_ADDR)
+                    cluster.swarm_init(ADVERTISE_ADDR)
                 except LauncherError as e:
                     raise ConfigError(f"--target swarm: {e}; fix the engine or use --target compose") from None
                 inited = True
@@ -141,9 +143,9 @@ class SwarmRunner(Runner):
             if inited or sw["LocalNodeState"] == "active":
                 _remove_stack(target.project)
             if inited:
-                engine.swarm_leave()
+                cluster.swarm_leave()
                 if not had_gwbridge:
-                    engine.remove_network(GWBRIDGE)
+                    cluster.remove_network(GWBRIDGE)
             print(f"launcher: stack {target.project} removed" + ("; swarm left, as found" if inited else "")
                   + f" ({time.monotonic() - t0:.1f}s)", flush=True)
         return code
@@ -159,7 +161,7 @@ def _task_containers(stack: str, services: list[str], timeout_s: float = START_T
     deadline = time.monotonic() + timeout_s
     while True:
         found, states, problems = {}, {}, []
-        for name, tasks in engine.stack_tasks(stack).items():
+        for name, tasks in cluster.stack_tasks(stack).items():
             if not tasks:
                 continue
             status = tasks[-1]["Status"]
@@ -188,7 +190,7 @@ def _remove_stack(stack: str, timeout_s: float = GONE_TIMEOUT_S) -> None:
     label = f"{STACK_LABEL}={stack}"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not any(engine.labelled(label)):
+        if not any(cluster.labelled(label)):
             return
         time.sleep(0.5)
-    engine.remove_labelled(label)
+    cluster.remove_labelled(label)

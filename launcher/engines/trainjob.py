@@ -14,8 +14,8 @@ go through ``runtimePatches`` (the TrainJob has no pod template of its own).
 from __future__ import annotations
 
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.targets.document import HEADER, dump, entry, k8s_name, kubelet_literal, node_env
-from simcluster.launcher.targets.pod import CONTAINER, pod_security_context, resources, security_context, volume_mounts, volumes
+from simcluster.launcher.engines.document import HEADER, dump, entry, k8s_name, kubelet_literal, node_env
+from simcluster.launcher.engines.pod import CONTAINER, pod_security_context, resources, security_context, volume_mounts, volumes
 
 RUNTIME = "torch-distributed"
 PET = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")

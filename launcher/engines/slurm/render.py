@@ -21,7 +21,7 @@ import re
 import shlex
 
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.targets.document import HEADER, MASTER_PORT, gpus_per_node, host_argv, node_env, torchrun_argv
+from simcluster.launcher.engines.document import HEADER, MASTER_PORT, gpus_per_node, host_argv, node_env, torchrun_argv
 
 DEFAULT_SETUP = "source .venv/bin/activate"
 

@@ -24,6 +24,7 @@ import secrets
 import time
 
 from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines import docker_cluster as cluster
 from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.job.files import IMAGES, code_sources, host_abspath, make_run_dir
 from simcluster.launcher.job.launch import Launch
@@ -31,8 +32,8 @@ from simcluster.launcher.container.layout import IMAGE_USER, LABEL
 from simcluster.train.layout import node_of
 from simcluster.launcher.observe.progress import split_rank
 from simcluster.launcher.observe.summary import summarise
-from simcluster.launcher.run.base import Runner, UpOptions, open_stream
-from simcluster.launcher.targets import slurm
+from simcluster.launcher.engines.skeleton import Runner, UpOptions, open_stream
+from simcluster.launcher.engines.slurm import render as slurm
 
 IMAGE = "simcluster/slurm:latest"
 CONTROLLER = "slurmctld"
@@ -115,7 +116,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
                                                "mode": "ro"}
     tag = f"sc-slurm-{launch.run_name}".lower()
     t0 = time.monotonic()
-    engine.create_network(tag, labels={SLURM_LABEL: tag})
+    cluster.create_network(tag, labels={SLURM_LABEL: tag})
     made = []
     try:
         limits = {}
@@ -130,7 +131,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
                                              **(limits if role == "slurmd" else {})))
         ctl = made[0]
         for c in made:  # the short names resolve on the network
-            engine.attach(tag, c, [c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])
+            cluster.attach(tag, c, [c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])
         stream = open_stream(launch, run_dir, opts)
         stream.per_rank = False  # one output file of the batch job, without rank prefixes
         return _run_job(ctl, launch, job_run, run_dir, t0, timeout_s, stream)
@@ -140,7 +141,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
                 engine.remove(c)
             except LauncherError:  # best effort teardown, go on with the rest
                 pass
-        engine.remove_network(tag)
+        cluster.remove_network(tag)
 
 
 def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout_s: float, stream) -> int:

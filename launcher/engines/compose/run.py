@@ -32,15 +32,16 @@ from datetime import datetime
 
 from simcluster.launcher.engines import docker as engine
 from simcluster.launcher.drills import shaping
-from simcluster.launcher.engines.docker import LauncherError, compose
+from simcluster.launcher.engines.compose_cli import compose
+from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.job.files import host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
 from simcluster.launcher.engines.handle import Handle
 from simcluster.launcher.job.launch import Launch, with_resume
 from simcluster.launcher.container.layout import IMAGE, LABEL, RDZV_HOST
 from simcluster.train.rundir import last_step, last_summary
-from simcluster.launcher.run.base import Runner, UpOptions, follow_and_summarise, kill_all, open_stream
-from simcluster.launcher.run.image import check_image, ensure_image
-from simcluster.launcher.targets.compose import render
+from simcluster.launcher.engines.skeleton import Runner, UpOptions, follow_and_summarise, kill_all, open_stream
+from simcluster.launcher.engines.image import check_image, ensure_image
+from simcluster.launcher.engines.compose.render import render
 from simcluster.train.errors import ConfigError
 
 

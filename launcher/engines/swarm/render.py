@@ -44,8 +44,8 @@ from simcluster.launcher.job.files import repo_path
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import LABEL, NETWORK, RDZV_HOST
 from simcluster.train.layout import format_ranks, node_ranks
-from simcluster.launcher.targets.compose import host_path, node_command, node_env, rendezvous_command
-from simcluster.launcher.targets.document import HEADER, dump_services, gpus_per_node, hardening
+from simcluster.launcher.engines.compose.render import host_path, node_command, node_env, rendezvous_command
+from simcluster.launcher.engines.document import HEADER, dump_services, gpus_per_node, hardening
 
 VERSION = "3.8"  # the stack file format (endpoint_mode needs 3.3, tmpfs mounts 3.6)
 GPU_KIND = "NVIDIA-GPU"  # --device cuda: the generic resource a GPU host advertises (docs/engines.md, Docker Swarm)

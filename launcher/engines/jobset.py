@@ -15,8 +15,8 @@ a failed node fails the set (a torchrun job cannot lose a rank); raise it togeth
 from __future__ import annotations
 
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.targets.document import HEADER, dump, k8s_name, kubelet_literal, node_env, torchrun_argv
-from simcluster.launcher.targets.pod import pod_spec
+from simcluster.launcher.engines.document import HEADER, dump, k8s_name, kubelet_literal, node_env, torchrun_argv
+from simcluster.launcher.engines.pod import pod_spec
 
 JOB = "node"  # the replicated job's name: pods are NAME-node-K-0
 JOB_INDEX = "metadata.annotations['jobset.sigs.k8s.io/job-index']"

@@ -27,8 +27,8 @@ from simcluster.launcher.job.files import repo_path
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import APP_DIR, LABEL, NETWORK, RDZV_HOST, RDZV_PORT, shaped_marker
 from simcluster.train.layout import format_ranks, node_ranks
-from simcluster.launcher.targets.document import HEADER, dump_services, hardening
-from simcluster.launcher.targets.document import node_env as common_env
+from simcluster.launcher.engines.document import HEADER, dump_services, hardening
+from simcluster.launcher.engines.document import node_env as common_env
 
 
 def omp_threads(cpus_per_node: float | None, ranks_per_node: int) -> int:

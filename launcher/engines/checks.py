@@ -1,6 +1,6 @@
 """Checks of a target before anything is written or started: each problem names the fix (exit 2).
 
-    python -c "from simcluster.launcher.targets.check import has_registry; print(has_registry('ghcr.io/x/y:1'))"
+    python -c "from simcluster.launcher.engines.checks import has_registry; print(has_registry('ghcr.io/x/y:1'))"
 
 A multi-host target (slurm with --container-image, jobset, trainjob, a swarm of several nodes)
 pulls its image on hosts that never saw this machine's `docker build`: the image must name a
