@@ -117,7 +117,8 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
     from simcluster.launcher.parser import build_parser
     from simcluster.launcher.job.files import container_user
     from simcluster.launcher.job.options import resolve
-    from simcluster.launcher.engines.checks import check_target
+    from simcluster.launcher.engines.base import UpOptions
+    from simcluster.launcher.engines.registry import DEFAULT, ENGINES
 
     if script is None and code is None and module in (None, "train", "simcluster.train"):
         raise ConfigError("--script: compare runs your own code: give --script FILE or --module NAME; the built-in "
@@ -139,7 +140,7 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
         parsed = parser.parse_args(["up", *flags, *shared, "--run-dir", os.path.join(base, f"{side.lower()}-{folder}")])
         parsed.job_argv = tuple(args)
         launch, command = resolve(parsed, user=container_user(), parser=parser)
-        check_target("compose", launch, local=True)
+        ENGINES[DEFAULT].check(launch, UpOptions())
         sides.append(Side(side, words, launch, command))
     return sides[0], sides[1]
 
@@ -177,7 +178,8 @@ def check_folders(sides: tuple[Side, Side]) -> None:
 
 
 class ComposeRun:
-    """Runs one side with `launcher up`'s ComposeRunner; quiet: its lines go to its cluster.log only."""
+    """Runs one side with `launcher up`'s default engine (engines/registry.py DEFAULT: the Compose
+    simulation, whose run folder holds compose.yml); quiet: its lines go to its cluster.log only."""
 
     def __init__(self, quiet: bool = False):
         self.quiet = quiet
@@ -191,9 +193,10 @@ class ComposeRun:
         from simcluster.launcher.engines import docker as engine
         from simcluster.launcher.drills import shaping
         from simcluster.launcher.engines.handle import Handle
+        from simcluster.launcher.engines.registry import DEFAULT, ENGINES
 
         for side in sides:
-            shaping.check(side.launch, "up", "compose", {})
+            shaping.check(side.launch, "up", ENGINES[DEFAULT], {})
             project = Handle.for_run(side.run_dir).project
             if any(c.status != "exited" for c in engine.containers(project).values()):
                 raise ConfigError(f"--run-dir: the cluster of {side.name}'s folder {repo_path(side.run_dir)} is still "
@@ -201,10 +204,10 @@ class ComposeRun:
 
     def __call__(self, side: Side) -> int:
         """Run the side to its end; `up`'s exit code (0, 1, 130)."""
-        from simcluster.launcher.engines.skeleton import UpOptions
-        from simcluster.launcher.engines.compose.run import ComposeRunner
+        from simcluster.launcher.engines.base import UpOptions
+        from simcluster.launcher.engines.registry import DEFAULT, ENGINES
 
-        runner, opts = ComposeRunner(), UpOptions()
+        runner, opts = ENGINES[DEFAULT], UpOptions()
         runner.check(side.launch, opts)
         if not self.quiet:
             return runner.up(side.launch, side.command, opts)

@@ -1,4 +1,4 @@
-"""Checks of a target before anything is written or started: each problem names the fix (exit 2).
+"""The rules every engine shares, checked before anything is written or started (each names the fix, exit 2).
 
     python -c "from simcluster.launcher.engines.checks import has_registry; print(has_registry('ghcr.io/x/y:1'))"
 
@@ -15,12 +15,9 @@ path); on the other engines it has to be in the image (--module) or in the Slurm
 from __future__ import annotations
 
 import os
-import posixpath
 
 from simcluster.launcher.job.launch import Launch
 from simcluster.train.errors import ConfigError
-
-BIND_MOUNTS = ("compose", "swarm")  # targets that bind-mount host folders into the nodes
 
 
 def has_registry(image: str) -> bool:
@@ -29,36 +26,39 @@ def has_registry(image: str) -> bool:
     return bool(rest) and ("." in first or ":" in first or first == "localhost")
 
 
-def _no_registry(target: str, flag: str, image: str, why: str) -> str:
+def no_registry(flag: str, image: str, why: str) -> str:
+    """The problem of an image other hosts cannot pull, naming the fix."""
     return (f"{flag} {image}: {why}, which cannot see a locally built image; push it to a registry and name it "
             f"there, e.g. {flag} registry.example.com/{image}")
 
 
-def check_target(target: str, launch: Launch, local: bool) -> None:
-    """Raise ConfigError when launch cannot go to target. local: `up` on this machine (one host:
-    a local image is fine, at most this machine's CPUs per node; a swarm's size is checked by
-    check_swarm_image). Compose and Swarm: no ':' in a bind-mount path (run folder, data, code)."""
+def refuse(engine: str, action: str, tool: str) -> ConfigError:
+    """The error of `launcher ACTION --target ENGINE` for an engine this machine only renders for."""
+    return ConfigError(f"--target {engine}: `{action}` cannot run a {engine} job here (it needs a real {engine} "
+                       f"cluster); write its manifest with `python -m launcher generate --target {engine}` and use "
+                       f"{tool} there (e.g. {tool} apply -f k8s/mesh-2x2x2-{engine}.yaml, {tool} get pods, "
+                       f"{tool} logs, {tool} delete -f ...)")
+
+
+def common_problems(engine, launch: Launch, local: bool) -> list[str]:
+    """The rules every engine shares, read from its attributes (launcher/engines/base.py Engine):
+    your code folder needs an engine that bind-mounts (Compose, Swarm), whose paths hold no ':';
+    here at most this machine's CPUs per node; an image other hosts pull names a registry."""
     errors = []
-    if target not in BIND_MOUNTS and launch.workdir is not None:
-        errors.append(f"--target {target}: your code folder ({launch.mounts[0].source if launch.mounts else '?'}) "
-                      f"is mounted only by the Compose and Swarm targets; bake it into an image and pass --image "
+    if not engine.bind_mounts and launch.workdir is not None:
+        errors.append(f"--target {engine.name}: your code folder ({launch.mounts[0].source if launch.mounts else '?'})"
+                      f" is mounted only by the Compose and Swarm targets; bake it into an image and pass --image "
                       f"IMAGE --module NAME")
-    if target == "swarm" and launch.engine.workdir and not posixpath.isabs(launch.engine.workdir):
-        errors.append(f"--workdir {launch.engine.workdir}: swarm bind mounts need an absolute host path; give the "
-                      f"checkout's absolute path on shared storage, e.g. --workdir /shared/me/simcluster")
-    if target in BIND_MOUNTS:
+    if engine.bind_mounts:
         errors += _colon_errors(launch)
     if local and launch.node.cpus_per_node is not None and launch.node.cpus_per_node > (os.cpu_count() or 1):
         errors.append(f"--cpus-per-node {launch.node.cpus_per_node:g}: this machine has {os.cpu_count()} CPUs and "
                       f"Docker refuses more ('Range of CPUs is from 0.01 to {os.cpu_count()}.00'); e.g. "
                       f"--cpus-per-node {os.cpu_count()}")
-    image = launch.engine.container_image if target == "slurm" else launch.node.image
-    if not local and target in ("jobset", "trainjob") or (target == "slurm" and image):
-        if image and not has_registry(image):
-            flag = "--container-image" if target == "slurm" else "--image"
-            errors.append(_no_registry(target, flag, image, f"a {target} job runs on other hosts"))
-    if errors:
-        raise ConfigError("\n  ".join([f"--target {target}:", *errors]))
+    pulled = engine.registry_image(launch, local)
+    if pulled and pulled[1] and not has_registry(pulled[1]):
+        errors.append(no_registry(pulled[0], pulled[1], f"a {engine.name} job runs on other hosts"))
+    return errors
 
 
 def _colon_errors(launch: Launch) -> list[str]:
@@ -69,26 +69,3 @@ def _colon_errors(launch: Launch) -> list[str]:
                   f"--mount)": m.source for m in launch.mounts})
     return [f"{name}: {path!r} has a ':', which splits Compose's bind-mount spec SRC:DST:MODE; rename it without, "
             f"e.g. --run-dir runs/mesh-2x2x2 or --data data/corpus.txt" for name, path in paths.items() if ":" in path]
-
-
-def target_warnings(target: str, launch: Launch) -> list[str]:
-    """What `generate` says on stderr but does not refuse: a swarm stack with an image that names
-    no registry (fine on a one-node swarm)."""
-    if target == "swarm" and not has_registry(launch.node.image):
-        return [f"--image {launch.node.image} names no registry: fine on a one-node swarm; on several hosts push it "
-                f"to a registry (--image registry.example.com/{launch.node.image}) or copy it to every host "
-                f"(docker save {launch.node.image} | ssh HOST docker load)"]
-    return []
-
-
-def check_swarm_image(launch: Launch, swarm_nodes: int) -> None:
-    """`up --target swarm`: a swarm of several nodes needs an image a registry serves.
-
-    Raises:
-        ConfigError: swarm_nodes > 1 and the image names no registry.
-    """
-    if swarm_nodes > 1 and not has_registry(launch.node.image):
-        raise ConfigError("--target swarm:\n  " + _no_registry(
-            "swarm", "--image", launch.node.image, f"this swarm has {swarm_nodes} nodes, so tasks may run on "
-            f"other hosts") + "; an image you copied to every host (docker save | docker load) runs with the "
-            "generated stack: python -m launcher generate --target swarm, then docker stack deploy")

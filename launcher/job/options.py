@@ -94,12 +94,12 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
     """--target and the options of the real engines' documents (see launcher.launch.EngineOptions)."""
-    from simcluster.launcher.targets import TARGETS
+    from simcluster.launcher.engines.registry import DEFAULT, ENGINES, runs_here
 
-    g = parser.add_argument_group("engine targets (launcher/targets/)")
-    g.add_argument("--target", choices=TARGETS, default="compose",
-                   help="engine of the generated file: compose (default), swarm (a Docker Swarm stack), slurm, "
-                        "jobset, trainjob; up runs compose, swarm (a one-node swarm when there is none) and slurm")
+    g = parser.add_argument_group("engines (launcher/engines/)")
+    g.add_argument("--target", choices=ENGINES, default=DEFAULT, metavar="ENGINE",
+                   help=f"the engine: {', '.join(ENGINES)} (default {DEFAULT}; swarm: a Docker Swarm stack); up runs "
+                        f"{', '.join(runs_here())} here (swarm: a one-node swarm when there is none)")
     g.add_argument("--workdir", default=None, metavar="DIR",
                    help="slurm: work folder of the job, this project's checkout on shared storage (default: the "
                         "folder sbatch runs in); swarm: absolute folder relative bind-mount sources are taken "

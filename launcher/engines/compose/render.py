@@ -158,7 +158,7 @@ def render_yaml(doc: dict, command: str, compose_file: str, run_dir: str, user: 
     """The compose document as YAML text (``$`` escaped), under a header naming the command that
     made it and how to run it (compose_file and run_dir as typed from the repo root)."""
     q = shlex.quote
-    header = HEADER.format(module="compose", command=command) + (
+    header = HEADER.format(module="compose/render", command=command) + (
         f"# Run: mkdir -p {q(run_dir)} && sudo chown {user} {q(run_dir)}    # the containers' user\n"
         f"#      docker compose -f {q(compose_file)} up --exit-code-from rendezvous    # or docker-compose; ends\n"
         "#      by itself, exit 0 only if every node exited 0.  Or: python -m launcher up (logs, progress, summary)\n"

@@ -5,7 +5,7 @@
 From the same Launch: a controller container ``slurmctld`` and one ``slurmd`` container per node
 (``node-0`` ..; hostname = NodeName), munge with one key made on the host, Debian's slurm-wlm
 (image simcluster/slurm:latest, images/slurm/, built FROM the trainer image when missing). The
-batch script of launcher/targets/slurm.py is written to RUN_DIR/job.sbatch and submitted
+batch script of render.py is written to RUN_DIR/job.sbatch and submitted
 unchanged as the image's user 1000 with ``sbatch --export=ALL,SIMCLUSTER_SETUP=true
 --output=...`` (the image's /opt/venv is on PATH; the work folder /work holds this checkout's
 train/ and launcher/, read-only, and the run folder). The job's output file is followed from the
@@ -32,7 +32,8 @@ from simcluster.launcher.container.layout import IMAGE_USER, LABEL
 from simcluster.train.layout import node_of
 from simcluster.launcher.observe.progress import split_rank
 from simcluster.launcher.observe.summary import summarise
-from simcluster.launcher.engines.skeleton import Runner, UpOptions, open_stream
+from simcluster.launcher.engines.base import UpOptions
+from simcluster.launcher.engines.skeleton import open_stream
 from simcluster.launcher.engines.slurm import render as slurm
 
 IMAGE = "simcluster/slurm:latest"
@@ -71,7 +72,7 @@ def _job_fields(text: str) -> dict[str, str]:
 
 
 JOB_TIMEOUT_S = 900.0  # the batch job ends by then, or it is cancelled
-SLURM_ONLY_NOT = {  # `up` options only the Compose runner implements, with what to do instead
+UNSUPPORTED = {  # `up` options only the Compose engine implements, with what to do instead
     "max_restarts": "Slurm restarts are the job's own (sbatch --requeue, torchrun --max-restarts with --resume "
                     "auto); use --target compose for whole-cluster restarts here",
     "start_late": "every node of an allocation starts together; use --target compose for late-join drills",
@@ -80,15 +81,13 @@ SLURM_ONLY_NOT = {  # `up` options only the Compose runner implements, with what
 }
 
 
-class SlurmRunner(Runner):
-    """The batch script of targets/slurm.py on a simulated Slurm cluster in containers."""
+def up(launch: Launch, command: str, opts: UpOptions, timeout_s: float = JOB_TIMEOUT_S) -> int:
+    """Bring the Slurm simulation up, submit, follow, summarise, tear down; returns the exit code.
 
-    name = "slurm"
-    unsupported = SLURM_ONLY_NOT
-
-    def up(self, launch: Launch, command: str, opts: UpOptions) -> int:
-        """Bring the Slurm simulation up, submit, follow, summarise, tear down; returns the exit code."""
-        return _up(launch, command, opts, JOB_TIMEOUT_S)
+    Raises:
+        LauncherError: Docker failed, the nodes never went idle, sbatch failed, or the job outlived timeout_s.
+    """
+    return _up(launch, command, opts, timeout_s)
 
 
 def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:

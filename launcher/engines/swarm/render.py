@@ -133,7 +133,7 @@ def render(launch: Launch, command: str, file: str, project_dir: str) -> str:
     q = shlex.quote
     stack = stack_name(launch)
     run = host_path(project_dir, launch.run_dir) if posixpath.isabs(project_dir) else launch.run_dir
-    header = HEADER.format(module="swarm", command=command) + (
+    header = HEADER.format(module="swarm/render", command=command) + (
         f"# Run on a swarm manager, from the repo root: mkdir -p {q(run)} && sudo chown {launch.node.user} {q(run)}\n"
         f"#   docker stack deploy --resolve-image never -c {q(file)} {stack}\n"
         f"#   docker service logs -f {stack}_{launch.names[0]}    # rank 0's step lines\n"
