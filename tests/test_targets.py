@@ -56,9 +56,9 @@ def test_golden_files(target, mesh):
 
 
 def test_default_paths(tmp_path):
-    from simcluster.launcher.targets import default_path
+    from simcluster.launcher.engines.registry import ENGINES
 
-    assert [default_path(t, "mesh-2x2x2") for t in ("compose", "swarm", "slurm", "jobset", "trainjob")] == [
+    assert [ENGINES[t].out_path("mesh-2x2x2") for t in ("compose", "swarm", "slurm", "jobset", "trainjob")] == [
         "compose/mesh-2x2x2.yml", "swarm/mesh-2x2x2.yml", "slurm/mesh-2x2x2.sbatch", "k8s/mesh-2x2x2-jobset.yaml",
         "k8s/mesh-2x2x2-trainjob.yaml"]
 
