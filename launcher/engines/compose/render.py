@@ -8,7 +8,7 @@ print(render(resolve_training(Config(mesh='2x2x2'), NodeOptions()), 'compose/x.y
 Layout: service ``rendezvous`` (a TCPStore that also collects every node's exit code, then
 exits) and one service per node ``node-0`` .. ``node-{N-1}`` (zero-padded, so sorted names
 are node ranks; see launcher/container/layout.py), each running nproc_per_node ranks under torchrun.
-Why c10d here when the real-engine targets (launcher/targets/) use the static rendezvous with the
+Why c10d here when the real engines (launcher/engines/) use the static rendezvous with the
 engine's node index: the rendezvous container serves the c10d store and the fault drills'
 heartbeats and exit reports, and restarts re-run a c10d round; c10d ignores --node-rank and
 orders nodes by host name, which the zero padding makes node-rank order.
