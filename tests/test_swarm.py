@@ -106,11 +106,12 @@ def test_stack_file_passes_the_v3_schema(docker_available, tmp_path):
 ])
 def test_swarm_checks(monkeypatch, info, image, problem):
     from simcluster.launcher.engines import docker as engine
+    from simcluster.launcher.engines import docker_cluster as cluster
     from simcluster.launcher.engines.swarm import run as swarm_run
 
     # an engine answering docker info with this Swarm section, and no stack up
     monkeypatch.setattr(engine, "info", lambda: {} if info is None else {"Swarm": info})
-    monkeypatch.setattr(engine, "stack_tasks", lambda stack: {})
+    monkeypatch.setattr(cluster, "stack_tasks", lambda stack: {})
     launch = resolve_training(Config(mesh="2x2x2", model="tiny"), NodeOptions(image=image))
     if problem is None:
         swarm_run.check_engine(launch, "sc-swarm-x")
