@@ -26,6 +26,7 @@ import tempfile
 import time
 
 from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines import docker_cluster as cluster
 from simcluster.launcher.drills.shaping import NETTOOLS_IMAGE, tbf_command
 from simcluster.train.units import rate_bits_per_s
 from simcluster.launcher.container.layout import IMAGE
@@ -37,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def microbench(rate: str | None, mbytes: float, repeats: int) -> dict:
     """One rate: {"rate", "set_mbit", "mbit_s": [per repeat]} from two fresh containers."""
     tag = f"netshape-{os.getpid()}-{int(time.time())}"
-    engine.create_network(tag)
+    cluster.create_network(tag)
     made = []
     try:
         with tempfile.TemporaryDirectory() as out:
@@ -61,7 +62,7 @@ def microbench(rate: str | None, mbytes: float, repeats: int) -> dict:
     finally:
         for c in made:
             engine.remove(c)
-        engine.remove_network(tag)
+        cluster.remove_network(tag)
     return {"rate": rate or "none", "set_mbit": rate_bits_per_s(rate) / 1e6 if rate else None, **res}
 
 

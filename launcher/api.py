@@ -206,32 +206,29 @@ def up(args: argparse.Namespace, chaos: tuple = (), chaos_lines: list[str] | Non
     from simcluster.launcher.drills import shaping
     from simcluster.launcher.job.files import container_user, host_abspath
     from simcluster.launcher.job.options import resolve
-    from simcluster.launcher.run import RUNNERS, runner
-    from simcluster.launcher.run.base import UpOptions
-    from simcluster.launcher.targets.check import check_target
+    from simcluster.launcher.engines.base import UpOptions
+    from simcluster.launcher.engines.registry import ENGINES
 
     launch, command = resolve(args, user=container_user(), parser=build_parser())
-    if args.target not in RUNNERS:
-        raise ConfigError(f"--target {args.target}: `up` runs {', '.join(RUNNERS)} here; for {args.target} use "
-                          f"`python -m launcher generate --target {args.target}` and the engine's own tools")
+    engine = ENGINES[args.target]
     if args.wall_timeout_s is not None and not args.wall_timeout_s > 0:
         raise ConfigError(f"--wall-timeout-s: must be > 0 seconds, got {args.wall_timeout_s}; e.g. --wall-timeout-s 600")
     opts = UpOptions(build=args.build, keep=args.keep, quiet=args.quiet, progress_every=args.progress_every,
                      max_restarts=args.max_restarts, start_late=parse_start_late(args.start_late),
                      wall_timeout_s=args.wall_timeout_s)
-    shaping.check(launch, "up", args.target, opts.start_late)
-    check_target(args.target, launch, local=True)
+    engine.check(launch, opts)  # an engine that only renders here refuses `up` first
+    shaping.check(launch, "up", engine, opts.start_late)
     if errors := _faults.check(chaos, launch.names, launch.world_size):
         raise ConfigError("\n  ".join(["invalid launch:", *errors]))
-    if chaos and args.target != "compose":
-        raise ConfigError("chaos: faults are applied to Compose runs; drop chaos or use target='compose'")
-    engine_runner = runner(args.target)
-    engine_runner.check(launch, opts)
+    if chaos and not engine.supports_chaos:
+        takers = [name for name, e in ENGINES.items() if e.supports_chaos]
+        raise ConfigError(f"chaos: faults are applied to {', '.join(takers)} runs; drop chaos or use "
+                          f"target={takers[0]!r}")
     wait_s = opts.wall_timeout_s or 3600.0
     threads = [_faults.start(f, host_abspath(launch.run_dir), wait_s, chaos_lines if chaos_lines is not None else [])
                for f in chaos]
     try:
-        return launch, engine_runner.up(launch, command, opts)
+        return launch, engine.up(launch, command, opts)
     finally:
         for t in threads:
             t.join(CHAOS_JOIN_S)

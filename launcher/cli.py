@@ -28,7 +28,7 @@ import sys
 
 from simcluster.launcher.job.checks import out_problem
 from simcluster.launcher.engines.docker import LauncherError
-from simcluster.launcher.job.files import ROOT, container_user, project_dir_for, repo_path, write_atomic
+from simcluster.launcher.job.files import ROOT, container_user, repo_path, write_atomic
 from simcluster.launcher.job.launch import NodeOptions
 from simcluster.launcher.parser import build_parser as _build_parser
 from simcluster.launcher.job.options import node_options, resolve, split_job_argv
@@ -38,21 +38,20 @@ EXIT_USAGE = 2
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    """`generate`: the engine's document (engines/registry.py ENGINES[--target]), written or printed."""
     from simcluster.launcher.drills import shaping
-    from simcluster.launcher.targets import TARGETS, default_path
-    from simcluster.launcher.targets.check import check_target, target_warnings
+    from simcluster.launcher.engines.registry import ENGINES
 
+    engine = ENGINES[args.target]
     launch, command = resolve(args, user=NodeOptions.user, parser=build_parser())
-    shaping.check(launch, "generate", args.target, {})
-    check_target(args.target, launch, local=False)
-    for warning in target_warnings(args.target, launch):
+    shaping.check(launch, "generate", engine, {})
+    engine.check(launch)
+    for warning in engine.warnings(launch):
         print(f"warning: {warning}", file=sys.stderr)
-    out = args.out or os.path.join(ROOT, default_path(args.target, launch.job_name))
+    out = args.out or os.path.join(ROOT, engine.out_path(launch.job_name))
     if not args.stdout and (why := out_problem(out)):
-        raise ConfigError(f"out: {why}; e.g. --out {default_path(args.target, launch.job_name)}")
-    # relative bind sources: from the file's folder to the repo root, or under --workdir (swarm)
-    project_dir = (launch.engine.workdir if args.target == "swarm" else None) or project_dir_for(out)
-    text = TARGETS[args.target].render(launch, command, repo_path(out), project_dir)
+        raise ConfigError(f"out: {why}; e.g. --out {engine.out_path(launch.job_name)}")
+    text = engine.render(launch, command, repo_path(out), engine.project_dir(launch, out))
     if args.stdout:
         sys.stdout.write(text)
     else:
@@ -85,7 +84,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     """Build the image; --check: 0 when it holds this installation's code, else 1; --cache-key: print its key."""
     from simcluster.launcher.container.layout import IMAGE
-    from simcluster.launcher.run.image import build_image, cache_key, image_state
+    from simcluster.launcher.engines.image import build_image, cache_key, image_state
 
     if args.check and args.cache_key:
         raise ConfigError("build: --check or --cache-key, not both; e.g. simcluster build --check")
@@ -146,25 +145,35 @@ def cmd_project(args: argparse.Namespace) -> int:
     return project(args)
 
 
-def cmd_compose_run(args: argparse.Namespace) -> int:
-    """status, logs, down: a Compose run's handle (a swarm run's stack is gone once its `up` ends)."""
-    from simcluster.launcher.engines.handle import Handle
-    from simcluster.launcher.run import compose
+def cmd_status(args: argparse.Namespace) -> int:
+    """`status`: the run's engine (the one that owns its handle) prints its nodes and how it ended."""
+    handle, engine = _run_of(args)
+    return engine.status(handle)
 
-    target = Handle.find(args.run_dir, args.file, args.project)
-    if target.stack:
-        raise ConfigError(f"{target.run_dir}: a swarm run (stack {target.project}, removed when its `up` ends); "
-                          f"`{args.command}` is for Compose runs; use docker stack ps {target.project}, docker "
-                          f"service logs {target.project}_node-0, docker stack rm {target.project}")
-    if args.command == "status":
-        return compose.status(target)
-    if args.command == "logs":
-        return compose.logs(target, args.services, follow=args.follow, tail=args.tail)
-    return compose.down(target)
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    """`logs`: the run's engine prints its logs."""
+    handle, engine = _run_of(args)
+    return engine.logs(handle, args.services, follow=args.follow, tail=args.tail)
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    """`down`: the run's engine removes its containers and network."""
+    handle, engine = _run_of(args)
+    return engine.down(handle)
+
+
+def _run_of(args: argparse.Namespace):
+    """(the handle of --run-dir/--file/--project, the engine that owns it: engines/registry.py engine_of)."""
+    from simcluster.launcher.engines.handle import Handle
+    from simcluster.launcher.engines.registry import engine_of
+
+    handle = Handle.find(args.run_dir, args.file, args.project)
+    return handle, engine_of(handle)
 
 
 COMMANDS = {"generate": cmd_generate, "up": cmd_up, "build": cmd_build, "report": cmd_report, "chaos": cmd_chaos,
-            "status": cmd_compose_run, "logs": cmd_compose_run, "down": cmd_compose_run, "compare": cmd_compare,
+            "status": cmd_status, "logs": cmd_logs, "down": cmd_down, "compare": cmd_compare,
             "plan": cmd_plan, "project": cmd_project}
 
 

@@ -25,9 +25,8 @@ from dataclasses import dataclass, fields
 from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.job.files import ROOT, host_abspath, repo_path
 from simcluster.launcher.job.launch import Launch, NodeOptions
-from simcluster.train.rundir import METRICS, rank_lines, step_rows, summary_lines
-from simcluster.train.series import (Comparison, Series, compare_series, metric_pattern, series_from_lines,
-                                                series_from_rows)
+from simcluster.launcher.observe.metric import failure_text, read_series
+from simcluster.train.series import Comparison, compare_series, metric_pattern
 from simcluster.train.config import Config, parse_mesh
 from simcluster.train.errors import ConfigError
 
@@ -117,7 +116,8 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
     from simcluster.launcher.parser import build_parser
     from simcluster.launcher.job.files import container_user
     from simcluster.launcher.job.options import resolve
-    from simcluster.launcher.targets.check import check_target
+    from simcluster.launcher.engines.base import UpOptions
+    from simcluster.launcher.engines.registry import DEFAULT, ENGINES
 
     if script is None and code is None and module in (None, "train", "simcluster.train"):
         raise ConfigError("--script: compare runs your own code: give --script FILE or --module NAME; the built-in "
@@ -139,7 +139,7 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
         parsed = parser.parse_args(["up", *flags, *shared, "--run-dir", os.path.join(base, f"{side.lower()}-{folder}")])
         parsed.job_argv = tuple(args)
         launch, command = resolve(parsed, user=container_user(), parser=parser)
-        check_target("compose", launch, local=True)
+        ENGINES[DEFAULT].check(launch, UpOptions())
         sides.append(Side(side, words, launch, command))
     return sides[0], sides[1]
 
@@ -177,7 +177,8 @@ def check_folders(sides: tuple[Side, Side]) -> None:
 
 
 class ComposeRun:
-    """Runs one side with `launcher up`'s ComposeRunner; quiet: its lines go to its cluster.log only."""
+    """Runs one side with `launcher up`'s default engine (engines/registry.py DEFAULT: the Compose
+    simulation, whose run folder holds compose.yml); quiet: its lines go to its cluster.log only."""
 
     def __init__(self, quiet: bool = False):
         self.quiet = quiet
@@ -191,9 +192,10 @@ class ComposeRun:
         from simcluster.launcher.engines import docker as engine
         from simcluster.launcher.drills import shaping
         from simcluster.launcher.engines.handle import Handle
+        from simcluster.launcher.engines.registry import DEFAULT, ENGINES
 
         for side in sides:
-            shaping.check(side.launch, "up", "compose", {})
+            shaping.check(side.launch, "up", ENGINES[DEFAULT], {})
             project = Handle.for_run(side.run_dir).project
             if any(c.status != "exited" for c in engine.containers(project).values()):
                 raise ConfigError(f"--run-dir: the cluster of {side.name}'s folder {repo_path(side.run_dir)} is still "
@@ -201,60 +203,15 @@ class ComposeRun:
 
     def __call__(self, side: Side) -> int:
         """Run the side to its end; `up`'s exit code (0, 1, 130)."""
-        from simcluster.launcher.run.base import UpOptions
-        from simcluster.launcher.run.compose import ComposeRunner
+        from simcluster.launcher.engines.base import UpOptions
+        from simcluster.launcher.engines.registry import DEFAULT, ENGINES
 
-        runner, opts = ComposeRunner(), UpOptions()
+        runner, opts = ENGINES[DEFAULT], UpOptions()
         runner.check(side.launch, opts)
         if not self.quiet:
             return runner.up(side.launch, side.command, opts)
         with open(os.devnull, "w") as null, contextlib.redirect_stdout(null):
             return runner.up(side.launch, side.command, opts)
-
-
-def failure_text(side: Side) -> str:
-    """Why a side's run failed, from its summary: the failed and lost ranks' lines, else the nodes'
-    non-zero exits."""
-    lines = [ln.strip() for ln in summary_lines(side.run_dir)]
-    picked = [ln for ln in lines if ln.startswith(("FAILED rank", "LOST", "then failed", "no rank printed",
-                                                     "killed by up"))]
-    picked = picked or [ln for ln in lines if ln.startswith("node-") and " exit 0" not in ln]
-    return "; ".join(picked) if picked else "no summary in its cluster.log"
-
-
-def read_series(side: Side, metric: str, metric_regex: str | None) -> Series:
-    """The metric's series of a finished side: ``metric`` of its step rows (rundir.step_rows:
-    metrics.jsonl, rows of one step merged, joined with the instruments' step records), or the
-    lines its ranks printed (cluster.log) that metric_regex matches.
-
-    Raises:
-        ConfigError: the series is empty or not numbers (naming the run, what it logged and a fix).
-    """
-    where = f"run {side.label}"
-    try:
-        if metric_regex is not None:
-            lines = [text for _, text in rank_lines(side.run_dir)]
-            series = series_from_lines(lines, metric_pattern(metric_regex))
-            if not series:
-                sample = "; ".join(repr(t) for t in lines[-3:]) or "none"
-                raise ConfigError(f"--metric-regex: no line of {where}'s ranks matches {metric_regex!r} "
-                                  f"({len(lines)} rank lines in {repo_path(side.run_dir)}/cluster.log; its last: "
-                                  f"{sample}); fix the regex")
-            return series
-        rows = step_rows(side.run_dir)
-        series = series_from_rows(rows, metric)
-    except ValueError as e:
-        raise ConfigError(f"--metric{'-regex' if metric_regex else ''}: {where}: {e}") from None
-    path = f"{repo_path(side.run_dir)}/{METRICS}"
-    if not rows:
-        raise ConfigError(f"--metric {metric}: {where} wrote no {path}; append {{\"step\": N, \"{metric}\": X}} per "
-                          f"step to $SIMCLUSTER_OUTPUT_DIR/{METRICS}, or read printed lines with --metric-regex REGEX")
-    if not series:
-        keys = sorted({k for r in rows for k in r})
-        raise ConfigError(f"--metric {metric}: {where}'s steps ({path} and the instruments' steps/) have no "
-                          f"{metric!r} in their {len(rows)} rows; their keys: "
-                          f"{', '.join(keys)}; pass one with --metric, e.g. --metric {next(iter(keys), 'loss')}")
-    return series
 
 
 def compare(*, metric: str = "loss", metric_regex: str | None = None, rtol: float = 1e-5, quiet: bool = False,

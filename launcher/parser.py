@@ -4,7 +4,8 @@
 
 Its own module so that the Python API (launcher/compare.py resolves each side as `up` would) and
 the CLI share one parser without importing each other. The flags' groups live beside what they
-feed: job, node and engine options in options.py, the trainer's own in train/cli.py.
+feed: job and node options in options.py, the engines' here (names from engines/registry.py),
+the trainer's own in train/cli.py.
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import argparse
 import os
 import sys
 
-from simcluster.launcher.job.options import add_engine_args, add_job_args, add_node_args
+from simcluster.launcher.job.launch import EngineOptions
+from simcluster.launcher.job.options import add_job_args, add_node_args
 from simcluster.train.cli import add_config_args
 
 
@@ -28,6 +30,28 @@ def _prog() -> str:
     if os.path.basename(arg0) == "__main__.py":
         return "python -m " + os.path.basename(os.path.dirname(os.path.abspath(arg0)))
     return os.path.basename(arg0)
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """--target and the options of the real engines' documents (see launcher.launch.EngineOptions)."""
+    from simcluster.launcher.engines.registry import DEFAULT, ENGINES, runs_here
+
+    g = parser.add_argument_group("engines (launcher/engines/)")
+    g.add_argument("--target", choices=ENGINES, default=DEFAULT, metavar="ENGINE",
+                   help=f"the engine: {', '.join(ENGINES)} (default {DEFAULT}; swarm: a Docker Swarm stack); up runs "
+                        f"{', '.join(runs_here())} here (swarm: a one-node swarm when there is none)")
+    g.add_argument("--workdir", default=None, metavar="DIR",
+                   help="slurm: work folder of the job, this project's checkout on shared storage (default: the "
+                        "folder sbatch runs in); swarm: absolute folder relative bind-mount sources are taken "
+                        "from (default: relative to the stack file)")
+    g.add_argument("--setup", default=None, metavar="SHELL",
+                   help="slurm: shell line that gives a node torchrun and torch (default: source .venv/bin/activate; "
+                        "e.g. 'module load pytorch')")
+    g.add_argument("--container-image", default=None, metavar="IMAGE",
+                   help="slurm: run torchrun in this registry image through pyxis (srun --container-image)")
+    g.add_argument("--runs-claim", default=EngineOptions.runs_claim, metavar="PVC",
+                   help=f"jobset/trainjob: PersistentVolumeClaim mounted at /runs, data under its data/ folder "
+                        f"(default {EngineOptions.runs_claim})")
 
 
 def build_parser(doc: str = "") -> argparse.ArgumentParser:

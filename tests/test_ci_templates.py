@@ -28,7 +28,7 @@ import yaml
 from conftest import copy_working_tree, need
 from simcluster.launcher.job.files import code_digest
 from simcluster.launcher.container.layout import IMAGE
-from simcluster.launcher.run.image import image_state
+from simcluster.launcher.engines.image import image_state
 
 ROOT = Path(__file__).resolve().parent.parent
 GITHUB = ROOT / "examples" / "ci" / "github-actions.yml"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simcluster.launcher.targets.compose import build_compose, host_path, omp_threads
-from simcluster.launcher.targets.document import escape
+from simcluster.launcher.engines.compose.render import build_compose, host_path, omp_threads
+from simcluster.launcher.engines.document import escape
 from simcluster.launcher.job.entry import resolve_training, train_flags
 from simcluster.launcher.job.launch import Launch, NodeOptions, check_node_options
 from simcluster.train.layout import node_names, node_ranks

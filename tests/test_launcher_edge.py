@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 import simcluster.launcher.cli
-import simcluster.launcher.targets.compose
+import simcluster.launcher.engines.compose.render
 import simcluster.train.config
 from simcluster.launcher.job import files
 
@@ -42,7 +42,7 @@ def calls_during(funcs, fn) -> dict[str, int]:
 
 def test_generate_parses_the_mesh_once_and_builds_once(tmp_path, capsys):
     out = tmp_path / "c.yml"
-    counts = calls_during([simcluster.train.config.parse_mesh, simcluster.launcher.targets.compose.build_compose],
+    counts = calls_during([simcluster.train.config.parse_mesh, simcluster.launcher.engines.compose.render.build_compose],
                           lambda: simcluster.launcher.cli.main(["generate", "--mesh", "pp=2,dp=2,tp=2", "--model", "tiny",
                                                      "--out", str(out)]))
     assert counts == {"parse_mesh": 1, "build_compose": 1}
@@ -88,7 +88,7 @@ def test_launcher_import_graph_has_no_cycle():
     assert importers == {"launcher.__main__"}  # nobody else imports the door (simcluster/__main__.py too)
 
 
-# What only launcher/engines/docker.py may do with the Docker SDK (test_docker_through_the_sdk_only).
+# What only launcher/engines/docker.py (and docker_cluster.py) may do with the Docker SDK (test_docker_through_the_sdk_only).
 SDK_METHODS = {"exec_run", "unpause", "pause", "tasks", "connect", "disconnect", "reload"}  # obj.NAME(...)
 SDK_METHODS_WITH = {"remove": "force", "stop": "timeout", "wait": "timeout"}  # obj.NAME(KEYWORD=...): a common name
 SDK_COLLECTIONS = {"swarm", "networks", "containers", "images", "services", "volumes", "configs", "secrets"}  # x.NAME.y
@@ -144,16 +144,21 @@ def test_sdk_uses_are_seen():
 
 
 def test_docker_through_the_sdk_only():
-    """launcher/engines/docker.py is the one module that touches the Docker SDK (tests' helpers are exempt)."""
-    engine_py = ROOT / "launcher" / "engines" / "docker.py"
+    """launcher/engines/docker.py and docker_cluster.py are the only modules that touch the Docker SDK,
+    compose_cli.py the only one that runs `docker stack` (tests' helpers are exempt)."""
+    engines = ROOT / "launcher" / "engines"
+    sdk_homes = {engines / "docker.py", engines / "docker_cluster.py"}
     sources = {p: p.read_text() for folder in ("launcher", "bench") for p in (ROOT / folder).rglob("*.py")}
-    assert "import docker" in sources[engine_py] and sdk_uses(ast.parse(sources[engine_py]))
+    for home in sdk_homes:
+        assert "import docker" in sources[home] or "client()" in sources[home]
+        assert sdk_uses(ast.parse(sources[home]))
     for path, text in sources.items():
-        if path != engine_py:
+        if path not in sdk_homes:
             assert not sdk_uses(ast.parse(text)), f"{path.relative_to(ROOT)} touches the Docker SDK (only " \
-                                                  f"launcher/engines/docker.py may): {sdk_uses(ast.parse(text))}"
-        # the CLIs without an SDK: compose (v2), and `docker stack` (deploy, rm) in engine.stack_cli only
-        allowed = "compose|stack" if path == engine_py else "compose"
+                                                  f"launcher/engines/docker.py and docker_cluster.py may): " \
+                                                  f"{sdk_uses(ast.parse(text))}"
+        # the CLIs without an SDK: compose (v2), and `docker stack` (deploy, rm) in compose_cli.stack_cli only
+        allowed = "compose|stack" if path == engines / "compose_cli.py" else "compose"
         assert not re.search(rf"""\[["']docker["'],(?!\s*["']({allowed})["'])""", text), f"{path} runs the docker CLI"
         assert "yaml.safe_load" not in text, f"{path} parses a YAML file"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from simcluster.launcher.targets.compose import node_command
+from simcluster.launcher.engines.compose.render import node_command
 from simcluster.launcher.job.entry import resolve_training
 from simcluster.launcher.job.launch import NodeOptions
 from simcluster.train.units import rate_bits_per_s

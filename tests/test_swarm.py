@@ -25,7 +25,7 @@ import yaml
 from conftest import need, reference_losses
 from simcluster.launcher.job.entry import resolve_training
 from simcluster.launcher.job.launch import NodeOptions
-from simcluster.launcher.targets import swarm
+from simcluster.launcher.engines.swarm import render as swarm
 from simcluster.train.config import Config
 from simcluster.train.errors import ConfigError
 
@@ -106,11 +106,12 @@ def test_stack_file_passes_the_v3_schema(docker_available, tmp_path):
 ])
 def test_swarm_checks(monkeypatch, info, image, problem):
     from simcluster.launcher.engines import docker as engine
-    from simcluster.launcher.run import swarm as swarm_run
+    from simcluster.launcher.engines import docker_cluster as cluster
+    from simcluster.launcher.engines.swarm import run as swarm_run
 
     # an engine answering docker info with this Swarm section, and no stack up
     monkeypatch.setattr(engine, "info", lambda: {} if info is None else {"Swarm": info})
-    monkeypatch.setattr(engine, "stack_tasks", lambda stack: {})
+    monkeypatch.setattr(cluster, "stack_tasks", lambda stack: {})
     launch = resolve_training(Config(mesh="2x2x2", model="tiny"), NodeOptions(image=image))
     if problem is None:
         swarm_run.check_engine(launch, "sc-swarm-x")

@@ -20,8 +20,9 @@ import yaml
 
 from simcluster.launcher.job.entry import resolve_training
 from simcluster.launcher.job.launch import NodeOptions
-from simcluster.launcher.targets import jobset, slurm, trainjob
-from simcluster.launcher.targets.check import has_registry
+from simcluster.launcher.engines import jobset, trainjob
+from simcluster.launcher.engines.slurm import render as slurm
+from simcluster.launcher.engines.checks import has_registry
 from simcluster.train.config import Config, resolve
 from simcluster.train.errors import ConfigError
 from simcluster.train.device import backend, mesh_device_type, process_group_device, rank_device
@@ -55,9 +56,9 @@ def test_golden_files(target, mesh):
 
 
 def test_default_paths(tmp_path):
-    from simcluster.launcher.targets import default_path
+    from simcluster.launcher.engines.registry import ENGINES
 
-    assert [default_path(t, "mesh-2x2x2") for t in ("compose", "swarm", "slurm", "jobset", "trainjob")] == [
+    assert [ENGINES[t].out_path("mesh-2x2x2") for t in ("compose", "swarm", "slurm", "jobset", "trainjob")] == [
         "compose/mesh-2x2x2.yml", "swarm/mesh-2x2x2.yml", "slurm/mesh-2x2x2.sbatch", "k8s/mesh-2x2x2-jobset.yaml",
         "k8s/mesh-2x2x2-trainjob.yaml"]
 
@@ -212,7 +213,7 @@ def test_compose_nodes_fork_the_users_code_unless_torchrun_is_asked():
     """The node wrapper forks the user's script's ranks after one import per node, as the
     trainer's (``--torchrun``, a node option, gives each rank a fresh interpreter instead)."""
     from simcluster.launcher.job.entry import resolve_code
-    from simcluster.launcher.targets.compose import node_command
+    from simcluster.launcher.engines.compose.render import node_command
 
     script = str(Path(__file__).resolve().parent.parent / "examples" / "ddp.py")
     forked = node_command(resolve_code(NodeOptions(), script=script, nodes=2, nproc_per_node=2), 1)

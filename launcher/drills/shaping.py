@@ -36,15 +36,15 @@ def tbf_command(rate: str) -> list[str]:
             f"&& tc -s qdisc show dev eth0"]
 
 
-def check(launch, action: str, target: str, start_late: dict) -> None:
+def check(launch, action: str, engine, start_late: dict) -> None:
     """The one check of --inter-node-bandwidth's use (its rate is checked with the node options,
     launch.check_node_options): only ``launcher up`` on the compose target applies it, no node may
     start late (its marker would never be written), and the helper image must exist.
 
-    action: "generate" or "up"; target: the engine (launcher/targets/).
+    action: "generate" or "up"; engine: the Engine (launcher/engines/base.py; its supports_shaping).
 
     Raises:
-        ConfigError: generate, another target, or --start-late, naming the fix.
+        ConfigError: generate, an engine without shaping, or --start-late, naming the fix.
         LauncherError: the helper image is missing, naming the build command.
     """
     if not launch.node.inter_node_bandwidth:
@@ -53,9 +53,9 @@ def check(launch, action: str, target: str, start_late: dict) -> None:
         raise ConfigError("--inter-node-bandwidth: applied by `python -m launcher up` (a helper container shapes "
                           "each node once it runs, then the node starts its ranks); a compose file alone cannot "
                           "apply it: use launcher up, or drop the option")
-    if target != "compose":
-        raise ConfigError(f"--target {target}: --inter-node-bandwidth is not wired for {target} (the Compose runner "
-                          f"applies the shaping helper and the nodes' start marker); use --target compose")
+    if not engine.supports_shaping:
+        raise ConfigError(f"--target {engine.name}: --inter-node-bandwidth is not wired for {engine.name} (the Compose "
+                          f"engine applies the shaping helper and the nodes' start marker); use --target compose")
     if start_late:
         raise ConfigError("--start-late cannot be combined with --inter-node-bandwidth (a late node's network "
                           "would not be shaped); drop one of them")

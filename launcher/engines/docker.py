@@ -1,30 +1,24 @@
-"""The Docker engine through the Docker SDK for Python, and the Compose CLI (which has no SDK).
+"""The Docker engine through the Docker SDK for Python: containers, images, the engine's facts.
 
-    python -c "from simcluster.launcher.engines.docker import compose_cli; print(compose_cli())"
-    SIMCLUSTER_COMPOSE=docker-compose python -m launcher status    # choose compose v1
+    python -c "from simcluster.launcher.engines.docker import info; print(info()['ServerVersion'])"
 
 Containers are found by the labels both Compose versions set (com.docker.compose.project /
 .service), so the rest of the launcher is version-agnostic; a swarm stack's task containers by
-the labels the swarm sets (com.docker.stack.namespace / com.docker.swarm.service.name). The SDK negotiates the API version
-with the engine (1.41 on Docker 20.10). Container state is followed with the engine's event
-stream (``Events``), not by polling.
+the labels the swarm sets (com.docker.stack.namespace / com.docker.swarm.service.name). The SDK
+negotiates the API version with the engine (1.41 on Docker 20.10).
 
-This is the only module that touches the SDK (``import docker``, ``client()``, every SDK object
-method; tests/test_launcher_edge.py test_docker_through_the_sdk_only checks the rest): callers
-get small named functions, which raise LauncherError with the engine's explanation, and treat
-containers as opaque handles (``.status``, ``.labels``, ``.name``, ``.attrs`` may be read).
-It stays one module although it is past 400 lines, on purpose: about 30 short functions, one
-place to read for everything the launcher asks of the engine, and one file the guard exempts.
+This module and docker_cluster.py (networks, labels, the swarm and its stacks, the event stream)
+are the only ones that touch the SDK (``import docker``, ``client()``, every SDK object method;
+tests/test_launcher_edge.py test_docker_through_the_sdk_only checks the rest): callers get small
+named functions, which raise LauncherError with the engine's explanation, and treat containers as
+opaque handles (``.status``, ``.labels``, ``.name``, ``.attrs`` may be read). The CLIs without an
+SDK (Compose v2 or v1, ``docker stack``) are compose_cli.py's.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
 import os
-import shlex
-import shutil
-import subprocess
-import threading
 import time
 from datetime import datetime
 
@@ -58,7 +52,7 @@ def client() -> docker.DockerClient:
 
 
 @contextlib.contextmanager
-def _sdk(what: str, missing_ok: bool = False):
+def sdk_errors(what: str, missing_ok: bool = False):
     """The SDK's errors as LauncherError("WHAT failed: <the engine's explanation>"); a missing
     object (NotFound) is skipped when missing_ok (the with block then ends early)."""
     try:
@@ -73,7 +67,7 @@ def _sdk(what: str, missing_ok: bool = False):
 def info() -> dict:
     """The engine's ``docker info`` facts (``Swarm``: LocalNodeState, ControlAvailable, Nodes, ..). Raises
     LauncherError: no engine answers, or it failed."""
-    with _sdk("docker info"):
+    with sdk_errors("docker info"):
         return client().info()
 
 
@@ -125,7 +119,7 @@ def build_image(path: str, tag: str) -> None:
     message)."""
     if not os.path.isdir(path):  # the SDK raises TypeError then
         raise LauncherError(f"`docker build -t {tag} {path}`: no such folder")
-    with _sdk(f"`docker build -t {tag} {path}`"):
+    with sdk_errors(f"`docker build -t {tag} {path}`"):
         client().images.build(path=path, tag=tag, rm=True)
 
 
@@ -190,20 +184,20 @@ def run_container(image: str, command: list[str], **options):
     """Start a detached container of image running command; returns it. options: the SDK's ``containers.run``
     keywords (name, hostname, network, volumes, labels, environment, user, cap_drop, security_opt, nano_cpus,
     mem_limit). Raises LauncherError: the image is missing or the engine refused."""
-    with _sdk(f"starting a container of {image}"):
+    with sdk_errors(f"starting a container of {image}"):
         return client().containers.run(image, command, detach=True, **options)
 
 
 def container_by_id(cid: str):
     """The container with this id, or None when there is none. Raises LauncherError: the engine failed."""
-    with _sdk(f"looking up container {cid[:12]}", missing_ok=True):
+    with sdk_errors(f"looking up container {cid[:12]}", missing_ok=True):
         return client().containers.get(cid)
 
 
 def exec_in(container, cmd: list[str], user: str = "", workdir: str | None = None) -> tuple[int, str]:
     """``docker exec`` cmd in a running container (user "": the container's own); returns (exit code, stdout and
     stderr as text). Raises LauncherError: the container is not running, is gone, or the engine refused."""
-    with _sdk(f"`docker exec {container.name} {cmd[0]}`"):
+    with sdk_errors(f"`docker exec {container.name} {cmd[0]}`"):
         rc, out = container.exec_run(cmd, user=user, workdir=workdir)
         return rc, out.decode("utf-8", "replace")
 
@@ -211,7 +205,7 @@ def exec_in(container, cmd: list[str], user: str = "", workdir: str | None = Non
 def wait(container, timeout_s: float) -> int:
     """Wait until the container exits; its exit code. Raises LauncherError: timeout_s passed, the container is gone,
     or the engine failed."""
-    with _sdk(f"waiting for {container.name}"):
+    with sdk_errors(f"waiting for {container.name}"):
         return container.wait(timeout=timeout_s)["StatusCode"]
 
 
@@ -219,7 +213,7 @@ def kill(container, strict: bool = False) -> None:
     """Kill a container, unpausing it first (a paused one cannot be stopped); gone is fine. Raises LauncherError:
     only when strict (chaos): the engine refused, e.g. it is not running."""
     try:
-        with _sdk(f"`docker kill {container.name}`", missing_ok=True):
+        with sdk_errors(f"`docker kill {container.name}`", missing_ok=True):
             container.reload()
             if container.status == "paused":
                 container.unpause()
@@ -232,7 +226,7 @@ def kill(container, strict: bool = False) -> None:
 def stop(container, timeout_s: float) -> None:
     """``docker stop``: SIGTERM, then SIGKILL after timeout_s. Raises LauncherError: the engine refused or the
     container is gone."""
-    with _sdk(f"`docker stop {container.name}`"):
+    with sdk_errors(f"`docker stop {container.name}`"):
         container.stop(timeout=timeout_s)
 
 
@@ -241,7 +235,7 @@ def pause(container, attempts: int = 5) -> None:
     while a process forks. Raises LauncherError: the last attempt was refused, or the container is gone."""
     for attempt in range(attempts):
         try:
-            with _sdk(f"`docker pause {container.name}`"):
+            with sdk_errors(f"`docker pause {container.name}`"):
                 return container.pause()
         except LauncherError:
             if attempt == attempts - 1:
@@ -252,51 +246,21 @@ def pause(container, attempts: int = 5) -> None:
 def unpause(container) -> None:
     """``docker unpause`` a paused container; gone is fine. Raises LauncherError: the engine refused, e.g. it is not
     paused."""
-    with _sdk(f"`docker unpause {container.name}`", missing_ok=True):
+    with sdk_errors(f"`docker unpause {container.name}`", missing_ok=True):
         container.unpause()
 
 
 def remove(container) -> None:
     """``docker rm -f``: remove a container, killing it if it runs; gone is fine. Raises LauncherError: the engine
     refused (e.g. a removal already in progress)."""
-    with _sdk(f"`docker rm -f {container.name}`", missing_ok=True):
+    with sdk_errors(f"`docker rm -f {container.name}`", missing_ok=True):
         container.remove(force=True)
-
-
-def network(name: str):
-    """The network called name, or None when there is none. Raises LauncherError: the engine failed."""
-    with _sdk(f"looking up network {name}", missing_ok=True):
-        return client().networks.get(name)
-
-
-def create_network(name: str, labels: dict[str, str] | None = None) -> None:
-    """Create an internal bridge network called name (no route out), with labels. Raises LauncherError: the engine
-    refused (e.g. the name is taken)."""
-    with _sdk(f"`docker network create --internal {name}`"):
-        client().networks.create(name, driver="bridge", internal=True, labels=labels or {})
-
-
-def remove_network(name: str) -> None:
-    """``docker network rm`` the network called name; gone is fine. Raises LauncherError: the engine refused (e.g. a
-    container is still on it)."""
-    with _sdk(f"`docker network rm {name}`", missing_ok=True):
-        client().networks.get(name).remove()
-
-
-def attach(network: str, container, aliases: list[str]) -> None:
-    """Connect container to the network called name under aliases (names it resolves by there), disconnecting it
-    first (``docker run --network`` attached it without them). Raises LauncherError: the network or container is
-    gone, or the engine refused."""
-    with _sdk(f"`docker network connect --alias {','.join(aliases)} {network} {container.name}`"):
-        net = client().networks.get(network)
-        net.disconnect(container)
-        net.connect(container, aliases=aliases)
 
 
 def disconnect(container) -> list[str]:
     """Disconnect a container from every network it is on; returns their names. Raises LauncherError: the container
     or a network is gone, or the engine refused."""
-    with _sdk(f"`docker network disconnect` of {container.name}"):
+    with sdk_errors(f"`docker network disconnect` of {container.name}"):
         container.reload()
         nets = sorted((container.attrs.get("NetworkSettings") or {}).get("Networks") or {})
         for net in nets:
@@ -304,51 +268,10 @@ def disconnect(container) -> list[str]:
         return nets
 
 
-def labelled(label: str) -> tuple[list, list]:
-    """(containers in every state, networks) carrying the label ``KEY=VALUE``. Raises LauncherError: the engine
-    failed."""
-    with _sdk(f"listing what carries {label}"):
-        by = {"label": label}
-        return client().containers.list(all=True, filters=by), client().networks.list(filters=by)
-
-
-def remove_labelled(label: str) -> None:
-    """Force-remove every container, then every network, carrying the label; gone meanwhile is fine. Raises
-    LauncherError: the engine refused one (the rest are left then)."""
-    found, nets = labelled(label)
-    for c in found:
-        remove(c)
-    for n in nets:
-        with _sdk(f"`docker network rm {n.name}`", missing_ok=True):
-            n.remove()
-
-
-def swarm_init(addr: str) -> None:
-    """Make this engine a one-node swarm manager (``docker swarm init --advertise-addr ADDR``). Raises
-    LauncherError: the engine refused (its explanation)."""
-    with _sdk(f"`docker swarm init --advertise-addr {addr}`"):
-        client().swarm.init(advertise_addr=addr)
-
-
-def swarm_leave() -> None:
-    """``docker swarm leave --force``. Raises LauncherError: the engine refused."""
-    with _sdk("`docker swarm leave --force`"):
-        client().swarm.leave(force=True)
-
-
-def stack_tasks(stack: str) -> dict[str, list[dict]]:
-    """service (without the ``<stack>_`` prefix) -> its tasks (the engine's dicts: Status, CreatedAt, ..), oldest
-    first, of every service of a swarm stack; {} when none is up. Raises LauncherError: the engine failed (e.g. a
-    service went away while listed)."""
-    with _sdk(f"listing the services of stack {stack}"):
-        return {stack_service(stack, svc.name) or svc.name: sorted(svc.tasks(), key=lambda t: t["CreatedAt"])
-                for svc in client().services.list(filters={"label": f"{STACK_LABEL}={stack}"})}
-
-
 def log_text(container, tail: int | str = "all") -> str:
     """The container's log so far (stdout and stderr; its last ``tail`` lines) as text; "" when the container is
     gone. Raises LauncherError: the engine failed."""
-    with _sdk(f"`docker logs {container.name}`", missing_ok=True):
+    with sdk_errors(f"`docker logs {container.name}`", missing_ok=True):
         return container.logs(tail=tail).decode("utf-8", "replace")
     return ""
 
@@ -363,78 +286,3 @@ def log_lines(container):
             yield line.decode("utf-8", "replace")
     if buf:
         yield buf.decode("utf-8", "replace")
-
-
-class Events(threading.Thread):
-    """Follows the engine's container events of a project (or a swarm stack when stack):
-    ``state`` maps service -> the container state after its latest event (running, paused,
-    exited), ``on_change`` is set on every change. Seeded from one listing; stop with ``close()``."""
-
-    STATES = {"start": "running", "unpause": "running", "pause": "paused", "die": "exited", "destroy": "removed"}
-
-    def __init__(self, project: str, stack: bool = False):
-        super().__init__(daemon=True, name=f"events-{project}")
-        self.project, self.stack = project, stack
-        self.on_change = threading.Event()
-        label = f"{STACK_LABEL if stack else PROJECT_LABEL}={project}"
-        self._stream = client().events(decode=True, filters={"type": "container", "label": label})
-        self.state = {s: c.status for s, c in containers(project, stack).items()}
-
-    def run(self) -> None:
-        try:
-            for ev in self._stream:
-                new = self.STATES.get(ev.get("Action") or ev.get("status"))
-                service = service_of((ev.get("Actor") or {}).get("Attributes", {}), self.project, self.stack)
-                if new and service:
-                    self.state[service] = new
-                    self.on_change.set()
-        except Exception:  # noqa: BLE001 - the stream was closed
-            pass
-
-    def close(self) -> None:
-        self._stream.close()
-
-
-@functools.lru_cache(maxsize=None)
-def compose_cli() -> tuple[str, ...]:
-    """The compose command: $SIMCLUSTER_COMPOSE (e.g. ``docker-compose`` for v1), else
-    ``docker compose`` (v2) if it answers, else ``docker-compose`` (v1).
-
-    Raises:
-        LauncherError: neither is installed.
-    """
-    if os.environ.get("SIMCLUSTER_COMPOSE"):
-        return tuple(shlex.split(os.environ["SIMCLUSTER_COMPOSE"]))
-    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-        return ("docker", "compose")
-    if shutil.which("docker-compose"):
-        return ("docker-compose",)
-    raise LauncherError("no compose found: install the Docker Compose v2 plugin (bash .ci/docker-up.sh does) "
-                        "or docker-compose v1")
-
-
-def compose(project: str, file: str, *args: str, check: bool = False, **kwargs) -> subprocess.CompletedProcess:
-    """Run ``<compose> -p PROJECT -f FILE ARGS...`` (output goes to the terminal unless captured).
-
-    Raises:
-        LauncherError: check is set and compose exited non-zero.
-    """
-    cmd = [*compose_cli(), "-p", project, "-f", file, *args]
-    proc = subprocess.run(cmd, **kwargs)
-    if check and proc.returncode != 0:
-        said = proc.stderr.decode("utf-8", "replace").strip() if isinstance(proc.stderr, bytes) else ""
-        raise LauncherError(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}" + (f": {said}" if said else ""))
-    return proc
-
-
-def stack_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``docker stack ARGS...`` (deploy, rm: the SDK has no stack API), output captured.
-
-    Raises:
-        LauncherError: check is set and it exited non-zero (its output in the message).
-    """
-    cmd = ["docker", "stack", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise LauncherError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
-    return proc

@@ -4,7 +4,7 @@
 
 The launcher resolves ``--traffic``, ``--trace-steps``, ``--total-steps`` and ``--no-cpu-bridges``
 of a script or module job into one frozen ``Instruments``; every engine's document carries it as
-the environment below (``targets/document.py node_env``), and each rank reads it back with
+the environment below (``engines/document.py node_env``), and each rank reads it back with
 ``Instruments.from_env`` (``instrument/rank.py``). Step timing is always on; the rest is off by
 default except the CPU bridges (``instrument/bridges.py``).
 

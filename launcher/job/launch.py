@@ -89,7 +89,7 @@ def check_node_options(node: NodeOptions) -> list[str]:
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """Options of the real engines' documents (launcher/targets/), unused by the Compose simulation.
+    """Options of the real engines' documents (launcher/engines/), unused by the Compose simulation.
 
     workdir: Slurm: the job's work folder, the project checkout on shared storage (``#SBATCH
         --chdir``; None: the folder sbatch is run from).

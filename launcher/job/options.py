@@ -92,28 +92,6 @@ def add_node_args(parser: argparse.ArgumentParser) -> None:
                         "when run as root)")
 
 
-def add_engine_args(parser: argparse.ArgumentParser) -> None:
-    """--target and the options of the real engines' documents (see launcher.launch.EngineOptions)."""
-    from simcluster.launcher.targets import TARGETS
-
-    g = parser.add_argument_group("engine targets (launcher/targets/)")
-    g.add_argument("--target", choices=TARGETS, default="compose",
-                   help="engine of the generated file: compose (default), swarm (a Docker Swarm stack), slurm, "
-                        "jobset, trainjob; up runs compose, swarm (a one-node swarm when there is none) and slurm")
-    g.add_argument("--workdir", default=None, metavar="DIR",
-                   help="slurm: work folder of the job, this project's checkout on shared storage (default: the "
-                        "folder sbatch runs in); swarm: absolute folder relative bind-mount sources are taken "
-                        "from (default: relative to the stack file)")
-    g.add_argument("--setup", default=None, metavar="SHELL",
-                   help="slurm: shell line that gives a node torchrun and torch (default: source .venv/bin/activate; "
-                        "e.g. 'module load pytorch')")
-    g.add_argument("--container-image", default=None, metavar="IMAGE",
-                   help="slurm: run torchrun in this registry image through pyxis (srun --container-image)")
-    g.add_argument("--runs-claim", default=EngineOptions.runs_claim, metavar="PVC",
-                   help=f"jobset/trainjob: PersistentVolumeClaim mounted at /runs, data under its data/ folder "
-                        f"(default {EngineOptions.runs_claim})")
-
-
 def engine_options(args: argparse.Namespace) -> EngineOptions:
     return EngineOptions(workdir=getattr(args, "workdir", None), setup=getattr(args, "setup", None),
                          container_image=getattr(args, "container_image", None),

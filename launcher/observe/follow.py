@@ -21,7 +21,8 @@ import threading
 import time
 
 from simcluster.launcher.engines import docker as engine
-from simcluster.launcher.engines.docker import compose
+from simcluster.launcher.engines.compose_cli import compose
+from simcluster.launcher.engines.docker_cluster import Events
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import RDZV_HOST
 from simcluster.train.layout import node_of
@@ -157,7 +158,7 @@ class Watch:
     """Runs during ``up``: starts late nodes when due, kills the container of a node the
     rendezvous declared lost (it is frozen or cut off, if not dead already), and once the
     rendezvous has exited kills every container of the run still up after KILL_AFTER_RDZV_S.
-    Container states come from the engine's event stream (engine.Events), not from polling."""
+    Container states come from the engine's event stream (docker_cluster.Events), not from polling."""
 
     def __init__(self, target: Handle, late: dict[str, float], run_dir: str, since: float,
                  total_steps: int | None = None, deadline: tuple[float, float] | None = None):
@@ -171,7 +172,7 @@ class Watch:
         self.late = dict(late)  # service -> seconds after start
         self.rdzv_gone: float | None = None
         self.nodes_gone: float | None = None
-        self.events = engine.Events(target.project, target.stack)
+        self.events = Events(target.project, target.stack)
         self.events.start()
 
     def close(self) -> None:

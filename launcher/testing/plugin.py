@@ -68,11 +68,12 @@ def simcluster_docker(pytestconfig: pytest.Config) -> None:
     """A Docker engine and a Compose CLI answer; otherwise the test is skipped (or fails, see the
     module docstring) naming what is missing."""
     from simcluster.launcher.engines import docker as engine
+    from simcluster.launcher.engines.compose_cli import compose_cli
     from simcluster.launcher.engines.docker import LauncherError
 
     try:
         engine.info()  # raises LauncherError naming the fix when no engine answers
-        engine.compose_cli()
+        compose_cli()
     except LauncherError as e:
         if _missing_docker(pytestconfig) == "fail":
             pytest.fail(f"simcluster: {e} (--simcluster-docker skip skips instead)", pytrace=False)
@@ -84,7 +85,7 @@ def simcluster_image(simcluster_docker, tmp_path_factory: pytest.TempPathFactory
     """The trainer image's name, built once when missing (this installation's build script),
     under a file lock shared by the xdist workers of this session."""
     from simcluster.launcher.container.layout import IMAGE
-    from simcluster.launcher.run.image import ensure_image
+    from simcluster.launcher.engines.image import ensure_image
 
     lock = tmp_path_factory.getbasetemp().parent / "simcluster-image.lock"
     with open(lock, "w") as fh:
@@ -160,13 +161,13 @@ def _folders(path: str) -> list[str]:
 
 def _teardown(path: str) -> None:
     """Remove every container and network of the run folder's compose project(s); a missing engine is fine."""
-    from simcluster.launcher.engines import docker as engine
     from simcluster.launcher.engines.docker import PROJECT_LABEL, LauncherError
+    from simcluster.launcher.engines.docker_cluster import remove_labelled
     from simcluster.launcher.engines.handle import Handle
 
     for folder in _folders(path):
         try:
-            engine.remove_labelled(f"{PROJECT_LABEL}={Handle.for_run(folder).project}")
+            remove_labelled(f"{PROJECT_LABEL}={Handle.for_run(folder).project}")
         except LauncherError:
             pass
 

@@ -5,7 +5,7 @@
 From the same Launch: a controller container ``slurmctld`` and one ``slurmd`` container per node
 (``node-0`` ..; hostname = NodeName), munge with one key made on the host, Debian's slurm-wlm
 (image simcluster/slurm:latest, images/slurm/, built FROM the trainer image when missing). The
-batch script of launcher/targets/slurm.py is written to RUN_DIR/job.sbatch and submitted
+batch script of render.py is written to RUN_DIR/job.sbatch and submitted
 unchanged as the image's user 1000 with ``sbatch --export=ALL,SIMCLUSTER_SETUP=true
 --output=...`` (the image's /opt/venv is on PATH; the work folder /work holds this checkout's
 train/ and launcher/, read-only, and the run folder). The job's output file is followed from the
@@ -24,6 +24,7 @@ import secrets
 import time
 
 from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines import docker_cluster as cluster
 from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.job.files import IMAGES, code_sources, host_abspath, make_run_dir
 from simcluster.launcher.job.launch import Launch
@@ -31,8 +32,9 @@ from simcluster.launcher.container.layout import IMAGE_USER, LABEL
 from simcluster.train.layout import node_of
 from simcluster.launcher.observe.progress import split_rank
 from simcluster.launcher.observe.summary import summarise
-from simcluster.launcher.run.base import Runner, UpOptions, open_stream
-from simcluster.launcher.targets import slurm
+from simcluster.launcher.engines.base import UpOptions
+from simcluster.launcher.engines.skeleton import open_stream
+from simcluster.launcher.engines.slurm import render as slurm
 
 IMAGE = "simcluster/slurm:latest"
 CONTROLLER = "slurmctld"
@@ -70,7 +72,7 @@ def _job_fields(text: str) -> dict[str, str]:
 
 
 JOB_TIMEOUT_S = 900.0  # the batch job ends by then, or it is cancelled
-SLURM_ONLY_NOT = {  # `up` options only the Compose runner implements, with what to do instead
+UNSUPPORTED = {  # `up` options only the Compose engine implements, with what to do instead
     "max_restarts": "Slurm restarts are the job's own (sbatch --requeue, torchrun --max-restarts with --resume "
                     "auto); use --target compose for whole-cluster restarts here",
     "start_late": "every node of an allocation starts together; use --target compose for late-join drills",
@@ -79,15 +81,13 @@ SLURM_ONLY_NOT = {  # `up` options only the Compose runner implements, with what
 }
 
 
-class SlurmRunner(Runner):
-    """The batch script of targets/slurm.py on a simulated Slurm cluster in containers."""
+def up(launch: Launch, command: str, opts: UpOptions, timeout_s: float = JOB_TIMEOUT_S) -> int:
+    """Bring the Slurm simulation up, submit, follow, summarise, tear down; returns the exit code.
 
-    name = "slurm"
-    unsupported = SLURM_ONLY_NOT
-
-    def up(self, launch: Launch, command: str, opts: UpOptions) -> int:
-        """Bring the Slurm simulation up, submit, follow, summarise, tear down; returns the exit code."""
-        return _up(launch, command, opts, JOB_TIMEOUT_S)
+    Raises:
+        LauncherError: Docker failed, the nodes never went idle, sbatch failed, or the job outlived timeout_s.
+    """
+    return _up(launch, command, opts, timeout_s)
 
 
 def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
@@ -115,7 +115,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
                                                "mode": "ro"}
     tag = f"sc-slurm-{launch.run_name}".lower()
     t0 = time.monotonic()
-    engine.create_network(tag, labels={SLURM_LABEL: tag})
+    cluster.create_network(tag, labels={SLURM_LABEL: tag})
     made = []
     try:
         limits = {}
@@ -130,7 +130,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
                                              **(limits if role == "slurmd" else {})))
         ctl = made[0]
         for c in made:  # the short names resolve on the network
-            engine.attach(tag, c, [c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])
+            cluster.attach(tag, c, [c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])
         stream = open_stream(launch, run_dir, opts)
         stream.per_rank = False  # one output file of the batch job, without rank prefixes
         return _run_job(ctl, launch, job_run, run_dir, t0, timeout_s, stream)
@@ -140,7 +140,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
                 engine.remove(c)
             except LauncherError:  # best effort teardown, go on with the rest
                 pass
-        engine.remove_network(tag)
+        cluster.remove_network(tag)
 
 
 def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout_s: float, stream) -> int:

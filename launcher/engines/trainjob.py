@@ -1,4 +1,4 @@
-"""TrainJob target: a Launch -> a Kubeflow Trainer ``trainer.kubeflow.org/v1alpha1`` TrainJob.
+"""TrainJob engine: a Launch -> a Kubeflow Trainer ``trainer.kubeflow.org/v1alpha1`` TrainJob.
 
     python -m launcher generate --mesh 2x2x2 --model tiny --target trainjob   # k8s/mesh-2x2x2-trainjob.yaml
     kubectl apply -f k8s/mesh-2x2x2-trainjob.yaml    # with Kubeflow Trainer and its torch-distributed runtime
@@ -13,9 +13,10 @@ go through ``runtimePatches`` (the TrainJob has no pod template of its own).
 """
 from __future__ import annotations
 
+from simcluster.launcher.engines.base import RenderOnly
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.targets.document import HEADER, dump, entry, k8s_name, kubelet_literal, node_env
-from simcluster.launcher.targets.pod import CONTAINER, pod_security_context, resources, security_context, volume_mounts, volumes
+from simcluster.launcher.engines.document import HEADER, dump, entry, k8s_name, kubelet_literal, node_env
+from simcluster.launcher.engines.pod import CONTAINER, pod_security_context, resources, security_context, volume_mounts, volumes
 
 RUNTIME = "torch-distributed"
 PET = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
@@ -62,4 +63,20 @@ def build(launch: Launch) -> dict:
 
 
 def render(launch: Launch, command_line: str, file: str | None = None, project_dir: str | None = None) -> str:
+    """The manifest's text under a header naming command_line (file, project_dir: unused, no bind mounts)."""
     return HEADER.format(module="trainjob", command=command_line) + dump(build(launch))
+
+
+class TrainJob(RenderOnly):
+    """The TrainJob engine: rendered here (``generate --target trainjob``), run with kubectl on a cluster."""
+
+    name = "trainjob"
+    default_path = "k8s/{job}-trainjob.yaml"
+
+    def registry_image(self, launch: Launch, local: bool) -> tuple[str, str] | None:
+        """--image: the pods pull it on the cluster's nodes."""
+        return None if local else ("--image", launch.node.image)
+
+    def render(self, launch: Launch, command: str, out_path: str, project_dir: str) -> str:
+        """The manifest (render() above)."""
+        return render(launch, command, out_path, project_dir)

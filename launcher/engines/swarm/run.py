@@ -6,7 +6,7 @@ Checks first (exit 2, nothing started): the docker CLI is there (``docker stack 
 SDK has no stack API), the engine answers and has swarm mode, this engine is a manager when it
 is in a swarm, a swarm of several nodes gets an image a registry serves, no stack of this run
 folder is up. Then: the run folder (made for the containers' user), RUN_DIR/stack.yml
-(launcher/targets/swarm.py with absolute bind sources), a one-node swarm when the engine is in
+(render.py with absolute bind sources), a one-node swarm when the engine is in
 none (``docker swarm init --advertise-addr 127.0.0.1``), ``docker stack deploy --resolve-image
 never``, every task's container followed as Compose's are (launcher/follow.py: the same lines,
 progress, lost-node watch) and the same summary (launcher/summary.py); exit 0 only if every node
@@ -24,15 +24,18 @@ import sys
 import time
 
 from simcluster.launcher.engines import docker as engine
-from simcluster.launcher.engines.docker import STACK_LABEL, LauncherError, stack_cli
+from simcluster.launcher.engines import docker_cluster as cluster
+from simcluster.launcher.engines.compose_cli import stack_cli
+from simcluster.launcher.engines.docker import STACK_LABEL, LauncherError
 from simcluster.launcher.job.files import ROOT, make_run_dir, write_atomic
 from simcluster.launcher.engines.handle import Handle
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import IMAGE
-from simcluster.launcher.run.base import Runner, UpOptions, follow_and_summarise, kill_all, open_stream
-from simcluster.launcher.run.image import check_image, ensure_image
-from simcluster.launcher.targets import swarm
-from simcluster.launcher.targets.check import check_swarm_image
+from simcluster.launcher.engines.base import UpOptions
+from simcluster.launcher.engines.skeleton import follow_and_summarise, kill_all, open_stream
+from simcluster.launcher.engines.image import check_image, ensure_image
+from simcluster.launcher.engines.swarm import render as swarm
+from simcluster.launcher.engines.checks import has_registry, no_registry
 from simcluster.train.errors import ConfigError
 
 ADVERTISE_ADDR = "127.0.0.1"  # a one-node swarm: nothing outside this machine joins it
@@ -61,6 +64,19 @@ def swarm_info() -> dict:
     return sw
 
 
+def check_swarm_image(launch: Launch, swarm_nodes: int) -> None:
+    """`up --target swarm`: a swarm of several nodes needs an image a registry serves.
+
+    Raises:
+        ConfigError: swarm_nodes > 1 and the image names no registry.
+    """
+    if swarm_nodes > 1 and not has_registry(launch.node.image):
+        raise ConfigError("--target swarm:\n  " + no_registry(
+            "--image", launch.node.image, f"this swarm has {swarm_nodes} nodes, so tasks may run on "
+            f"other hosts") + "; an image you copied to every host (docker save | docker load) runs with the "
+            "generated stack: python -m launcher generate --target swarm, then docker stack deploy")
+
+
 def check_engine(launch: Launch, stack: str) -> dict:
     """Everything `up --target swarm` needs before it starts anything; returns swarm_info().
 
@@ -78,13 +94,13 @@ def check_engine(launch: Launch, stack: str) -> dict:
         raise ConfigError("--target swarm: this engine is a swarm worker, and stacks are deployed from a manager; "
                           "run there (`docker node ls` lists them), or `docker swarm leave` here for a one-node swarm")
     check_swarm_image(launch, int(sw.get("Nodes") or 1) if state == "active" else 1)
-    if state == "active" and engine.stack_tasks(stack):
+    if state == "active" and cluster.stack_tasks(stack):
         raise ConfigError(f"run_dir: the stack of {launch.run_dir} ({stack}) is still up; remove it with "
                           f"`docker stack rm {stack}` or pass another --run-dir")
     return sw
 
 
-COMPOSE_ONLY = {  # `up` options only the Compose runner implements, with what to do instead
+UNSUPPORTED = {  # `up` options only the Compose engine implements, with what to do instead
     "max_restarts": "the stack runs with restart_policy none (each node runs once); run again with --ckpt-every N "
                     "--resume auto, or use --target compose (whole-cluster restarts)",
     "start_late": "a stack starts every service at once; use --target compose for late-join drills",
@@ -92,61 +108,55 @@ COMPOSE_ONLY = {  # `up` options only the Compose runner implements, with what t
 }
 
 
-class SwarmRunner(Runner):
-    """The Compose services as a stack on a (one-node) Docker Swarm."""
+def up(launch: Launch, command: str, opts: UpOptions) -> int:
+    """Deploy, follow, summarise, remove (see the module docstring); returns the exit code.
 
-    name = "swarm"
-    unsupported = COMPOSE_ONLY  # --inter-node-bandwidth: refused for every target but compose by drills/shaping.py
-
-    def up(self, launch: Launch, command: str, opts: UpOptions) -> int:
-        """Deploy, follow, summarise, remove (see the module docstring); returns the exit code.
-
-        Raises:
-            ConfigError: see check_engine(); the image probe (run/image.py check_image).
-            LauncherError: the engine failed, or a task did not start (the stack is removed first).
-        """
-        t0 = time.monotonic()
-        target = Handle.for_stack(launch.run_dir)
-        sw = check_engine(launch, target.project)
-        if launch.node.image == IMAGE:
-            ensure_image(IMAGE, False, launch.node.mount_code)
-        check_image(launch)
-        run_dir = target.run_dir
-        make_run_dir(run_dir, launch.node.user)
-        write_atomic(target.file, swarm.render(launch, command, target.file, ROOT))
-        made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", engine.network(GWBRIDGE) is not None
-        print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); run folder "
-              f"{launch.run_dir}; swarm stack {target.project} ({os.path.relpath(target.file)})", flush=True)
-        signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also removes the stack
-        stream = open_stream(launch, run_dir, opts)
-        inited, code = False, 1
-        try:
-            if made_swarm:
-                try:
-                    engine.swarm_init(ADVERTISE_ADDR)
-                except LauncherError as e:
-                    raise ConfigError(f"--target swarm: {e}; fix the engine or use --target compose") from None
-                inited = True
-                stream.show(f"launcher: made a one-node swarm (advertise {ADVERTISE_ADDR}); it is left at the end")
-            since = time.time()
-            stack_cli("deploy", "--resolve-image", "never", "-c", target.file, target.project)
-            found = _task_containers(target.project, ["rendezvous", *launch.names])
-            stream.show(f"launcher: stack deployed, {len(found)} tasks started after {time.monotonic() - t0:.1f}s")
-            code, _ = follow_and_summarise(stream, launch, target, found, run_dir, since, t0, deadline=opts.deadline(t0))
-        except KeyboardInterrupt:
-            print("\nlauncher: interrupted; removing the stack", file=sys.stderr, flush=True)
-            kill_all(target)  # at once, then the stack
-            code = 130
-        finally:
-            if inited or sw["LocalNodeState"] == "active":
-                _remove_stack(target.project)
-            if inited:
-                engine.swarm_leave()
-                if not had_gwbridge:
-                    engine.remove_network(GWBRIDGE)
-            print(f"launcher: stack {target.project} removed" + ("; swarm left, as found" if inited else "")
-                  + f" ({time.monotonic() - t0:.1f}s)", flush=True)
-        return code
+    Raises:
+        ConfigError: see check_engine(); the image probe (engines/image.py check_image).
+        LauncherError: the engine failed, or a task did not start (the stack is removed first).
+    """
+    t0 = time.monotonic()
+    target = Handle.for_stack(launch.run_dir)
+    sw = check_engine(launch, target.project)
+    if launch.node.image == IMAGE:
+        ensure_image(IMAGE, False, launch.node.mount_code)
+    check_image(launch)
+    run_dir = target.run_dir
+    make_run_dir(run_dir, launch.node.user)
+    write_atomic(target.file, swarm.render(launch, command, target.file, ROOT))
+    made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", cluster.network(GWBRIDGE) is not None
+    print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); run folder "
+          f"{launch.run_dir}; swarm stack {target.project} ({os.path.relpath(target.file)})", flush=True)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also removes the stack
+    stream = open_stream(launch, run_dir, opts)
+    inited, code = False, 1
+    try:
+        if made_swarm:
+            try:
+                cluster.swarm_init(ADVERTISE_ADDR)
+            except LauncherError as e:
+                raise ConfigError(f"--target swarm: {e}; fix the engine or use --target compose") from None
+            inited = True
+            stream.show(f"launcher: made a one-node swarm (advertise {ADVERTISE_ADDR}); it is left at the end")
+        since = time.time()
+        stack_cli("deploy", "--resolve-image", "never", "-c", target.file, target.project)
+        found = _task_containers(target.project, ["rendezvous", *launch.names])
+        stream.show(f"launcher: stack deployed, {len(found)} tasks started after {time.monotonic() - t0:.1f}s")
+        code, _ = follow_and_summarise(stream, launch, target, found, run_dir, since, t0, deadline=opts.deadline(t0))
+    except KeyboardInterrupt:
+        print("\nlauncher: interrupted; removing the stack", file=sys.stderr, flush=True)
+        kill_all(target)  # at once, then the stack
+        code = 130
+    finally:
+        if inited or sw["LocalNodeState"] == "active":
+            remove_stack(target.project)
+        if inited:
+            cluster.swarm_leave()
+            if not had_gwbridge:
+                cluster.remove_network(GWBRIDGE)
+        print(f"launcher: stack {target.project} removed" + ("; swarm left, as found" if inited else "")
+              + f" ({time.monotonic() - t0:.1f}s)", flush=True)
+    return code
 
 
 def _task_containers(stack: str, services: list[str], timeout_s: float = START_TIMEOUT_S) -> dict:
@@ -159,7 +169,7 @@ def _task_containers(stack: str, services: list[str], timeout_s: float = START_T
     deadline = time.monotonic() + timeout_s
     while True:
         found, states, problems = {}, {}, []
-        for name, tasks in engine.stack_tasks(stack).items():
+        for name, tasks in cluster.stack_tasks(stack).items():
             if not tasks:
                 continue
             status = tasks[-1]["Status"]
@@ -181,14 +191,14 @@ def _task_containers(stack: str, services: list[str], timeout_s: float = START_T
         time.sleep(0.3)
 
 
-def _remove_stack(stack: str, timeout_s: float = GONE_TIMEOUT_S) -> None:
+def remove_stack(stack: str, timeout_s: float = GONE_TIMEOUT_S) -> None:
     """``docker stack rm``, then wait until its task containers and network are gone (removing
     what is left after timeout_s)."""
     stack_cli("rm", stack, check=False)
     label = f"{STACK_LABEL}={stack}"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not any(engine.labelled(label)):
+        if not any(cluster.labelled(label)):
             return
         time.sleep(0.5)
-    engine.remove_labelled(label)
+    cluster.remove_labelled(label)

@@ -1,6 +1,6 @@
 """The trainer image every engine runs: built when missing, checked for this installation's code.
 
-    python -c "from simcluster.launcher.run.image import ensure_image; ensure_image('simcluster/trainer:latest', False)"
+    python -c "from simcluster.launcher.engines.image import ensure_image; ensure_image('simcluster/trainer:latest', False)"
 
 ``ensure_image`` runs the image build this installation carries (SOURCE/images/build.sh, package data
 when installed: no checkout needed) and warns when the image's code digest label differs from

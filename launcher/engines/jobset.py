@@ -1,4 +1,4 @@
-"""JobSet target: a Launch -> a ``jobset.x-k8s.io/v1alpha2`` JobSet (one Job per node).
+"""JobSet engine: a Launch -> a ``jobset.x-k8s.io/v1alpha2`` JobSet (one Job per node).
 
     python -m launcher generate --mesh 2x2x2 --model tiny --target jobset   # k8s/mesh-2x2x2-jobset.yaml
     kubectl apply -f k8s/mesh-2x2x2-jobset.yaml       # on a cluster with the JobSet controller
@@ -14,9 +14,10 @@ a failed node fails the set (a torchrun job cannot lose a rank); raise it togeth
 """
 from __future__ import annotations
 
+from simcluster.launcher.engines.base import RenderOnly
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.targets.document import HEADER, dump, k8s_name, kubelet_literal, node_env, torchrun_argv
-from simcluster.launcher.targets.pod import pod_spec
+from simcluster.launcher.engines.document import HEADER, dump, k8s_name, kubelet_literal, node_env, torchrun_argv
+from simcluster.launcher.engines.pod import pod_spec
 
 JOB = "node"  # the replicated job's name: pods are NAME-node-K-0
 JOB_INDEX = "metadata.annotations['jobset.sigs.k8s.io/job-index']"
@@ -58,4 +59,20 @@ def build(launch: Launch) -> dict:
 
 
 def render(launch: Launch, command_line: str, file: str | None = None, project_dir: str | None = None) -> str:
+    """The manifest's text under a header naming command_line (file, project_dir: unused, no bind mounts)."""
     return HEADER.format(module="jobset", command=command_line) + dump(build(launch))
+
+
+class JobSet(RenderOnly):
+    """The JobSet engine: rendered here (``generate --target jobset``), run with kubectl on a cluster."""
+
+    name = "jobset"
+    default_path = "k8s/{job}-jobset.yaml"
+
+    def registry_image(self, launch: Launch, local: bool) -> tuple[str, str] | None:
+        """--image: the pods pull it on the cluster's nodes."""
+        return None if local else ("--image", launch.node.image)
+
+    def render(self, launch: Launch, command: str, out_path: str, project_dir: str) -> str:
+        """The manifest (render() above)."""
+        return render(launch, command, out_path, project_dir)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import DATA_MOUNT, IMAGE_USER, RUNS_MOUNT
-from simcluster.launcher.targets.document import gpus_per_node
+from simcluster.launcher.engines.document import gpus_per_node
 
 CONTAINER = "node"  # the container name (Kubeflow's torch runtime names its trainer container "node")
 

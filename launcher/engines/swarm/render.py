@@ -44,8 +44,8 @@ from simcluster.launcher.job.files import repo_path
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import LABEL, NETWORK, RDZV_HOST
 from simcluster.train.layout import format_ranks, node_ranks
-from simcluster.launcher.targets.compose import host_path, node_command, node_env, rendezvous_command
-from simcluster.launcher.targets.document import HEADER, dump_services, gpus_per_node, hardening
+from simcluster.launcher.engines.compose.render import host_path, node_command, node_env, rendezvous_command
+from simcluster.launcher.engines.document import HEADER, dump_services, gpus_per_node, hardening
 
 VERSION = "3.8"  # the stack file format (endpoint_mode needs 3.3, tmpfs mounts 3.6)
 GPU_KIND = "NVIDIA-GPU"  # --device cuda: the generic resource a GPU host advertises (docs/engines.md, Docker Swarm)
@@ -133,7 +133,7 @@ def render(launch: Launch, command: str, file: str, project_dir: str) -> str:
     q = shlex.quote
     stack = stack_name(launch)
     run = host_path(project_dir, launch.run_dir) if posixpath.isabs(project_dir) else launch.run_dir
-    header = HEADER.format(module="swarm", command=command) + (
+    header = HEADER.format(module="swarm/render", command=command) + (
         f"# Run on a swarm manager, from the repo root: mkdir -p {q(run)} && sudo chown {launch.node.user} {q(run)}\n"
         f"#   docker stack deploy --resolve-image never -c {q(file)} {stack}\n"
         f"#   docker service logs -f {stack}_{launch.names[0]}    # rank 0's step lines\n"

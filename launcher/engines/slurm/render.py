@@ -21,7 +21,7 @@ import re
 import shlex
 
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.targets.document import HEADER, MASTER_PORT, gpus_per_node, host_argv, node_env, torchrun_argv
+from simcluster.launcher.engines.document import HEADER, MASTER_PORT, gpus_per_node, host_argv, node_env, torchrun_argv
 
 DEFAULT_SETUP = "source .venv/bin/activate"
 
@@ -68,7 +68,7 @@ def render(launch: Launch, command: str, file: str | None = None, project_dir: s
     lines = [
         "#!/bin/bash",
         *sbatch_options(launch),
-        HEADER.format(module="slurm", command=command).rstrip("\n"),
+        HEADER.format(module="slurm/render", command=command).rstrip("\n"),
         f"# Submit (from the folder holding this project's checkout, on shared storage): sbatch {launch.job_name}.sbatch",
         "# Override at submit time: sbatch --export=ALL,SIMCLUSTER_WORKDIR=DIR,SIMCLUSTER_SETUP='module load x' FILE",
         "set -euo pipefail",

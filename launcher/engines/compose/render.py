@@ -8,7 +8,7 @@ print(render(resolve_training(Config(mesh='2x2x2'), NodeOptions()), 'compose/x.y
 Layout: service ``rendezvous`` (a TCPStore that also collects every node's exit code, then
 exits) and one service per node ``node-0`` .. ``node-{N-1}`` (zero-padded, so sorted names
 are node ranks; see launcher/container/layout.py), each running nproc_per_node ranks under torchrun.
-Why c10d here when the real-engine targets (launcher/targets/) use the static rendezvous with the
+Why c10d here when the real engines (launcher/engines/) use the static rendezvous with the
 engine's node index: the rendezvous container serves the c10d store and the fault drills'
 heartbeats and exit reports, and restarts re-run a c10d round; c10d ignores --node-rank and
 orders nodes by host name, which the zero padding makes node-rank order.
@@ -27,8 +27,8 @@ from simcluster.launcher.job.files import repo_path
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import APP_DIR, LABEL, NETWORK, RDZV_HOST, RDZV_PORT, shaped_marker
 from simcluster.train.layout import format_ranks, node_ranks
-from simcluster.launcher.targets.document import HEADER, dump_services, hardening
-from simcluster.launcher.targets.document import node_env as common_env
+from simcluster.launcher.engines.document import HEADER, dump_services, hardening
+from simcluster.launcher.engines.document import node_env as common_env
 
 
 def omp_threads(cpus_per_node: float | None, ranks_per_node: int) -> int:
@@ -158,7 +158,7 @@ def render_yaml(doc: dict, command: str, compose_file: str, run_dir: str, user: 
     """The compose document as YAML text (``$`` escaped), under a header naming the command that
     made it and how to run it (compose_file and run_dir as typed from the repo root)."""
     q = shlex.quote
-    header = HEADER.format(module="compose", command=command) + (
+    header = HEADER.format(module="compose/render", command=command) + (
         f"# Run: mkdir -p {q(run_dir)} && sudo chown {user} {q(run_dir)}    # the containers' user\n"
         f"#      docker compose -f {q(compose_file)} up --exit-code-from rendezvous    # or docker-compose; ends\n"
         "#      by itself, exit 0 only if every node exited 0.  Or: python -m launcher up (logs, progress, summary)\n"

@@ -1,0 +1,71 @@
+"""The rules every engine shares, checked before anything is written or started (each names the fix, exit 2).
+
+    python -c "from simcluster.launcher.engines.checks import has_registry; print(has_registry('ghcr.io/x/y:1'))"
+
+A multi-host target (slurm with --container-image, jobset, trainjob, a swarm of several nodes)
+pulls its image on hosts that never saw this machine's `docker build`: the image must name a
+registry (``ghcr.io/me/trainer:1``, ``registry.local:5000/trainer:1``, ``docker.io/me/trainer:1``).
+Swarm: ``generate`` only warns (a one-node swarm runs a local image, and the file does not know
+the swarm's size; ``docker save | docker load`` on every host works too); ``up --target swarm``
+refuses when the swarm has more than one node. Your own code from a host folder (--script,
+--code) is bind-mounted by Compose and Swarm (on several swarm hosts: shared storage at the same
+path); on the other engines it has to be in the image (--module) or in the Slurm work folder.
+``up --target slurm`` needs only Docker (the Slurm image is built when missing).
+"""
+from __future__ import annotations
+
+import os
+
+from simcluster.launcher.job.launch import Launch
+from simcluster.train.errors import ConfigError
+
+
+def has_registry(image: str) -> bool:
+    """True when the image's first path part names a registry host (has a dot or a port, or is localhost)."""
+    first, _, rest = image.partition("/")
+    return bool(rest) and ("." in first or ":" in first or first == "localhost")
+
+
+def no_registry(flag: str, image: str, why: str) -> str:
+    """The problem of an image other hosts cannot pull, naming the fix."""
+    return (f"{flag} {image}: {why}, which cannot see a locally built image; push it to a registry and name it "
+            f"there, e.g. {flag} registry.example.com/{image}")
+
+
+def refuse(engine: str, action: str, tool: str) -> ConfigError:
+    """The error of `launcher ACTION --target ENGINE` for an engine this machine only renders for."""
+    return ConfigError(f"--target {engine}: `{action}` cannot run a {engine} job here (it needs a real {engine} "
+                       f"cluster); write its manifest with `python -m launcher generate --target {engine}` and use "
+                       f"{tool} there (e.g. {tool} apply -f k8s/mesh-2x2x2-{engine}.yaml, {tool} get pods, "
+                       f"{tool} logs, {tool} delete -f ...)")
+
+
+def common_problems(engine, launch: Launch, local: bool) -> list[str]:
+    """The rules every engine shares, read from its attributes (launcher/engines/base.py Engine):
+    your code folder needs an engine that bind-mounts (Compose, Swarm), whose paths hold no ':';
+    here at most this machine's CPUs per node; an image other hosts pull names a registry."""
+    errors = []
+    if not engine.bind_mounts and launch.workdir is not None:
+        errors.append(f"--target {engine.name}: your code folder ({launch.mounts[0].source if launch.mounts else '?'})"
+                      f" is mounted only by the Compose and Swarm targets; bake it into an image and pass --image "
+                      f"IMAGE --module NAME")
+    if engine.bind_mounts:
+        errors += _colon_errors(launch)
+    if local and launch.node.cpus_per_node is not None and launch.node.cpus_per_node > (os.cpu_count() or 1):
+        errors.append(f"--cpus-per-node {launch.node.cpus_per_node:g}: this machine has {os.cpu_count()} CPUs and "
+                      f"Docker refuses more ('Range of CPUs is from 0.01 to {os.cpu_count()}.00'); e.g. "
+                      f"--cpus-per-node {os.cpu_count()}")
+    pulled = engine.registry_image(launch, local)
+    if pulled and pulled[1] and not has_registry(pulled[1]):
+        errors.append(no_registry(pulled[0], pulled[1], f"a {engine.name} job runs on other hosts"))
+    return errors
+
+
+def _colon_errors(launch: Launch) -> list[str]:
+    """Compose and Swarm bind mounts are ``SRC:DST:MODE``: a ':' in the run folder, a data path or
+    the code folder would split it (Compose: ``too many colons``)."""
+    paths = {"--run-dir": launch.run_dir}
+    paths.update({"--code (or the --script folder)" if m.target == "/code" else f"the source of {m.target} (--data or "
+                  f"--mount)": m.source for m in launch.mounts})
+    return [f"{name}: {path!r} has a ':', which splits Compose's bind-mount spec SRC:DST:MODE; rename it without, "
+            f"e.g. --run-dir runs/mesh-2x2x2 or --data data/corpus.txt" for name, path in paths.items() if ":" in path]

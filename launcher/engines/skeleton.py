@@ -1,0 +1,50 @@
+"""The skeleton every engine's ``up`` shares: follow every container, summarise, kill on Ctrl-C.
+
+    python -m launcher up --mesh 2x2x2 --model tiny --steps 3 [--target compose|swarm|slurm]
+
+``follow_and_summarise`` is the one skeleton of following: every container's log through
+observe/follow.py's Stream and Watch (progress, lost nodes, the kill of what outlives the rendezvous),
+then the one summary of observe/summary.py. ``open_stream`` opens an attempt's follower,
+``kill_all`` kills a handle's containers at once. The contract of an engine is base.py's.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.engines.base import UpOptions
+from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.observe.follow import Stream, Watch
+from simcluster.train.rundir import CLUSTER_LOG
+from simcluster.launcher.observe.summary import summarise
+
+
+def open_stream(launch: Launch, run_dir: str, opts: UpOptions) -> Stream:
+    """The follower of one attempt: lines shown and appended to RUN_DIR/cluster.log."""
+    return Stream(launch, os.path.join(run_dir, CLUSTER_LOG), opts.quiet, opts.progress_every)
+
+
+def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: dict, run_dir: str, since: float,
+                         t0: float, start_late: dict | None = None,
+                         deadline: tuple[float, float] | None = None) -> tuple[int, dict]:
+    """Follow the containers found (service -> container) until all ended, then summarise.
+
+    since: UNIX time the containers were started (an older metrics.jsonl is a previous run's);
+    t0: time.monotonic() of the command's start; deadline: UpOptions.deadline's, past which every
+    container is killed (the run times out). Returns (0 or 1, service -> exit code).
+    """
+    watch = Watch(handle, start_late or {}, run_dir, since, launch.instruments.total_steps, deadline)
+    try:
+        stream.follow(found, watch)
+    finally:
+        watch.close()
+    codes = {s: engine.exit_code(c) for s, c in engine.containers(handle.project, stack=handle.stack).items()}
+    return (0 if summarise(stream, launch, run_dir, codes, time.monotonic() - t0, since) else 1), codes
+
+
+def kill_all(handle: Handle) -> None:
+    """Kill every container of the handle at once (Ctrl-C ends everything within seconds)."""
+    for c in engine.containers(handle.project, stack=handle.stack).values():
+        engine.kill(c)

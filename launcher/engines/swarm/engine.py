@@ -1,0 +1,116 @@
+"""The Swarm engine: the Compose services as a Docker Swarm stack (c10d rendezvous), one-node here.
+
+    python -m launcher generate --mesh 2x2x2 --target swarm --stdout
+
+Its document is render.py's, its ``up`` run.py's (a one-node swarm made and left). ``up`` removes
+the stack when it ends, so ``status``, ``logs`` and ``down`` act on a stack still up (one deployed
+by hand from the generated file, or an ``up`` in progress) and otherwise name the stack commands.
+"""
+from __future__ import annotations
+
+import posixpath
+
+from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines import docker_cluster as cluster
+from simcluster.launcher.engines.base import Engine, UpOptions
+from simcluster.launcher.engines.checks import has_registry
+from simcluster.launcher.engines.compose_cli import stack_cli
+from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.engines.swarm import render, run
+from simcluster.launcher.job.files import project_dir_for
+from simcluster.launcher.job.launch import Launch
+from simcluster.train.errors import ConfigError
+
+
+class Swarm(Engine):
+    """A Docker Swarm stack (see the module docstring)."""
+
+    name = "swarm"
+    default_path = "swarm/{job}.yml"
+    bind_mounts = True
+    unsupported = run.UNSUPPORTED  # --inter-node-bandwidth: refused by drills/shaping.py (supports_shaping)
+
+    def project_dir(self, launch: Launch, out: str) -> str:
+        """--workdir (the checkout on shared storage) when given, else from the file's folder to the repo root."""
+        return launch.engine.workdir or project_dir_for(out)
+
+    def problems(self, launch: Launch, local: bool) -> list[str]:
+        """--workdir must be absolute (swarm bind sources are host paths)."""
+        if launch.engine.workdir and not posixpath.isabs(launch.engine.workdir):
+            return [f"--workdir {launch.engine.workdir}: swarm bind mounts need an absolute host path; give the "
+                    f"checkout's absolute path on shared storage, e.g. --workdir /shared/me/simcluster"]
+        return []
+
+    def warnings(self, launch: Launch) -> list[str]:
+        """An image that names no registry: fine on a one-node swarm (``up`` refuses it on several)."""
+        if has_registry(launch.node.image):
+            return []
+        return [f"--image {launch.node.image} names no registry: fine on a one-node swarm; on several hosts push it "
+                f"to a registry (--image registry.example.com/{launch.node.image}) or copy it to every host "
+                f"(docker save {launch.node.image} | ssh HOST docker load)"]
+
+    def render(self, launch: Launch, command: str, out_path: str, project_dir: str) -> str:
+        """The stack file (render.py)."""
+        return render.render(launch, command, out_path, project_dir)
+
+    def up(self, launch: Launch, command: str, opts: UpOptions) -> int:
+        """run.py up: deploy, follow, summarise, remove; the exit code.
+
+        Raises:
+            ConfigError: no usable swarm engine, a worker node, a local image on several nodes, the stack up.
+            LauncherError: the engine failed, or a task did not start.
+        """
+        return run.up(launch, command, opts)
+
+    def owns(self, handle: Handle) -> bool:
+        """A swarm stack's handle (RUN_DIR/stack.yml)."""
+        return handle.stack
+
+    def _live(self, handle: Handle, command: str) -> None:
+        """Raises ConfigError: the stack is not up (`up` removes it when it ends), naming the stack commands."""
+        try:
+            up = bool(cluster.stack_tasks(handle.project))
+        except engine.LauncherError:
+            up = False
+        if not up:
+            raise ConfigError(f"{handle.run_dir}: a swarm run (stack {handle.project}, removed when its `up` ends) "
+                              f"that is not up; `{command}` acts on a stack still up; use docker stack ps "
+                              f"{handle.project}, docker service logs {handle.project}_node-0, docker stack rm "
+                              f"{handle.project}")
+
+    def status(self, handle: Handle) -> int:
+        """``docker stack ps`` of the stack; its exit code.
+
+        Raises:
+            ConfigError: the stack is not up.
+        """
+        self._live(handle, "status")
+        proc = stack_cli("ps", handle.project, check=False)
+        print((proc.stdout or proc.stderr).rstrip())
+        return proc.returncode
+
+    def logs(self, handle: Handle, services: list[str], follow: bool = False, tail: str = "all") -> int:
+        """Each task container's log (of services, all when empty), prefixed ``SERVICE |``; 0.
+
+        Raises:
+            ConfigError: the stack is not up, or --follow (name the stack's own command).
+        """
+        self._live(handle, "logs")
+        if follow:
+            raise ConfigError(f"logs --follow: a swarm stack's log is followed with docker service logs --follow "
+                              f"{handle.project}_SERVICE (e.g. {handle.project}_node-0)")
+        for service, container in sorted(engine.containers(handle.project, stack=True).items()):
+            if not services or service in services:
+                for line in engine.log_text(container, tail if tail == "all" else int(tail)).splitlines():
+                    print(f"{service} | {line}")
+        return 0
+
+    def down(self, handle: Handle) -> int:
+        """``docker stack rm``, waiting until its containers and network are gone; 0.
+
+        Raises:
+            ConfigError: the stack is not up.
+        """
+        self._live(handle, "down")
+        run.remove_stack(handle.project)
+        return 0
