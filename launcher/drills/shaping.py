@@ -59,9 +59,9 @@ def check(launch, action: str, engine, start_late: dict) -> None:
     if start_late:
         raise ConfigError("--start-late cannot be combined with --inter-node-bandwidth (a late node's network "
                           "would not be shaped); drop one of them")
-    from simcluster.launcher.engines import docker as engine
+    from simcluster.launcher.engines import docker_images as images
 
-    if engine.image_created(NETTOOLS_IMAGE) is None:
+    if images.image_created(NETTOOLS_IMAGE) is None:
         raise LauncherError(f"--inter-node-bandwidth needs the helper image {NETTOOLS_IMAGE} (iproute2); build it "
                             f"with bash images/build.sh")
 

@@ -7,8 +7,8 @@ Containers are found by the labels both Compose versions set (com.docker.compose
 the labels the swarm sets (com.docker.stack.namespace / com.docker.swarm.service.name). The SDK
 negotiates the API version with the engine (1.41 on Docker 20.10).
 
-This module and docker_cluster.py (networks, labels, the swarm and its stacks, the event stream)
-are the only ones that touch the SDK (``import docker``, ``client()``, every SDK object method;
+This module, docker_images.py (images: labels, build, the probe, one-shot runs) and docker_cluster.py
+(networks, labels, the swarm and its stacks, the event stream) are the only ones that touch the SDK (``import docker``, ``client()``, every SDK object method;
 tests/test_launcher_edge.py test_docker_through_the_sdk_only checks the rest): callers get small
 named functions, which raise LauncherError with the engine's explanation, and treat containers as
 opaque handles (``.status``, ``.labels``, ``.name``, ``.attrs`` may be read). The CLIs without an
@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import time
-from datetime import datetime
 
 import docker
 from docker.errors import DockerException, NotFound
@@ -95,68 +93,6 @@ def exit_code(container) -> int | None:
     except NotFound:
         return None
     return container.attrs["State"]["ExitCode"]
-
-
-def image_labels(image: str) -> dict[str, str] | None:
-    """The image's labels ({} when it has none), or None if it does not exist."""
-    try:
-        return client().images.get(image).labels or {}
-    except NotFound:
-        return None
-
-
-def image_created(image: str) -> float | None:
-    """UNIX time the image was created, or None if it does not exist."""
-    try:
-        text = client().images.get(image).attrs["Created"]
-    except NotFound:
-        return None
-    return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00").timestamp()
-
-
-def build_image(path: str, tag: str) -> None:
-    """``docker build -t TAG PATH`` (intermediate containers removed). Raises LauncherError: the build failed (its
-    message)."""
-    if not os.path.isdir(path):  # the SDK raises TypeError then
-        raise LauncherError(f"`docker build -t {tag} {path}`: no such folder")
-    with sdk_errors(f"`docker build -t {tag} {path}`"):
-        client().images.build(path=path, tag=tag, rm=True)
-
-
-PROBE = """
-import importlib.util, sys
-def found(name):
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ImportError:  # a parent package is missing
-        return False
-missing = [m for m in sys.argv[1:] if not found(m)]
-if missing:
-    print("cannot import " + ", ".join(missing), file=sys.stderr)
-sys.exit(3 if missing else 0)
-"""
-
-
-def probe_image(image: str, modules: list[str], volumes: list[str], user: str) -> str | None:
-    """Start a short container of image that looks for each module with Python (``-c PROBE``),
-    with the job's bind mounts (``SRC:DST:MODE``); None when all are found, else what is wrong.
-
-    Raises:
-        LauncherError: the engine itself failed.
-    """
-    if image_created(image) is None:
-        return f"image {image} not found (nothing is pulled: build it, or docker pull / docker load it first)"
-    try:
-        client().containers.run(image, ["python", "-c", PROBE, *modules], remove=True, user=user,
-                                network_disabled=True, volumes=volumes, stdout=True, stderr=True)
-        return None
-    except docker.errors.ContainerError as e:
-        text = (e.stderr or b"").decode("utf-8", "replace").strip() if isinstance(e.stderr, bytes) else str(e.stderr or "")
-        return text.splitlines()[-1] if text else f"the probe exited {e.exit_status}"
-    except docker.errors.APIError as e:
-        if "executable file not found" in str(e) or "no such file" in str(e).lower():
-            return f"image {image} has no `python` on its PATH"
-        raise LauncherError(f"the probe container of {image} failed: {e.explanation or e}") from None
 
 
 def run_in_netns(image: str, command: list[str], container) -> str:

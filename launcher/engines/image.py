@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines import docker_images as images
 from simcluster.launcher.job import files
 from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.job.launch import Launch
@@ -36,7 +37,7 @@ def build_image(force: bool = False) -> None:
 
 def image_state(image: str) -> tuple[bool, str]:
     """(whether image holds this installation's code, by its io.simcluster.code-digest label; a line saying so)."""
-    labels, want = engine.image_labels(image), files.code_digest()
+    labels, want = images.image_labels(image), files.code_digest()
     if labels is None:
         return False, f"{image} is missing; build it: simcluster build"
     have = labels.get(LABEL + "code-digest")
@@ -77,7 +78,7 @@ def ensure_image(image: str, build: bool, mount_code: bool = False) -> None:
     Raises:
         LauncherError: the build failed.
     """
-    if engine.image_labels(image) is not None and not build:
+    if images.image_labels(image) is not None and not build:
         if not mount_code and not image_state(image)[0]:
             print(f"launcher: WARNING: this installation's train/ or launcher/ code ({files.SOURCE}) differs from "
                   f"the copy in {image}; the containers run the image's copy. Use --build (rebuild) or --mount-code "
@@ -99,7 +100,7 @@ def check_image(launch: Launch) -> None:
     if launch.node.image == IMAGE and not from_image:
         return
     volumes = [f"{src}:{dst}:ro" for src, dst in files.code_mounts()] if launch.node.mount_code else []
-    problem = engine.probe_image(launch.node.image, ["torch", NODE_MODULE, *from_image], volumes, launch.node.user)
+    problem = images.probe_image(launch.node.image, ["torch", NODE_MODULE, *from_image], volumes, launch.node.user)
     if problem:
         raise ConfigError(f"image: {launch.node.image}: {problem}. Every node runs `python -m {NODE_MODULE}`"
                           f" and the job with torch: use an image FROM {IMAGE}, or install torch==2.13.0 and this "

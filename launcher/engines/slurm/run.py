@@ -24,6 +24,7 @@ import secrets
 import time
 
 from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines import docker_images as images
 from simcluster.launcher.engines import docker_cluster as cluster
 from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.job.files import IMAGES, code_sources, host_abspath, make_run_dir
@@ -58,9 +59,9 @@ def slurm_conf(launch: Launch) -> str:
 
 def ensure_image() -> None:
     """Build IMAGE (images/slurm/, FROM the trainer image) when it is missing."""
-    if engine.image_created(IMAGE) is None:
+    if images.image_created(IMAGE) is None:
         print(f"launcher | building {IMAGE} (images/slurm/Dockerfile, apt over http)", flush=True)
-        engine.build_image(os.path.join(IMAGES, "slurm"), IMAGE)
+        images.build_image(os.path.join(IMAGES, "slurm"), IMAGE)
 
 
 def _exec(container, cmd: list[str], user: str = "root", workdir: str | None = None) -> tuple[int, str]:
