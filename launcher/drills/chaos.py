@@ -125,7 +125,7 @@ def check_args(kind: str, node: str, at_step: int, wait_s: float, run_dir: str |
     if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not (0 < wait_s < float("inf")):
         raise ConfigError(f"wait_s: --wait-s {wait_s!r} must be a finite number of seconds > 0; e.g. --wait-s 600")
     if kind == "freeze" and not (str(node).isdigit()):
-        raise ConfigError(f"freeze: --freeze {node!r} is not a global rank (an integer >= 0); e.g. --freeze 1")
+        raise ConfigError(f"freeze: --freeze {node} is not a global rank (an integer >= 0); e.g. --freeze 1")
     if kind != "freeze" and not str(node).strip():
         raise ConfigError(f"{kind}: --{kind} {node!r} names no node; e.g. --{kind} node-1")
     if run_dir is not None and os.path.exists(run_dir) and not os.path.isdir(run_dir):
