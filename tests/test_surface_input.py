@@ -74,7 +74,7 @@ def test_plan_refuses(capsys, argv, named):
 # --- project: the run folder read through train/rundir.py, the rate checked --------------------------
 
 def test_project_refuses_a_missing_folder_and_a_file(capsys, tmp_path):
-    refused(capsys, ["project", str(tmp_path / "nothere"), "--hardware", "h100-sxm-8x"], "RUN_DIR", "no such folder")
+    refused(capsys, ["project", str(tmp_path / "nothere"), "--hardware", "h100-sxm-8x"], "RUN_DIR", "(nothing there)")
     (tmp_path / "f").write_text("x")
     refused(capsys, ["project", str(tmp_path / "f"), "--hardware", "h100-sxm-8x"], "RUN_DIR", "not a folder")
 
@@ -151,7 +151,7 @@ def test_report_refuses_an_empty_folder_a_file_and_a_missing_one(capsys, tmp_pat
     _no_report(tmp_path)
     (tmp_path / "f").write_text("x")
     refused(capsys, ["report", "--run-dir", str(tmp_path / "f")], "--run-dir", "not a folder")
-    refused(capsys, ["report", "--run-dir", str(tmp_path / "gone")], "--run-dir", "no such folder")
+    refused(capsys, ["report", "--run-dir", str(tmp_path / "gone")], "--run-dir", "is not a folder (nothing there)")
 
 
 def test_report_keeps_the_previous_report_on_failure_and_replaces_it_whole(capsys, tmp_path):

@@ -213,9 +213,9 @@ def run_folder(run_dir: str, field: str, example: str) -> str:
             ``report: --run-dir``), ``example`` a command line that would work.
     """
     if not os.path.exists(run_dir):
-        raise ConfigError(f"{field} {run_dir!r}: no such folder; pass a run folder of `launcher up`, e.g. {example}")
+        raise ConfigError(f"{field} {run_dir!r} is not a folder (nothing there); pass a run folder of `launcher up`, e.g. {example}")
     if not os.path.isdir(run_dir):
-        raise ConfigError(f"{field} {run_dir!r}: a file, not a folder; pass the run folder of `launcher up` "
+        raise ConfigError(f"{field} {run_dir!r} is not a folder (a file); pass the run folder of `launcher up` "
                           f"(it holds metrics.jsonl, config.yaml, ...), e.g. {example}")
     return run_dir
 
