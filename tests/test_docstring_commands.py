@@ -70,7 +70,15 @@ def commands(doc: str) -> list[str]:
 
 def without_comment(cmd: str) -> str:
     """The command without its trailing ``# ...`` comment (one with no quote after it) and leading VAR=value."""
-    cmd = re.sub(r"\s+#[^\"']*$", "", cmd)
+    quote = None
+    for i, ch in enumerate(cmd):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#" and (i == 0 or cmd[i - 1].isspace()):
+            cmd = cmd[:i]
+            break
     return re.sub(r"^(\S+=\S*\s+)+", "", cmd).strip()
 
 
@@ -135,9 +143,9 @@ def test_entry_points_answer_help():
             name = f"simcluster.{found[0]}" if found[0].split(".")[0] in ("launcher", "train") else found[0]
             spec = importlib.util.find_spec(name)
             assert spec is not None, f"no module {found[0]}: {cmd}"
-            if spec.submodule_search_locations is not None:  # a package: its __main__.py runs
-                spec = importlib.util.find_spec(f"{name}.__main__")
-            if spec.origin and "argparse" in Path(spec.origin).read_text(encoding="utf-8"):
+            if spec.submodule_search_locations is not None:  # a package: its __main__.py, a command line
+                entries.add(found)
+            elif spec.origin and "argparse" in Path(spec.origin).read_text(encoding="utf-8"):
                 entries.add(found)
     assert ("launcher", "up") in entries and ("train", None) in entries
     runner = r"""
