@@ -88,6 +88,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     if args.check and args.cache_key:
         raise ConfigError("build: --check or --cache-key, not both; e.g. simcluster build --check")
+    if args.force and (args.check or args.cache_key):
+        raise ConfigError(f"force: --force rebuilds, but --{'check' if args.check else 'cache-key'} builds nothing; "
+                          f"drop one, e.g. simcluster build --force")
     if args.cache_key:
         print(cache_key())
         return 0

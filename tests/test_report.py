@@ -55,7 +55,7 @@ def test_report_refuses_a_folder_without_metrics(tmp_path):
     assert not (tmp_path / "report").exists()
     (tmp_path / "metrics.jsonl").write_text("not json\n")
     proc = report("--run-dir", str(tmp_path))
-    assert proc.returncode == 2 and "line 1 is not JSON" in proc.stderr
+    assert proc.returncode == 2 and "line 1: not JSON" in proc.stderr
 
 
 def test_bubble_and_textbook_values():

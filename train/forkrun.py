@@ -1,8 +1,8 @@
 """torchrun that imports torch once per node and forks its ranks from there.
 
-    python -m launcher.container.forkrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d \
+    python -m simcluster.train.forkrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d \
         --rdzv-endpoint=rendezvous:29400 --rdzv-id=run -m train --mesh 2x2x2
-    python -m launcher.container.forkrun --standalone --nproc-per-node=4 examples/llama_2d.py --dp 2 --tp 2
+    python -m simcluster.train.forkrun --standalone --nproc-per-node=4 examples/llama_2d.py --dp 2 --tp 2
 
 Takes torchrun's own command line (``torch.distributed.run.parse_args``) and runs torchrun's
 own elastic agent (``elastic_launch``: the same rendezvous, restarts, log prefixes, exit
@@ -41,7 +41,7 @@ One import per node, not two: the node wrapper (launcher/container/node.py) need
 (its heartbeat is a TCPStore client), so it does not start this module as a second interpreter
 that would import torch again (1.3 s of CPU a node). It calls ``spawn``: the module is imported
 in the wrapper, and the agent (``main``) runs in a child forked from it, before the ranks are
-forked from that child. ``python -m launcher.container.forkrun`` (the parity tool, tests) runs
+forked from that child. ``python -m simcluster.train.forkrun`` (the parity tool, tests) runs
 the same ``main`` in a fresh interpreter.
 """
 from __future__ import annotations
@@ -112,7 +112,7 @@ def spawn(argv: list[str], env: dict[str, str], cwd: str | None = None) -> Forke
     The gate lets the caller start its own threads (a heartbeat) and checks after the fork.
 
     The child takes ``env`` as its environment and ``cwd`` as its working directory, and ends
-    with main's exit status, as ``python -m launcher.container.forkrun ARGV`` would: 0, a
+    with main's exit status, as ``python -m simcluster.train.forkrun ARGV`` would: 0, a
     SystemExit's code, or 1 after printing an exception's traceback; 2 if cancelled (or this
     process ended) before ``start()``.
     """

@@ -23,8 +23,45 @@ METRICS = "metrics.jsonl"
 STEPS = "steps"  # the instruments' step records of the user's code: steps/rank-R.jsonl (instrument/spec.py)
 TRAFFIC = "traffic"  # traffic/rank-R.jsonl: one summary per step and rank (train/traffic.py)
 TRACE = "trace.json"
+CONFIG = "config.yaml"  # the built-in trainer's resolved config
 CLUSTER_LOG = "cluster.log"  # every line `launcher up` showed, its summary last
 SUMMARY = "summary.json"  # the summary as data (observe/summary.py _record), written once the run has ended
+
+
+# metrics.jsonl's typed keys (train/metrics.py's schema), checked when read strictly
+_INTS = ("step", "total_steps")
+_NUMBERS = ("loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "step_time_s")
+_EXAMPLE = '{"step": 3, "loss": 2.5, "step_time_s": 0.4}'
+
+
+def _excerpt(line: bytes) -> str:
+    text = line.decode("utf-8", "replace")
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def row_problem(row) -> str | None:
+    """What is wrong with one metrics.jsonl row read strictly (train/metrics.py's schema), or None."""
+    if not isinstance(row, dict):
+        return f"not a JSON object but {type(row).__name__}"
+    for key in _INTS:
+        v = row.get(key)
+        if key in row and not (isinstance(v, int) and not isinstance(v, bool)):
+            return f"{key} is {v!r}, not an integer"
+    for key in _NUMBERS:
+        v = row.get(key)
+        if key in row and v is not None and not _is_number(v):
+            return f"{key} is {v!r}, not a number"
+    rss = row.get("rss_mb")
+    if "rss_mb" in row and rss is not None and not _is_number(rss) and not (
+            isinstance(rss, list) and all(_is_number(x) for x in rss)):
+        return f"rss_mb is {rss!r}, not a number or a list of numbers"
+    if "traffic" in row and row["traffic"] is not None and not isinstance(row["traffic"], dict):
+        return f"traffic is {row['traffic']!r}, not an object"
+    return None
 
 
 def _rows(data: bytes, path: str, strict: bool, first_line: int = 1) -> list[dict]:
@@ -36,8 +73,12 @@ def _rows(data: bytes, path: str, strict: bool, first_line: int = 1) -> list[dic
             row = json.loads(line)
         except ValueError:
             if strict:
-                raise ConfigError(f"{path} line {n} is not JSON; fix or delete that line") from None
+                cut = " (cut short: the run was killed while writing it?)" if n == len(data.splitlines()) else ""
+                raise ConfigError(f"{path} line {n}: not JSON{cut}: {_excerpt(line)}; fix or delete that line, "
+                                  f"e.g. {_EXAMPLE}") from None
             continue
+        if strict and (why := row_problem(row)):
+            raise ConfigError(f"{path} line {n}: {why}: {_excerpt(line)}; fix or delete that line, e.g. {_EXAMPLE}")
         if isinstance(row, dict):
             out.append(row)
     return out
@@ -62,6 +103,11 @@ def _read(path: str, since: float = 0.0, strict: bool = False) -> list[dict]:
             return _rows(fh.read(), path, strict)
     except FileNotFoundError:
         return []
+    except OSError as e:
+        if strict:
+            raise ConfigError(f"{path}: cannot be read ({e.strerror}); it should be a file of one JSON object "
+                              f"per line, e.g. {_EXAMPLE}") from None
+        return []
 
 
 def _merged(rows: list[dict]) -> list[dict]:
@@ -83,11 +129,15 @@ def _rank_files(run_dir: str, folder: str) -> dict[int, str]:
     return dict(sorted(found.items()))
 
 
-def rank_traffic(run_dir: str, step: int) -> dict[int, dict]:
-    """rank -> its traffic/rank-R.jsonl record of ``step`` (ranks that recorded it)."""
+def rank_traffic(run_dir: str, step: int, strict: bool = False) -> dict[int, dict]:
+    """rank -> its traffic/rank-R.jsonl record of ``step`` (ranks that recorded it).
+
+    Raises:
+        ConfigError: strict and a line is not a JSON object of the schema (naming the file and line).
+    """
     out = {}
     for rank, path in _rank_files(run_dir, TRAFFIC).items():
-        for r in _merged(_read(path)):
+        for r in _merged(_read(path, strict=strict)):
             if r["step"] == step:
                 out[rank] = r
     return out
@@ -153,6 +203,84 @@ def last_step(run_dir: str | None, since: float = 0.0) -> int | None:
             rows = _rows(fh.read(), path, strict=False)
         found += [r["step"] for r in rows if isinstance(r.get("step"), int)][-1:]
     return max(found) if found else None
+
+
+def run_folder(run_dir: str, field: str, example: str) -> str:
+    """RUN_DIR itself once it is a folder.
+
+    Raises:
+        ConfigError: missing, or a file rather than a folder: ``field`` names the input (e.g.
+            ``report: --run-dir``), ``example`` a command line that would work.
+    """
+    if not os.path.exists(run_dir):
+        raise ConfigError(f"{field} {run_dir!r} is not a folder (nothing there); pass a run folder of `launcher up`, e.g. {example}")
+    if not os.path.isdir(run_dir):
+        raise ConfigError(f"{field} {run_dir!r} is not a folder (a file); pass the run folder of `launcher up` "
+                          f"(it holds metrics.jsonl, config.yaml, ...), e.g. {example}")
+    return run_dir
+
+
+def read_config(run_dir: str) -> dict | None:
+    """RUN_DIR/config.yaml (the built-in trainer's resolved config) as a mapping; None without one.
+
+    Raises:
+        ConfigError: it cannot be read, is not YAML (cut short, garbage) or not a mapping, naming
+            the file, the line where the YAML parser stopped, and the fix.
+    """
+    path = os.path.join(run_dir, CONFIG)
+    if not os.path.exists(path):
+        return None
+    import yaml  # the trainer's ranks, which import this module, never read a config back
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            values = yaml.safe_load(fh)
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e.strerror}); it should be the YAML config the trainer "
+                          f"wrote, e.g. 'mesh: 2x2x2'") from None
+    except (yaml.YAMLError, ValueError) as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}{where}: not YAML ({getattr(e, 'problem', None) or e}); the trainer writes it "
+                          f"whole (e.g. 'mesh: 2x2x2'): rerun the job, or restore the file") from None
+    if not isinstance(values, dict):
+        raise ConfigError(f"{path}: holds {type(values).__name__}, not a mapping of config fields (e.g. "
+                          f"'mesh: 2x2x2'); rerun the job, or restore the file")
+    return values
+
+
+def read_trace(run_dir: str) -> list[dict] | None:
+    """RUN_DIR/trace.json's events (the merged Chrome trace of --trace-steps); None without one.
+
+    Raises:
+        ConfigError: it is not JSON or holds no ``traceEvents`` list of objects, naming the file.
+    """
+    path = os.path.join(run_dir, TRACE)
+    if not os.path.exists(path):
+        return None
+    fix = "rerun with --trace-steps S, or delete the file"
+    try:
+        with open(path, "rb") as fh:
+            data = json.loads(fh.read())
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e.strerror}); {fix}") from None
+    except ValueError as e:
+        where = f" line {e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
+        raise ConfigError(f"{path}{where}: not JSON ({getattr(e, 'msg', e)}; cut short?); {fix}") from None
+    events = data.get("traceEvents") if isinstance(data, dict) else None
+    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
+        raise ConfigError(f"{path}: no \"traceEvents\" list of objects (a Chrome trace, "
+                          f"e.g. {{\"traceEvents\": [...]}}); {fix}")
+    for n, e in enumerate(events):
+        if e.get("ph") != "X":
+            continue
+        bad = next((k for k in ("ts", "dur", "tid") if not _is_number(e.get(k))), None) \
+            or ("name" if not isinstance(e.get("name"), str) else None) \
+            or ("args" if not isinstance(e.get("args", {}), dict) else None)
+        if bad:
+            raise ConfigError(f"{path}: event {n} has {bad} {e.get(bad)!r} (a complete event needs a string name, "
+                              f"numbers ts, dur and tid, an args object); {fix}")
+    return events
 
 
 def write_summary(run_dir: str, record: dict) -> None:

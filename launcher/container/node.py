@@ -6,7 +6,7 @@
 
 Runs inside the trainer image (the compose ``command`` of every node-K service):
   1. checks the run folder (--run-dir) is writable by this user; if not, exits 2 with the fix;
-  2. runs ``python -m launcher.container.forkrun --nnodes N --node-rank K --nproc-per-node P
+  2. runs ``python -m simcluster.train.forkrun --nnodes N --node-rank K --nproc-per-node P
      --rdzv-backend c10d --rdzv-endpoint rendezvous:29400 --rdzv-conf is_host=false
      --rdzv-id RUN_ID --local-addr HOSTNAME --tee 3 -m MODULE <train flags>`` -- torchrun's
      command line and agent, with the ranks forked after one import per node; this wrapper

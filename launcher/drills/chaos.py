@@ -110,6 +110,50 @@ def apply_fault(kind: str, container, rank: int | None = None) -> str:
     return "network disconnect " + ", ".join(nets)
 
 
+def check_args(kind: str, node: str, at_step: int, wait_s: float, run_dir: str | None) -> None:
+    """The fault's own inputs, before anything waits.
+
+    Raises:
+        ConfigError: an unknown kind, a step below 1, a --wait-s not a finite number > 0, a rank
+            below 0 (freeze), an empty node name, a --run-dir that is a file.
+    """
+    if kind not in FAULTS:
+        raise ConfigError(f"chaos: unknown fault {kind!r}; choose one of {', '.join(FAULTS)}")
+    if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 1:
+        raise ConfigError(f"at_step: --at-step {at_step!r} is not a step (steps count from 1, the first "
+                          f"finished step); e.g. --at-step 5")
+    if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not (0 < wait_s < float("inf")):
+        raise ConfigError(f"wait_s: --wait-s {wait_s!r} must be a finite number of seconds > 0; e.g. --wait-s 600")
+    if kind == "freeze" and not (str(node).isdigit()):
+        raise ConfigError(f"freeze: --freeze {node} is not a global rank (an integer >= 0); e.g. --freeze 1")
+    if kind != "freeze" and not str(node).strip():
+        raise ConfigError(f"{kind}: --{kind} {node!r} names no node; e.g. --{kind} node-1")
+    if run_dir is not None and os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise ConfigError(f"--run-dir {run_dir}: a file, not a folder; pass the run folder of `launcher up`, "
+                          f"e.g. --run-dir runs/mesh-2x2x2")
+
+
+def check_node(kind: str, node: str, target: Handle) -> None:
+    """The node (or, for freeze, the rank) is one of the cluster's, as its compose file names them.
+
+    Raises:
+        ConfigError: it is not, listing the cluster's nodes (and their ranks).
+    """
+    nodes = target.nodes()
+    if not nodes:
+        return  # a file of ours always names its nodes; another compose file's services are its own
+    listing = ", ".join(f"{n} (ranks {r})" if r else n for n, r in sorted(nodes.items()))
+    if kind == "freeze":
+        ranks = [int(x) for r in nodes.values() for x in r.split("-") if x.isdigit()]
+        if ranks and not min(ranks) <= int(node) <= max(ranks):
+            raise ConfigError(f"freeze: --freeze {node}: the cluster of {target.file} has ranks {min(ranks)}-"
+                              f"{max(ranks)} ({listing}); e.g. --freeze {max(ranks)}")
+        return
+    if node not in nodes:
+        raise ConfigError(f"{kind}: --{kind} {node}: the cluster of {target.file} has no such node; its nodes: "
+                          f"{listing}; e.g. --{kind} {sorted(nodes)[-1]}")
+
+
 def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: str | None = None,
           project: str | None = None, wait_s: float = 3600.0, poll_s: float = 0.5, say=None) -> int:
     """Wait for step at_step of the run, then apply ``kind`` to ``node`` (for ``freeze``, node is
@@ -127,6 +171,7 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
     Raises:
         ConfigError: no compose.yml in the run folder after that start window (or no --file).
     """
+    check_args(kind, node, at_step, wait_s, run_dir)
     say = say or _print
     rank = int(node) if kind == "freeze" else None
     t0 = time.monotonic()
@@ -136,6 +181,7 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
     say(f"chaos: waiting for step {at_step} of {named} to {kind} {node}; giving up at {until} (--wait-s "
           f"{wait_s:g})", False)
     target = _find_target(run_dir, file, project, appear_by)
+    check_node(kind, node, target)
     say(f"chaos: that is project {target.project} (run folder {target.run_dir or '?'})", False)
     ever_running = seen = said = said_node = False
     while True:

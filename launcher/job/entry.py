@@ -1,6 +1,6 @@
 """The two kinds of job, one path to a Launch: the built-in trainer, or the user's own torchrun code.
 
-    python -c "from launcher.jobs import *; from simcluster.launcher.job.launch import NodeOptions; \
+    python -c "from simcluster.launcher.job.entry import resolve_code; from simcluster.launcher.job.launch import NodeOptions; \
 print(resolve_code(NodeOptions(), script='examples/ddp.py', nodes=2, nproc_per_node=2))"
 
 ``resolve_training``: a trainer Config (preflighted: the one mesh parse) -> a Launch running

@@ -1,11 +1,11 @@
 """The launch description: one cluster job, resolved once at the edge, frozen, passed everywhere.
 
-    python -c "from launcher.jobs import *; from simcluster.launcher.job.launch import *; from simcluster.train.config import Config; \
+    python -c "from simcluster.launcher.job.entry import resolve_training; from simcluster.launcher.job.launch import NodeOptions; from simcluster.train.config import Config; \
 print(resolve_training(Config(mesh='2x2x2', model='tiny'), NodeOptions()))"
 
 ``launcher/cli.py`` turns the flags into a Launch (``launcher/job/entry.py``: the built-in trainer or
-the user's own code, one mesh parse); ``launcher/compose.py`` turns a Launch into a compose
-document; ``runner.py`` runs it. Nothing downstream re-parses the mesh, the generated YAML or
+the user's own code, one mesh parse); ``launcher/targets/compose.py`` turns a Launch into a compose
+document; ``launcher/run/compose.py`` runs it. Nothing downstream re-parses the mesh, the generated YAML or
 another program's argv.
 """
 from __future__ import annotations

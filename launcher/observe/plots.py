@@ -1,6 +1,6 @@
 """The report's figures, drawn with matplotlib's non-interactive Agg backend into PNG files.
 
-    python -m launcher report --run-dir runs/mesh-2x2x2     # (launcher/report.py calls these)
+    python -m launcher report --run-dir runs/mesh-2x2x2     # (launcher/observe/report.py calls these)
 
 Each ``plot_*`` takes plain data (rows of metrics.jsonl, a traffic totals dict, trace events),
 writes one PNG and returns its path, or None when the run has nothing to draw for it.

@@ -1,6 +1,6 @@
 """Pure parsing of the cluster's log lines: rank prefixes, trainer banners, step and done lines.
 
-    python -c "from simcluster.launcher.progress import parse_step; print(parse_step('step 3/10 loss 2.5 tokens_per_s 900'))"
+    python -c "from simcluster.launcher.observe.progress import parse_step; print(parse_step('step 3/10 loss 2.5 tokens_per_s 900'))"
 
 Formats (from the trainer; torchrun prefixes each worker line with ``[rankR]:``):
     [simcluster] rank=5 local_rank=1 world_size=8 host=node-1 coords=pp1/dp0/tp1 stages=[1]

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import os
+import shutil
+import tempfile
 
+from simcluster.train import rundir
 from simcluster.train.rundir import METRICS, STEPS, newest_run, step_rows
 from simcluster.train.errors import ConfigError
 
@@ -70,30 +72,64 @@ def _img(path: str) -> str:
 
 
 def make_report(run_dir: str) -> tuple[str, list[str]]:
-    """Draw every figure the run supports and the HTML page; returns (page path, PNG paths).
+    """Draw every figure the run supports and the HTML page into a fresh folder beside RUN_DIR/report,
+    then put it in place of RUN_DIR/report only once complete; returns (page path, PNG paths).
 
     Raises:
-        ConfigError: see ``read_rows``.
+        ConfigError: see ``read_rows``; a config.yaml or trace.json that cannot be read (rundir
+            names the file); RUN_DIR/report/ is left as it was.
     """
     rows = read_rows(run_dir)
+    config = rundir.read_config(run_dir)  # refuses a garbled one before anything is drawn
+    config_text = ""
+    if config is not None:  # shown as written (comments and order kept)
+        with open(os.path.join(run_dir, rundir.CONFIG), encoding="utf-8") as fh:
+            config_text = fh.read()
+    trace_path = os.path.join(run_dir, rundir.TRACE)
+    if not os.path.isfile(trace_path) and os.path.isdir(os.path.join(run_dir, "trace")):
+        from simcluster.train.timeline import merge_found  # the user's code under plain `docker compose up`
+        try:
+            merge_found(run_dir)
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+            raise ConfigError(f"report: {os.path.join(run_dir, 'trace')}/rank-R-step-S.json cannot be merged "
+                              f"({type(e).__name__}: {e}); delete the trace/ folder or rerun with --trace-steps S") from None
+    events = rundir.read_trace(run_dir)
     from simcluster.launcher.observe import plots  # matplotlib: imported only for a report
 
-    out = plots.ensure_dir(os.path.join(run_dir, "report"))
+    final = os.path.join(run_dir, "report")
+    work = tempfile.mkdtemp(prefix=".report-", dir=run_dir)
+    os.chmod(work, 0o755)  # mkdtemp's 0700 would hide the report from the user's other tools
+    try:
+        pngs = _draw(plots, rows, events, config_text, run_dir, work)
+        _swap(work, final)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return os.path.join(final, "index.html"), [os.path.join(final, os.path.basename(p)) for p in pngs]
+
+
+def _swap(work: str, final: str) -> None:
+    """WORK (complete) becomes FINAL; a previous FINAL is removed only after the move."""
+    old = None
+    if os.path.lexists(final):
+        old = f"{work}-old"
+        os.replace(final, old)
+    os.replace(work, final)
+    if old:
+        shutil.rmtree(old, ignore_errors=True) if os.path.isdir(old) else os.remove(old)
+
+
+def _draw(plots, rows: list[dict], events: list[dict] | None, config: str, run_dir: str, out: str) -> list[str]:
+    """The figures and index.html written into OUT; the PNGs' paths."""
     pngs = [plots.plot_loss(rows, os.path.join(out, "loss.png")),
             plots.plot_throughput(rows, os.path.join(out, "tokens_per_s.png")),
             plots.plot_memory(rows, os.path.join(out, "memory.png"))]
     traffic = next((r["traffic"] for r in reversed(rows) if isinstance(r.get("traffic"), dict)), None)
     if traffic:
         pngs.append(plots.plot_traffic(traffic, os.path.join(out, "traffic.png")))
-    trace_path = os.path.join(run_dir, "trace.json")
-    if not os.path.isfile(trace_path) and os.path.isdir(os.path.join(run_dir, "trace")):
-        from simcluster.train.timeline import merge_found  # the user's code under plain `docker compose up`
-        merge_found(run_dir)
     bubbles = {}
-    if os.path.isfile(trace_path):
+    if events is not None:
         from simcluster.train.timeline import bubble
-        with open(trace_path, encoding="utf-8") as fh:
-            events = json.load(fh).get("traceEvents", [])
         bubbles = bubble(events)
         steps = sorted(bubbles) or sorted({e["args"]["step"] for e in events if "step" in e.get("args", {})}) or [None]
         pngs.append(plots.plot_timeline(events, os.path.join(out, "timeline.png"), step=steps[0]))
@@ -101,11 +137,6 @@ def make_report(run_dir: str) -> tuple[str, list[str]]:
     summary = _summary(rows)
     for step, frac in bubbles.items():
         summary[f"measured bubble, step {step}"] = f"{frac:.3f}"
-    config = ""
-    cfg_path = os.path.join(run_dir, "config.yaml")
-    if os.path.isfile(cfg_path):
-        with open(cfg_path, encoding="utf-8") as fh:
-            config = fh.read()
     page = ["<!doctype html><html><head><meta charset='utf-8'>",
             f"<title>simcluster report: {html.escape(os.path.basename(os.path.abspath(run_dir)))}</title>",
             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}img{max-width:100%}"
@@ -117,17 +148,15 @@ def make_report(run_dir: str) -> tuple[str, list[str]]:
     if config:
         page.append(f"<h2>Config</h2><pre>{html.escape(config)}</pre>")
     page.append("</body></html>")
-    path = os.path.join(out, "index.html")
-    with open(path, "w", encoding="utf-8") as fh:
+    with open(os.path.join(out, "index.html"), "w", encoding="utf-8") as fh:
         fh.write("\n".join(page))
-    return path, pngs
+    return pngs
 
 
 def cmd_report(run_dir: str | None, root: str) -> int:
     """``launcher report``: write the report and print where; 0, or raises ConfigError (exit 2)."""
     folder = run_dir or newest_run(root)
-    if not os.path.isdir(folder):
-        raise ConfigError(f"report: --run-dir {folder} is not a folder; pass a run folder holding metrics.jsonl")
+    rundir.run_folder(folder, "report: --run-dir", "launcher report --run-dir runs/mesh-2x2x2")
     path, pngs = make_report(folder)
     for p in pngs:
         print(p)

@@ -9,19 +9,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
+import math
 import sys
 
 from simcluster.train.cli import config_from_args
 from simcluster.train.errors import ConfigError
 from simcluster.train.plan import search as searching
 from simcluster.train.plan import project as projecting
-from simcluster.train.plan.hardware import NAMES, shaped
+from simcluster.train.plan.hardware import HARDWARE, NAMES, shaped
 from simcluster.train.plan.lookup import hardware
 from simcluster.train.plan.predict import plan, to_dict, to_text
 from simcluster.train.plan.steptime import step_time
 from simcluster.train.plan.steptime import to_text as step_text
 from simcluster.train.preflight import preflight
+from simcluster.train.rundir import run_folder
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,9 +32,18 @@ def run(args: argparse.Namespace) -> int:
         ConfigError: a config preflight refuses (its message), an unknown --hardware (the known
             ones listed), --search without --world-size or with --mesh, --memory-per-rank <= 0.
     """
+    _check_hardware(args.hardware)
     limit = args.memory_per_rank
-    if limit is not None and not limit > 0:
-        raise ConfigError(f"memory_per_rank: must be > 0 GB, got {limit}; e.g. --memory-per-rank 80")
+    if limit is not None and not (limit > 0 and math.isfinite(limit)):
+        raise ConfigError(f"memory_per_rank: must be a finite number > 0 GB, got {limit}; e.g. --memory-per-rank 80")
+    if not args.search and args.world_size is not None:
+        raise ConfigError(f"world_size: --world-size {args.world_size} is read by --search only (a plan's world is "
+                          f"its --mesh); add --search to rank every mesh of it, or drop --world-size")
+    used = args.hardware or ("local" if args.search else None)
+    if args.recalibrate and used != "local":
+        raise ConfigError(f"recalibrate: measures the `local` hardware model, but this plan uses "
+                          f"{repr(used) if used else 'no hardware (no --hardware)'}; add --hardware local, or drop "
+                          f"--recalibrate")
     if args.search:
         if args.world_size is None or args.world_size < 1:
             raise ConfigError("search: needs --world-size N >= 1 (the ranks to spread), e.g. --world-size 8")
@@ -69,8 +79,17 @@ def run(args: argparse.Namespace) -> int:
     if over:
         big = max(over, key=lambda r: r.total)
         print(f"warning: {len(over)} of {len(result.ranks)} ranks need more than --memory-per-rank {limit:g} GB "
-              f"(1e9 bytes); the largest, rank {big.rank}, {big.total / 1e9:.2f} GB")
+              f"(1e9 bytes); the largest, rank {big.rank}, {big.total / 1e9:.2f} GB", file=sys.stderr)
     return 0
+
+
+def _check_hardware(name: str | None) -> None:
+    """--hardware given empty or blank (a shell variable unset): refused, naming the choices."""
+    if name is not None and not name.strip():
+        raise ConfigError(f"hardware: an empty name ({name!r}); choose one of {', '.join(NAMES)}, "
+                          f"e.g. --hardware h100-sxm-8x (or drop --hardware)")
+    if name is not None and name not in NAMES:
+        hardware(name)  # raises, listing the known ones
 
 
 def project(args: argparse.Namespace) -> int:
@@ -80,15 +99,15 @@ def project(args: argparse.Namespace) -> int:
         ConfigError: a folder that is missing or lacks the records (the flags to run with), an
             unknown --hardware (the known ones listed), a bad --inter-node-bandwidth.
     """
-    if not os.path.isdir(args.run_dir):
-        raise ConfigError(f"project: {args.run_dir} is not a folder; pass a run folder, e.g. runs/mesh-2x2x2")
-    if args.hardware not in NAMES:
-        hardware(args.hardware)  # raises, listing the known ones
+    run_folder(args.run_dir, "project: RUN_DIR", "launcher project runs/mesh-2x2x2 --hardware h100-sxm-8x")
+    _check_hardware(args.hardware)
+    if args.inter_node_bandwidth is not None:
+        shaped(HARDWARE[NAMES[0]], args.inter_node_bandwidth)  # its errors before any reading or calibration
     m = projecting.measured(args.run_dir)  # its errors before any calibration
-    target = hardware(args.hardware, args.recalibrate)
+    here_hw = hardware("local", args.recalibrate)  # --recalibrate: the model of here (and of a `local` target)
+    target = hardware(args.hardware)
     if args.inter_node_bandwidth is not None:
         target = shaped(target, args.inter_node_bandwidth)
-    here_hw = hardware("local")
     if m.inter_node_bandwidth:  # measured on a shaped network: here is that network
         here_hw = shaped(here_hw, m.inter_node_bandwidth)
     here, there = projecting.project(m, here_hw, target)

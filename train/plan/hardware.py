@@ -84,6 +84,8 @@ def shaped(hw: Hardware, rate: str) -> Hardware:
     """
     bits = rate_bits_per_s(rate)
     if bits is None or bits <= 0:
-        raise ConfigError(f"inter_node_bandwidth: {rate!r} is not a tc rate; e.g. --inter-node-bandwidth 100mbit")
+        shown = rate if len(str(rate)) <= 40 else f"{str(rate)[:20]}...{str(rate)[-8:]}"
+        raise ConfigError(f"inter_node_bandwidth: {shown!r} is not a tc rate above 0 and at most 1 Pbit/s (a number, "
+                          f"then bit, kbit, mbit, gbit, tbit or bps ... tbps); e.g. --inter-node-bandwidth 100mbit")
     return dataclasses.replace(hw, name=f"{hw.name} at {rate} between nodes", inter_bw=bits / 8, node_link=True,
                                sources=(*hw.sources, f"--inter-node-bandwidth {rate}: each node's egress (tc tbf)"))

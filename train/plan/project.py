@@ -29,13 +29,11 @@ and any change of the kernels' efficiency with the shapes of another device.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import statistics
 from dataclasses import dataclass
 
 from simcluster.train import rundir
-from simcluster.train.cli import load_yaml
 from simcluster.train.errors import ConfigError
 from simcluster.train.config import TrainRun, resolve, traced_steps
 from simcluster.train.config_types import config_from_dict
@@ -74,23 +72,43 @@ def measured(run_dir: str) -> Measured:
         ConfigError: the folder is not a run of the built-in trainer, or lacks traffic or trace
             records (the message says which flags to run with).
     """
-    cfg_path = os.path.join(run_dir, "config.yaml")
-    if not os.path.isfile(cfg_path):
+    rundir.run_folder(run_dir, "project: RUN_DIR", "launcher project runs/mesh-2x2x2 --hardware h100-sxm-8x")
+    cfg_path = os.path.join(run_dir, rundir.CONFIG)
+    values = rundir.read_config(run_dir)
+    if values is None:
         raise ConfigError(f"project: {run_dir} has no config.yaml, so it is not a run of the built-in trainer "
                           f"(project reads its schedule); {FIX.format(mesh='2x2x2')}")
-    run = resolve(config_from_dict({k: v for k, v in load_yaml(cfg_path).items() if k not in ("data", "resume")},
-                                   source=cfg_path))
+    try:
+        run = resolve(config_from_dict({k: v for k, v in values.items() if k not in ("data", "resume")},
+                                       source=cfg_path))
+    except ConfigError as e:
+        raise ConfigError(f"project: {cfg_path}: {e}") from None
     traced = [s for s in traced_steps(run.config) if s > 1]
-    traffic = rundir.rank_traffic(run_dir, traced[0]) if traced else {}
+    traffic = rundir.rank_traffic(run_dir, traced[0], strict=True) if traced else {}
     missing = [what for what, ok in (("trace.json with a traced step after the first", traced),
                                      ("traffic/rank-R.jsonl of that step", len(traffic) == run.mesh.world_size))
                if not ok]
     if missing:
         raise ConfigError(f"project: {run_dir} lacks {' and '.join(missing)}; {FIX.format(mesh=run.mesh)}")
     step = traced[0]
-    with open(os.path.join(run_dir, rundir.TRACE), encoding="utf-8") as fh:
-        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X" and e["args"].get("step") == step]
-    rows = [r for r in rundir.read_metrics(run_dir) if "step_time_s" in r]
+    rows = [r for r in rundir.read_metrics(run_dir, strict=True)
+            if isinstance(r.get("step"), int) and isinstance(r.get("step_time_s"), (int, float))]
+    trace = rundir.read_trace(run_dir)
+    if trace is None:
+        raise ConfigError(f"project: {run_dir} lacks {rundir.TRACE}; {FIX.format(mesh=run.mesh)}")
+    try:
+        return _measured(run_dir, run, step, rows, trace, traffic)
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+        raise ConfigError(f"project: {os.path.join(run_dir, rundir.TRACE)}: an event lacks or mistypes a field "
+                          f"({type(e).__name__}: {e}); each needs name, ph, ts, dur, tid and args.step, as "
+                          f"train/profiling.py writes them; rerun with --trace-steps S") from None
+
+
+def _measured(run_dir: str, run: TrainRun, step: int, rows: list[dict], trace: list[dict],
+              traffic: dict[int, dict]) -> Measured:
+    events = [e for e in trace if e.get("ph") == "X" and e["args"].get("step") == step]
     plain = [r["step_time_s"] for r in rows if r["step"] > 1 and r["step"] not in traced_steps(run.config)]
     lengths = [e["dur"] / 1e6 for e in events if e["name"] == f"simcluster:step {step}"]
     if not plain or not lengths:

@@ -1,6 +1,6 @@
 """Loads this project's instruments into every rank of the user's own code, before that code runs.
 
-    PYTHONPATH=<this folder>:$PYTHONPATH SIMCLUSTER_INSTRUMENT=1 RANK=0 python train.py
+    PYTHONPATH=launcher/instrument/boot SIMCLUSTER_INSTRUMENT=1 RANK=0 SIMCLUSTER_OUTPUT_DIR=/tmp/r python examples/ddp.py
 
 The node wrapper (launcher/container/node.py) puts this folder first on PYTHONPATH for a script
 or module job, so Python's ``site`` imports this file at the start of every interpreter below
