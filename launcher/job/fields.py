@@ -39,6 +39,7 @@ class Spec:
     hi: float | None = None
     choices: tuple = ()
     strict_lo: bool = False  # lo itself refused (a duration > 0)
+    unit: str = ""  # after the bound: " CPUs", " seconds"
 
 
 _CONFIG_EXAMPLES = {"mesh": "2x2x2", "model": "tiny", "dim": 64, "n_layers": 4, "n_heads": 4, "ffn_dim": 128,
@@ -65,7 +66,7 @@ JOB = {
     "total_steps": Spec("int", None, 5, 1, MAX_STEPS), "no_cpu_bridges": Spec("bool", False, True),
 }
 NODE = {
-    "cpus_per_node": Spec("float", None, 1.0, MIN_CPUS, None), "memory_per_node": Spec("str", None, "3g"),
+    "cpus_per_node": Spec("float", None, 1.0, MIN_CPUS, None, unit=" CPUs"), "memory_per_node": Spec("str", None, "3g"),
     "strict_memory": Spec("bool", False, True), "image": Spec("str", IMAGE, IMAGE),
     "rdzv_backend": Spec("str", "c10d", "c10d", choices=RDZV_BACKENDS), "mount_code": Spec("bool", False, True),
     "join_timeout_s": Spec("float", JOIN_TIMEOUT_S, 120.0, 0, None, strict_lo=True),
@@ -114,11 +115,12 @@ def _bad(name: str, value, need: str) -> ConfigError:
 
 
 def _number(name: str, spec: Spec, value):
-    need = {"int": "an int", "float": "a finite number"}[spec.kind]
+    kind = {"int": "an int", "float": "a finite number"}[spec.kind]
+    need = kind
     if spec.lo is not None:
-        need += f" {'>' if spec.strict_lo else '>='} {spec.lo}"
-    if spec.hi is not None:
-        need += f" and <= {spec.hi}"
+        need = f"{'>' if spec.strict_lo else '>='} {spec.lo}"
+        need += f" and <= {spec.hi}" if spec.hi is not None else ""
+        need += f"{spec.unit} ({kind})"
     if isinstance(value, bool) or not isinstance(value, (int, float) if spec.kind == "float" else int):
         raise _bad(name, value, need)
     if spec.kind == "float":
@@ -146,7 +148,7 @@ def check_value(name: str, value):
     """
     spec = FIELDS[name]
     if value is None:
-        return spec.default if spec.kind in ("strs", "pairs", "bool") else None
+        return spec.default
     if spec.kind == "bool":
         if not isinstance(value, bool):
             e = ConfigError(f"{name}: a switch ({flag(name)}): pass True or False, got {value!r}")
