@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import inspect
 import os
+import re
 import shutil
 from dataclasses import dataclass, fields
 
@@ -94,23 +95,25 @@ def _side(side: str, job: dict, layout: dict, base: str, user: str) -> Side:
     from simcluster.launcher.job.options import resolve
     from simcluster.launcher.targets.check import check_target
 
-    try:
-        req = make_request("up", **job, **layout)
-    except ConfigError as e:
-        name = getattr(e, "field", None)
-        where = dict(zip(("mesh", "nodes", "nproc_per_node"), FLAGS[side])).get(name)
-        if where is None or (side == "A" and name != "mesh"):
-            raise
-        raise ConfigError(f"{where}: {e}") from None
-    if req.mesh is not None:
-        words, folder = f"mesh {req.mesh}", f"mesh-{req.mesh}"
+    if "mesh" in layout:
+        folder = "mesh-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", str(layout["mesh"]).lower().replace(" ", ""))
     else:
-        nodes, nproc = req.nodes, req.nproc_per_node
+        folder = f"nodes-{layout['nodes']}x{layout['nproc_per_node']}"
+    where = dict(zip(("mesh", "nodes", "nproc_per_node"), FLAGS[side]))
+    try:
+        req = make_request("up", **job, **layout, run_dir=os.path.join(base, f"{side.lower()}-{folder}"))
+        launch, command = resolve(req, user=user)  # the side's one mesh parse
+    except ConfigError as e:
+        text = str(e).removeprefix("invalid launch:\n  ")
+        name = getattr(e, "field", None) or ("mesh" if text.startswith("mesh:") else None)
+        if name not in where or (side == "A" and name != "mesh"):
+            raise
+        raise ConfigError(f"{where[name]}: {text}") from None
+    if launch.mesh is not None:
+        words = f"mesh {launch.mesh}"
+    else:
+        nodes, nproc = launch.nnodes, launch.nproc_per_node
         words = f"{nodes} node{'s' * (nodes > 1)} x {nproc} rank{'s' * (nproc > 1)}"
-        folder = f"nodes-{nodes}x{nproc}"
-    # the side's folder: a path this function made, set on the checked request
-    req = dataclasses.replace(req, run_dir=os.path.join(base, f"{side.lower()}-{folder}"))
-    launch, command = resolve(req, user=user)
     check_target("compose", launch, local=True)
     return Side(side, words, launch, command)
 

@@ -64,8 +64,8 @@ def test_keywords_become_the_typed_request_of_up():
     assert (req.mount_code, req.keep, req.traffic, req.trace_steps) == (True, False, 1, "2,3")
     assert req.mount == ("/tmp:/data/x", "/etc:/data/y:ro") and req.start_late == (("node-1", 5.0),)
     assert (req.wall_timeout_s, req.cpus_per_node, req.quiet) == (30.0, 1.5, False)
-    with pytest.raises(simcluster.ConfigError, match="mesh: "):
-        make_request(mesh="-1x2x2")  # a value starting with '-' is refused as a mesh, not taken for a flag
+    with pytest.raises(simcluster.ConfigError, match="mesh: cannot parse '-1x2x2'"):
+        simcluster.run(mesh="-1x2x2")  # a value starting with '-' is refused as a mesh, not taken for a flag
 
 
 @pytest.mark.parametrize("chaos, message", [

@@ -21,7 +21,7 @@ from simcluster.launcher.job.files import host_abspath, repo_path
 from simcluster.launcher.instrument.spec import Instruments
 from simcluster.launcher.job.entry import parse_mount, resolve_code, resolve_training
 from simcluster.launcher.job.launch import EngineOptions, Launch, NodeOptions, check_engine_options
-from simcluster.launcher.job.request import JobRequest
+from simcluster.launcher.job.request import JobRequest, check_text
 from simcluster.train.cli import load_yaml
 from simcluster.train.config import Config
 from simcluster.train.config_types import config_from_dict
@@ -143,19 +143,8 @@ def _raise(errors: list[str]) -> None:
 
 
 def check_typed(req: JobRequest) -> None:
-    """Every string of the request, each option's value and each of the job's arguments, is free of
-    control characters (launcher/job/checks.py: newline, tab, other C0, DEL, C1, U+2028/9): each
-    lands in the generated document, whose header names them on one comment line.
-
-    Raises:
-        ConfigError: naming every such option or argument, e.g. ``--run-dir: 'runs/a\\nb' holds ...``.
-    """
-    flags = {flag(k): v for k, v in req.given().items() if k != "args"}
-    flags = {k: list(v) if isinstance(v, tuple) else v for k, v in flags.items()}
-    errors = text_errors(flags, DOCUMENT, lambda f: f"remove it, e.g. {example(f)}")
-    errors += text_errors({f"argument {i} after --": a for i, a in enumerate(req.args, 1)}, DOCUMENT,
-                          lambda _: "pass such text in a file your code reads, e.g. -- --notes notes.txt")
-    _raise(errors)
+    """The request's text free of control characters (request.py check_text; its errors)."""
+    check_text({f.name: getattr(req, f.name) for f in fields(req) if f.name in FIELDS}, req.args)
 
 
 def check_config_text(cfg: Config, req: JobRequest) -> None:

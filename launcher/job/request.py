@@ -4,6 +4,8 @@ constructor from Python values; simcluster.run, compare, the pytest fixture and 
     python -c "from simcluster.launcher.job.request import make_request; print(make_request(mesh='2x1x1', model='tiny', steps=3).given())"
 
 ``make_request(command, args=..., **options)`` checks every field (fields.py: type, range,
+finiteness; the mesh's text is parsed once, by options.resolve, which every path runs before it
+writes anything),
 finiteness), the paths the containers read (the script, the code folder and the YAML config
 exist and are readable by the containers' user), and the fields against each other: a field
 that would have no effect in this combination is an error saying why. Every error is a
@@ -19,7 +21,7 @@ from dataclasses import field, fields, make_dataclass
 
 from simcluster.launcher.container.layout import IMAGE_USER
 from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY, MAX_STEPS, UP_ONLY, check_value, flag, from_text
-from simcluster.train.config import Config, parse_mesh
+from simcluster.train.config import Config
 from simcluster.train.errors import ConfigError
 from simcluster.train.layout import TRAINER_MODULE
 
@@ -113,12 +115,9 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
     if v["script"] is not None and v["module"] is not None:
         raise _error("module", f"module: {v['module']!r} has no effect with script {v['script']!r} (the script "
                                f"runs); give one, e.g. script='examples/ddp.py' or module='mypkg.train'")
-    if v["mesh"] is not None and (v["nodes"] is not None or v["nproc_per_node"] is not None):
-        raise _error("mesh", "invalid launch:\n  shape: give either --mesh PPxDPxTP or --nodes N --nproc-per-node "
-                             "M, not both")
     if v["strict_memory"] and v["memory_per_node"] is None:
         raise _error("strict_memory", "--strict-memory: needs the limit to check, e.g. --memory-per-node 3g")
-    if v["wall_timeout_s"] is not None and not v["wall_timeout_s"] > 0:
+    if v.get("wall_timeout_s") is not None and not v["wall_timeout_s"] > 0:
         raise _error("wall_timeout_s", f"--wall-timeout-s: must be > 0 seconds, got {v['wall_timeout_s']}; e.g. "
                                        f"--wall-timeout-s 600")
     if builtin:
@@ -141,10 +140,14 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
         raise _error(trainer_only[0] if trainer_only else "config",
                      f"{given}: options of the built-in trainer, not of your code; pass your code's own arguments "
                      f"after --, e.g. ... --script train.py -- --lr 0.1")
+    if v["mesh"] is not None and (v["nodes"] is not None or v["nproc_per_node"] is not None):
+        raise _error("mesh", "invalid launch:\n  shape: give either --mesh PPxDPxTP or --nodes N --nproc-per-node "
+                             "M, not both")
     if v["nodes"] is not None and v["nproc_per_node"] is None or v["nproc_per_node"] is not None and v["nodes"] is None:
         name = "nproc_per_node" if v["nproc_per_node"] is None else "nodes"
-        raise _error(name, f"{name}: nodes and nproc_per_node go together (got nodes {v['nodes']}, nproc_per_node "
-                           f"{v['nproc_per_node']}); e.g. nodes=2, nproc_per_node=2 (--nodes 2 --nproc-per-node 2)")
+        raise _error(name, f"shape: --nodes and --nproc-per-node go together, {name} is missing (got nodes "
+                           f"{v['nodes']}, nproc_per_node {v['nproc_per_node']}); e.g. nodes=2, nproc_per_node=2 "
+                           f"(--nodes 2 --nproc-per-node 2)")
 
 
 def make_request(command: str = "up", *, args=(), **options) -> JobRequest:
@@ -164,11 +167,7 @@ def make_request(command: str = "up", *, args=(), **options) -> JobRequest:
             raise unknown(name, allowed)
     argv = _argv(args)
     values = {n: check_value(n, options.get(n)) for n in allowed}
-    if values["mesh"] is not None:
-        try:
-            values["mesh"] = str(parse_mesh(values["mesh"]))
-        except ConfigError as e:
-            raise _error("mesh", str(e)) from None
+    check_text(values, argv)
     builtin = values["script"] is None and values["code"] is None and values["module"] in (None, TRAINER_MODULE)
     _combination(values, argv, builtin)
     steps = (values["steps"] or (Config.steps if values["config"] is None else None)) if builtin \
@@ -185,6 +184,25 @@ def _container_user() -> str:
     from simcluster.launcher.job.files import container_user
 
     return container_user()
+
+
+def check_text(values: dict, argv: tuple) -> None:
+    """Every text value and each of the job's arguments is free of control characters (job/checks.py:
+    newline, tab, other C0, DEL, C1, U+2028/9): each lands in the generated document, whose header
+    names them on one comment line.
+
+    Raises:
+        ConfigError: naming every such option or argument, e.g. ``--run-dir: 'runs/a\\nb' holds ...``.
+    """
+    from simcluster.launcher.job.checks import example, text_errors
+
+    document = "the generated file carries it (its header comment, labels, run id, mounts or commands)"
+    given = {flag(k): list(v) if isinstance(v, tuple) else v for k, v in values.items() if v != FIELDS[k].default}
+    errors = text_errors(given, document, lambda f: f"remove it, e.g. {example(f)}")
+    errors += text_errors({f"argument {i} after --": a for i, a in enumerate(argv, 1)}, document,
+                          lambda _: "pass such text in a file your code reads, e.g. -- --notes notes.txt")
+    if errors:
+        raise ConfigError("\n  ".join(["invalid launch:", *errors]))
 
 
 def cli_values(namespace: dict) -> dict:
