@@ -236,7 +236,8 @@ def compare(*, metric: str = "loss", metric_regex: str | None = None, rtol: floa
         | {"strict_memory"}
     for name in layout_and_code:
         if name not in known:
-            raise unknown(name, sorted(known), "compare() takes plan()'s keywords and the node options by name")
+            raise unknown(name, sorted(known | set(inspect.signature(compare).parameters) - {"layout_and_code"}),
+                          "compare() takes plan()'s keywords and the node options by name")
     if not isinstance(quiet, bool):
         raise ConfigError(f"quiet: pass True or False, got {quiet!r}; e.g. quiet=True")
     check_options(metric, metric_regex, rtol)
