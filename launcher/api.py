@@ -3,18 +3,16 @@
     python -c "import simcluster; r = simcluster.run(script='examples/ddp.py', nodes=2, nproc_per_node=2, \
 args=['--steps', '3'], mount_code=True); print(r.ok, r.values('loss'))"
 
-``run`` takes `up`'s flags as keyword arguments (``steps=3`` is ``--steps 3``, ``mount_code=True``
-is ``--mount-code``, ``mount=["a:/b"]`` repeats ``--mount``) and parses them with `up`'s own parser
-and checks (launcher/parser.py, options.py resolve): the same errors, raised as ConfigError with
-the CLI's message (exit 2 there), before anything starts. ``up`` is what both run: the command's
-``cmd_up`` calls it with the parsed flags. A run's outcome is read back from its folder
+``run`` takes `up`'s options as typed keyword arguments (``steps=3`` is ``--steps 3``,
+``mount_code=True`` is ``--mount-code``, ``mount=["a:/b"]`` repeats ``--mount``) and builds the one
+frozen JobRequest from them (job/request.py make_request; no argparse): the CLI builds the same
+from its flags, so both raise one ConfigError (exit 2 there) before anything starts. ``up`` is
+what both run: the command's ``cmd_up`` calls it with the request. A run's outcome is read back from its folder
 (observe/rundir.py: cluster.log, summary.json, metrics.jsonl, the instruments' records).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
-import difflib
 import os
 import signal
 import threading
@@ -22,6 +20,7 @@ from dataclasses import dataclass
 
 from simcluster.launcher.drills import faults as _faults
 from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.job.request import JobRequest, make_request
 from simcluster.train import rundir
 from simcluster.train.errors import ConfigError
 
@@ -115,67 +114,6 @@ class Run:
         return f"Run({self.launch.shape}, ok={self.ok}, exit_code={self.exit_code}, run_dir={self.run_dir!r})"
 
 
-def _up_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """(the launcher's parser, its `up` subparser), both raising ConfigError instead of exiting."""
-    from simcluster.launcher.parser import build_parser
-
-    parser = build_parser()
-    up = parser.commands["up"]
-
-    def error(message: str):
-        raise ConfigError(message)
-
-    parser.error = up.error = error
-    return parser, up
-
-
-def _flags(parser: argparse.ArgumentParser, options: dict) -> list[str]:
-    """Keyword arguments -> `up`'s flags (True: a switch; a list: the flag repeated; a dict: NAME=VALUE).
-
-    Raises:
-        ConfigError: a keyword that is no `up` option (the close ones named) or a switch given a non-bool.
-    """
-    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest != "help"}
-    out: list[str] = []
-    for name, value in options.items():
-        action = actions.get(name)
-        if action is None:
-            close = difflib.get_close_matches(name, actions, n=3)
-            raise ConfigError(f"unknown keyword argument {name!r} (on the command line: unrecognized arguments: "
-                              f"--{name.replace('_', '-')}){'; did you mean ' + ', '.join(close) if close else ''}? "
-                              f"run() takes `launcher up`'s options by name, e.g. steps=3 for --steps 3 (all: "
-                              f"python -m launcher up --help)")
-        flag = max(action.option_strings, key=len)
-        if value is None:
-            continue
-        if action.nargs == 0:
-            if not isinstance(value, bool):
-                raise ConfigError(f"{name}: a switch ({flag}): pass True or False, got {value!r}")
-            out += [flag] if value else []
-        elif isinstance(value, dict):
-            out += [x for k, v in value.items() for x in (flag, f"{k}={v}")]
-        elif isinstance(value, (list, tuple)) and isinstance(action, argparse._AppendAction):
-            out += [x for v in value for x in (flag, str(v))]
-        else:
-            out += [f"{flag}={value}"]
-    return out
-
-
-def parse(**options) -> argparse.Namespace:
-    """`up`'s flags from keyword arguments, parsed as the command line is; ``args``: your code's own.
-
-    Raises:
-        ConfigError: an unknown keyword, or a value `up` refuses (argparse's message).
-    """
-    job_argv = options.pop("args", ())
-    if isinstance(job_argv, str):
-        raise ConfigError(f"args: a list of your code's arguments, e.g. args=['--steps', '3'], not the string {job_argv!r}")
-    parser, up = _up_parser()
-    args = parser.parse_args(["up", *_flags(up, options)])
-    args.job_argv = tuple(map(str, job_argv))
-    return args
-
-
 def parse_start_late(values: list[str]) -> dict[str, float]:
     """``["node-1=20"]`` -> {"node-1": 20.0}.
 
@@ -194,31 +132,28 @@ def parse_start_late(values: list[str]) -> dict[str, float]:
     return out
 
 
-def up(args: argparse.Namespace, chaos: tuple = (), chaos_lines: list[str] | None = None) -> tuple[Launch, int]:
-    """Resolve, check and run one `launcher up` (the command's flags, parsed), with faults from
-    drills/faults.py applied during it; (its Launch, its exit code: 0, 1, 130 interrupted).
+def up(args: JobRequest, chaos: tuple = (), chaos_lines: list[str] | None = None) -> tuple[Launch, int]:
+    """Resolve, check and run one `launcher up` (its checked JobRequest, job/request.py), with faults
+    from drills/faults.py applied during it; (its Launch, its exit code: 0, 1, 130 interrupted).
 
     Raises:
         ConfigError: bad options (every check of the CLI; nothing started, nothing written).
         LauncherError: Docker or Compose failed.
     """
-    from simcluster.launcher.parser import build_parser
     from simcluster.launcher.drills import shaping
     from simcluster.launcher.job.files import container_user, host_abspath
     from simcluster.launcher.job.options import resolve
     from simcluster.launcher.engines.base import UpOptions
     from simcluster.launcher.engines.registry import ENGINES
 
-    launch, command = resolve(args, user=container_user(), parser=build_parser())
+    launch, command = resolve(args, user=container_user())
     engine = ENGINES[args.target]
-    if args.wall_timeout_s is not None and not args.wall_timeout_s > 0:
-        raise ConfigError(f"--wall-timeout-s: must be > 0 seconds, got {args.wall_timeout_s}; e.g. --wall-timeout-s 600")
     opts = UpOptions(build=args.build, keep=args.keep, quiet=args.quiet, progress_every=args.progress_every,
-                     max_restarts=args.max_restarts, start_late=parse_start_late(args.start_late),
+                     max_restarts=args.max_restarts, start_late=dict(args.start_late),
                      wall_timeout_s=args.wall_timeout_s)
     engine.check(launch, opts)  # an engine that only renders here refuses `up` first
     shaping.check(launch, "up", engine, opts.start_late)
-    if errors := _faults.check(chaos, launch.names, launch.world_size):
+    if errors := _faults.check(chaos, launch.names, launch.world_size) + _fault_steps(chaos, launch):
         raise ConfigError("\n  ".join(["invalid launch:", *errors]))
     if chaos and not engine.supports_chaos:
         takers = [name for name, e in ENGINES.items() if e.supports_chaos]
@@ -232,6 +167,15 @@ def up(args: argparse.Namespace, chaos: tuple = (), chaos_lines: list[str] | Non
     finally:
         for t in threads:
             t.join(CHAOS_JOIN_S)
+
+
+def _fault_steps(chaos: tuple, launch: Launch) -> list[str]:
+    """Faults scheduled after the run's last step, where it is known (the trainer's steps, or your
+    code's total_steps): they would never fire."""
+    last = launch.train.config.steps if launch.train is not None else launch.instruments.total_steps
+    return [f"chaos: {f}: at_step {f.at_step} is after the run's last step {last}; e.g. "
+            f"{type(f).__name__}(..., at_step={last})" for f in chaos
+            if last is not None and isinstance(f.at_step, int) and f.at_step > last]
 
 
 def run(script: str | None = None, module: str | None = None, code: str | None = None, mesh: str | None = None,
@@ -253,10 +197,11 @@ def run(script: str | None = None, module: str | None = None, code: str | None =
         LauncherError: no Docker engine, or Docker or Compose failed.
         KeyboardInterrupt: interrupted (Ctrl-C); the cluster was stopped and removed first.
     """
-    given = dict(script=script, module=module, code=code, mesh=mesh, nodes=nodes, nproc_per_node=nproc_per_node,
-                 run_dir=run_dir)
+    if not isinstance(echo, bool):
+        raise ConfigError(f"echo: pass True or False, got {echo!r}; e.g. echo=True")
     options.setdefault("quiet", not echo)
-    parsed = parse(args=args, **{k: v for k, v in given.items() if v is not None}, **options)
+    parsed = make_request("up", script=script, module=module, code=code, mesh=mesh, nodes=nodes,
+                          nproc_per_node=nproc_per_node, run_dir=run_dir, args=args, **options)
     faults = _faults.as_faults(chaos)
     lines: list[str] = []
     main = threading.current_thread() is threading.main_thread()

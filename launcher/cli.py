@@ -31,7 +31,8 @@ from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.job.files import ROOT, container_user, repo_path, write_atomic
 from simcluster.launcher.job.launch import NodeOptions
 from simcluster.launcher.parser import build_parser as _build_parser
-from simcluster.launcher.job.options import node_options, resolve, split_job_argv
+from simcluster.launcher.job.options import resolve, split_job_argv
+from simcluster.launcher.job.request import cli_values, request_from_cli
 from simcluster.train.errors import ConfigError
 
 EXIT_USAGE = 2
@@ -43,7 +44,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from simcluster.launcher.engines.registry import ENGINES
 
     engine = ENGINES[args.target]
-    launch, command = resolve(args, user=NodeOptions.user, parser=build_parser())
+    launch, command = resolve(request_from_cli(vars(args)), user=NodeOptions.user)
     shaping.check(launch, "generate", engine, {})
     engine.check(launch)
     for warning in engine.warnings(launch):
@@ -75,10 +76,15 @@ def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    """`up`: the Python API's one run (launcher/api.py up), printing as it goes; its exit code."""
+    """`up`: the flags mapped onto the one JobRequest (job/request.py), then the Python API's one run
+    (launcher/api.py up), printing as it goes; its exit code.
+
+    Raises:
+        ConfigError: a bad option (exit 2).
+    """
     from simcluster.launcher.api import up
 
-    return up(args)[1]
+    return up(request_from_cli(vars(args)))[1]
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -116,15 +122,21 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Two runs and the table (launcher/compare.py); 0 within --rtol, 1 beyond it or a run failed."""
+    """Two runs and the table (launcher/compare.py; the flags mapped onto its keywords, typed by
+    job/request.py); 0 within --rtol, 1 beyond it or a run failed.
+
+    Raises:
+        ConfigError: a bad option (exit 2).
+    """
     from simcluster.launcher.compare import compare, result_text
 
-    result = compare(script=args.script, module=args.module, code=args.code, args=args.job_argv, mesh=args.mesh,
-                     nodes=args.nodes, nproc_per_node=args.nproc_per_node, against=args.against,
-                     against_nodes=args.against_nodes, against_nproc_per_node=args.against_nproc_per_node,
-                     run_dir=args.run_dir, mounts=tuple(args.mount), node=node_options(args, container_user()),
-                     timeout_s=args.timeout_s, total_steps=args.total_steps, cpu_bridges=not args.no_cpu_bridges,
-                     traffic=args.traffic, trace_steps=args.trace_steps, metric=args.metric, metric_regex=args.metric_regex, rtol=args.rtol, quiet=args.quiet)
+    values = cli_values(vars(args))
+    values.pop("command")
+    values["mounts"] = tuple(values.pop("mount"))
+    values["cpu_bridges"] = not values.pop("no_cpu_bridges")
+    if not values["strict_memory"]:
+        values.pop("strict_memory")
+    result = compare(**values)
     print(result_text(result), flush=True)
     return 0 if result.ok else 1
 
@@ -186,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run its command; the exit code (2: bad options, ConfigError's
+    message on stderr; argparse's own usage errors exit 2 through SystemExit)."""
     own, job_argv = split_job_argv(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args, unknown = parser.parse_known_args(fix_negative_values(own, ("--mesh", "--against", "--rtol")))

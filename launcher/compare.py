@@ -17,18 +17,23 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import math
+import inspect
 import os
+import re
 import shutil
 from dataclasses import dataclass, fields
 
 from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.job.files import ROOT, host_abspath, repo_path
 from simcluster.launcher.job.launch import Launch, NodeOptions
-from simcluster.launcher.observe.metric import failure_text, read_series
-from simcluster.train.series import Comparison, compare_series, metric_pattern
-from simcluster.train.config import Config, parse_mesh
+from simcluster.launcher.compare_read import check_options, failure_text, read_series, result_text  # noqa: F401
+from simcluster.launcher.job.request import make_request, unknown
+from simcluster.train.series import Comparison, compare_series
+from simcluster.train.config import Config
 from simcluster.train.errors import ConfigError
+
+FLAGS = {"A": ("--mesh", "--nodes", "--nproc-per-node"), "B": ("--against", "--against-nodes",
+                                                               "--against-nproc-per-node")}
 
 
 class RunFailed(LauncherError):
@@ -61,41 +66,57 @@ class Side:
         return "python -m launcher up" + self.command.removeprefix("python -m launcher generate")
 
 
-def _layout(side: str, mesh: str | None, nodes: int | None, nproc: int | None) -> tuple[list[str], str, str]:
-    """(the `up` flags, the layout's words, its folder name) of one side's layout flags.
+def _layout(side: str, mesh, nodes, nproc) -> dict:
+    """One side's layout keywords for its request (its values are the request's to check).
 
     Raises:
-        ConfigError: neither or both of a mesh and nodes x ranks, or a bad value, naming the side's flags.
+        ConfigError: neither or both of a mesh and nodes x ranks, naming the side's flags.
     """
-    m, n, p = ("--mesh", "--nodes", "--nproc-per-node") if side == "A" else (
-        "--against", "--against-nodes", "--against-nproc-per-node")
+    m, n, p = FLAGS[side]
     fix = (f"give {side}'s layout as {m} PPxDPxTP (e.g. {m} {'2x2x2' if side == 'A' else '2x2x1'}) or {n} N {p} M "
            f"(e.g. {n} 1 {p} 1: one process)")
     if mesh is not None and (nodes is not None or nproc is not None):
         raise ConfigError(f"{m}: {side}'s layout is either {m} or {n} with {p}, not both; {fix}")
     if mesh is not None:
-        try:
-            spec = parse_mesh(mesh)
-        except ConfigError as e:
-            raise ConfigError(f"{m}: {e}") from None
-        return ["--mesh", str(spec)], f"mesh {spec}", f"mesh-{spec}"
-    if nodes is None or nproc is None or nodes < 1 or nproc < 1:
-        if nodes is None and nproc is None:
-            raise ConfigError(f"{m}: {fix}")
+        return {"mesh": mesh}
+    if nodes is None and nproc is None:
+        raise ConfigError(f"{m}: {fix}")
+    if nodes is None or nproc is None:
         raise ConfigError(f"{n}: {fix} (got {n} {nodes}, {p} {nproc})")
-    words = f"{nodes} node{'s' * (nodes > 1)} x {nproc} rank{'s' * (nproc > 1)}"
-    return ["--nodes", str(nodes), "--nproc-per-node", str(nproc)], words, f"nodes-{nodes}x{nproc}"
+    return {"nodes": nodes, "nproc_per_node": nproc}
 
 
-def _node_flags(node: NodeOptions) -> list[str]:
-    """The `up` flags of the node options that differ from the defaults (each field is its flag)."""
-    out: list[str] = []
-    for f in fields(NodeOptions):
-        value = getattr(node, f.name)
-        if value != f.default:
-            flag = "--" + f.name.replace("_", "-")
-            out += [flag] if value is True else [flag, str(value)]
-    return out
+def _side(side: str, job: dict, layout: dict, base: str, user: str) -> Side:
+    """One side: its request built once by the one constructor (job/request.py), resolved as `up` would.
+
+    Raises:
+        ConfigError: the request's errors; a layout's named by the side's flag (B: --against...).
+    """
+    from simcluster.launcher.engines.base import UpOptions
+    from simcluster.launcher.engines.registry import DEFAULT, ENGINES
+    from simcluster.launcher.job.options import resolve
+
+    if "mesh" in layout:
+        folder = "mesh-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", str(layout["mesh"]).lower().replace(" ", ""))
+    else:
+        folder = f"nodes-{layout['nodes']}x{layout['nproc_per_node']}"
+    where = dict(zip(("mesh", "nodes", "nproc_per_node"), FLAGS[side]))
+    try:
+        req = make_request("up", **job, **layout, run_dir=os.path.join(base, f"{side.lower()}-{folder}"))
+        launch, command = resolve(req, user=user)  # the side's one mesh parse
+    except ConfigError as e:
+        text = str(e).removeprefix("invalid launch:\n  ")
+        name = getattr(e, "field", None) or ("mesh" if text.startswith("mesh:") else None)
+        if name not in where or (side == "A" and name != "mesh"):
+            raise
+        raise ConfigError(f"{where[name]}: {text}") from None
+    if launch.mesh is not None:
+        words = f"mesh {launch.mesh}"
+    else:
+        nodes, nproc = launch.nnodes, launch.nproc_per_node
+        words = f"{nodes} node{'s' * (nodes > 1)} x {nproc} rank{'s' * (nproc > 1)}"
+    ENGINES[DEFAULT].check(launch, UpOptions())
+    return Side(side, words, launch, command)
 
 
 def plan(*, script: str | None = None, module: str | None = None, code: str | None = None, args=(),
@@ -103,63 +124,45 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
          against: str | None = None, against_nodes: int | None = None, against_nproc_per_node: int | None = None,
          run_dir: str | None = None, mounts=(), node: NodeOptions | None = None, timeout_s: float = Config.timeout_s,
          total_steps: int | None = None, cpu_bridges: bool = True, traffic: int = 0,
-         trace_steps: str | None = None) -> tuple[Side, Side]:
-    """The two sides, every input checked as `launcher up` checks it (launcher/job/options.py resolve),
-    before anything starts; nothing is written. Paths are relative to the current folder.
-    total_steps, cpu_bridges, traffic, trace_steps: the instruments' options of your code, for both
-    runs (`up --total-steps`, `--no-cpu-bridges`, `--traffic 1`, `--trace-steps 2`).
+         trace_steps: str | None = None, **node_options) -> tuple[Side, Side]:
+    """The two sides, every input checked by the one JobRequest constructor (job/request.py) and
+    resolved as `launcher up` resolves it, before anything starts; nothing is written. Paths are
+    relative to the current folder. total_steps, cpu_bridges, traffic, trace_steps: the instruments'
+    options of your code, for both runs (`up --total-steps`, `--no-cpu-bridges`, `--traffic 1`,
+    `--trace-steps 2`); node_options: NodeOptions' fields by name (``mount_code=True``), over ``node``'s.
 
     Raises:
         ConfigError: a bad or missing layout (naming that side's flags), script, module, code
-            folder, mount, node option or timeout; the built-in trainer (use train.parity).
+            folder, mount, node option or timeout, a value of the wrong type; the built-in trainer
+            (use train.parity).
     """
-    from simcluster.launcher.parser import build_parser
     from simcluster.launcher.job.files import container_user
-    from simcluster.launcher.job.options import resolve
-    from simcluster.launcher.engines.base import UpOptions
-    from simcluster.launcher.engines.registry import DEFAULT, ENGINES
 
     if script is None and code is None and module in (None, "train", "simcluster.train"):
         raise ConfigError("--script: compare runs your own code: give --script FILE or --module NAME; the built-in "
                           "trainer's parity check is python -m train.parity --mesh 2x2x2 --steps 10")
-    entry = [*(["--script", script] if script else []), *(["--module", module] if module else []),
-             *(["--code", code] if code else [])]
-    shared = [*entry, *(x for m in mounts for x in ("--mount", m)), *_node_flags(node or NodeOptions()),
-              *(["--timeout-s", repr(float(timeout_s))] if timeout_s != Config.timeout_s else []),
-              *(["--total-steps", str(total_steps)] if total_steps is not None else []),
-              *([] if cpu_bridges else ["--no-cpu-bridges"]),
-              *(["--traffic", str(traffic)] if traffic else []), *(["--trace-steps", trace_steps] if trace_steps else [])]
-    layouts = [("A", *_layout("A", mesh, nodes, nproc_per_node)),
-               ("B", *_layout("B", against, against_nodes, against_nproc_per_node))]
-    name = os.path.splitext(os.path.basename(script))[0] if script else module
+    if not isinstance(cpu_bridges, bool):
+        raise ConfigError(f"cpu_bridges: pass True or False, got {cpu_bridges!r}; e.g. cpu_bridges=False")
+    if node is not None and not isinstance(node, NodeOptions):
+        raise ConfigError(f"node: a NodeOptions, got {node!r}; e.g. node=NodeOptions(mount_code=True), or "
+                          f"mount_code=True")
+    defaults = NodeOptions()
+    node_kw = {f.name: getattr(node, f.name) for f in fields(NodeOptions)
+               if node is not None and getattr(node, f.name) != getattr(defaults, f.name)}
+    node_kw.update({k: v for k, v in node_options.items() if v is not None})
+    given_user = node_kw.pop("user", None)
+    user = given_user or container_user()
+    job = dict(script=script, module=module, code=code, args=args, mount=mounts, total_steps=total_steps,
+               no_cpu_bridges=not cpu_bridges, traffic=traffic or None, trace_steps=trace_steps, user=given_user,
+               timeout_s=None if timeout_s == Config.timeout_s else timeout_s, **node_kw)
+    layouts = [("A", _layout("A", mesh, nodes, nproc_per_node)),
+               ("B", _layout("B", against, against_nodes, against_nproc_per_node))]
+    if run_dir is not None and not isinstance(run_dir, str):
+        raise ConfigError(f"run_dir: a folder (text), got {run_dir!r}; e.g. run_dir='runs/ddp-compare'")
+    name = os.path.splitext(os.path.basename(script))[0] if isinstance(script, str) else module
     base = os.path.abspath(run_dir) if run_dir is not None else os.path.join(ROOT, "runs", f"{name}-compare")
-    parser = build_parser()
-    sides = []
-    for side, flags, words, folder in layouts:
-        parsed = parser.parse_args(["up", *flags, *shared, "--run-dir", os.path.join(base, f"{side.lower()}-{folder}")])
-        parsed.job_argv = tuple(args)
-        launch, command = resolve(parsed, user=container_user(), parser=parser)
-        ENGINES[DEFAULT].check(launch, UpOptions())
-        sides.append(Side(side, words, launch, command))
-    return sides[0], sides[1]
-
-
-def check_options(metric: str, metric_regex: str | None, rtol: float) -> None:
-    """--metric, --metric-regex and --rtol, before anything starts.
-
-    Raises:
-        ConfigError: naming the flag and a fix.
-    """
-    if not (rtol >= 0 and math.isfinite(rtol)):
-        raise ConfigError(f"--rtol: must be a finite number >= 0 (the largest relative difference allowed), got "
-                          f"{rtol}; e.g. --rtol 1e-5 (0: bit-identical)")
-    if not metric or not metric.strip():
-        raise ConfigError("--metric: empty; name a key of your metrics.jsonl rows, e.g. --metric loss")
-    if metric_regex is not None:
-        try:
-            metric_pattern(metric_regex)
-        except ValueError as e:
-            raise ConfigError(f"--metric-regex: {e}") from None
+    a, b = (_side(side, job, layout, base, user) for side, layout in layouts)
+    return a, b
 
 
 def check_folders(sides: tuple[Side, Side]) -> None:
@@ -189,8 +192,8 @@ class ComposeRun:
         Raises:
             ConfigError: naming the folder and `launcher down`.
         """
-        from simcluster.launcher.engines import docker as engine
         from simcluster.launcher.drills import shaping
+        from simcluster.launcher.engines import docker as engine
         from simcluster.launcher.engines.handle import Handle
         from simcluster.launcher.engines.registry import DEFAULT, ENGINES
 
@@ -220,22 +223,26 @@ def compare(*, metric: str = "loss", metric_regex: str | None = None, rtol: floa
 
     layout_and_code: plan()'s arguments (script/module/code, args, mesh/nodes/nproc_per_node,
     against/against_nodes/against_nproc_per_node, run_dir, mounts, node, timeout_s, total_steps,
-    cpu_bridges), or node
-    options by name (``mount_code=True``, ``image=...``). metric: a key of the runs' metrics.jsonl
+    cpu_bridges, traffic, trace_steps), or node options by name (``mount_code=True``, ``image=...``). metric: a key of the runs' metrics.jsonl
     rows; metric_regex: read the metric from the lines the ranks printed instead (one group, or
     named groups step and value); rtol: the largest relative difference |A - B| / |B| allowed.
     quiet: each run's lines only in its cluster.log; runner: what runs a side (default ComposeRun).
 
     Raises:
-        ConfigError: bad input (before anything starts), or run A logged no such metric (B is not run).
+        ConfigError: bad input (before anything starts: an unknown keyword, the close ones named, or a
+            value the one JobRequest constructor refuses), or run A logged no such metric (B is not run).
         RunFailed: a run failed (naming the side and its failing rank), or B logged no such metric.
         KeyboardInterrupt: interrupted (the running cluster was stopped).
         LauncherError: Docker or Compose failed.
     """
-    names = {f.name for f in fields(NodeOptions)}
-    node_kw = {k: layout_and_code.pop(k) for k in list(layout_and_code) if k in names}
-    if node_kw:
-        layout_and_code["node"] = dataclasses.replace(layout_and_code.get("node") or NodeOptions(), **node_kw)
+    known = (set(inspect.signature(plan).parameters) - {"node_options"}) | {f.name for f in fields(NodeOptions)} \
+        | {"strict_memory"}
+    for name in layout_and_code:
+        if name not in known:
+            raise unknown(name, sorted(known | set(inspect.signature(compare).parameters) - {"layout_and_code"}),
+                          "compare() takes plan()'s keywords and the node options by name")
+    if not isinstance(quiet, bool):
+        raise ConfigError(f"quiet: pass True or False, got {quiet!r}; e.g. quiet=True")
     check_options(metric, metric_regex, rtol)
     sides = plan(**layout_and_code)
     check_folders(sides)
@@ -271,12 +278,3 @@ def compare(*, metric: str = "loss", metric_regex: str | None = None, rtol: floa
         if quiet:
             print(f"compare: run {side.label} ok, {len(series[-1])} step(s) of {metric}", flush=True)
     return compare_series(series[0], series[1], rtol, metric, (sides[0].label, sides[1].label))
-
-
-def result_text(c: Comparison) -> str:
-    """What `launcher compare` prints at the end: the table, how it ended, and the verdict line."""
-    head = f"compare {c.metric} step by step: rel_diff = |A - B| / |B|, rtol {c.rtol:g}"
-    verdict = (f"compare: OK: {c.metric} of {c.labels[0]} and {c.labels[1]} agree within rtol {c.rtol:g} at all "
-               f"{len(c.rows)} steps" if c.ok else f"compare: FAILED: {c.metric} differs beyond rtol {c.rtol:g} or "
-               f"in its steps (above)")
-    return "\n".join([head, c.table(), *c.verdict(), verdict])

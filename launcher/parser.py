@@ -2,10 +2,9 @@
 
     python -c "from simcluster.launcher.parser import build_parser; build_parser().parse_args(['up', '--help'])"
 
-Its own module so that the Python API (launcher/compare.py resolves each side as `up` would) and
-the CLI share one parser without importing each other. The flags' groups live beside what they
-feed: job and node options in options.py, the engines' here (names from engines/registry.py),
-the trainer's own in train/cli.py.
+Only the command line builds or calls it (cli.py): the Python API takes keywords (job/request.py).
+The job request's options stay text here and are typed by the request, so both refuse a bad value
+with one message. The trainer's own flags are train/cli.py's.
 """
 from __future__ import annotations
 
@@ -13,9 +12,71 @@ import argparse
 import os
 import sys
 
-from simcluster.launcher.job.launch import EngineOptions
-from simcluster.launcher.job.options import add_job_args, add_node_args
+from simcluster.launcher.container.layout import JOIN_TIMEOUT_S
+from simcluster.launcher.job.fields import FIELDS
+from simcluster.launcher.job.launch import RDZV_BACKENDS, EngineOptions, NodeOptions
 from simcluster.train.cli import add_config_args
+from simcluster.train.layout import TRAINER_MODULE
+
+
+def add_job_args(parser: argparse.ArgumentParser) -> None:
+    """What runs: the built-in trainer (default), a script or a module; its shape and mounts."""
+    g = parser.add_argument_group("your own code (arguments after -- go to it)")
+    g.add_argument("--script", default=None, metavar="FILE",
+                   help="run this torchrun script on every rank (its folder is mounted read-only at /code)")
+    g.add_argument("--module", default=None,
+                   help=f"run python -m MODULE on every rank (default: {TRAINER_MODULE}, the built-in trainer); "
+                        "from --code DIR, else from the image")
+    g.add_argument("--code", default=None, metavar="DIR",
+                   help="folder of your code, mounted read-only at /code: the working directory, first on sys.path")
+    g.add_argument("--nodes", type=int, default=None, metavar="N", help="nodes, for jobs that are not 3D (with "
+                   "--nproc-per-node, instead of --mesh)")
+    g.add_argument("--nproc-per-node", type=int, default=None, metavar="M", help="ranks per node (with --nodes)")
+    g.add_argument("--mount", action="append", default=[], metavar="SRC:DST[:ro|rw]",
+                   help="bind-mount a host path into every node (read-only unless :rw; repeatable)")
+    g.add_argument("--total-steps", type=int, default=None, metavar="N",
+                   help="your code's step count, for progress and ETA (else what it logs with simcluster.log)")
+    g.add_argument("--no-cpu-bridges", action="store_true",
+                   help="leave torch's CPU-only DTensor gaps unbridged in your ranks (see docs/own-code.md)")
+
+
+def add_node_args(parser: argparse.ArgumentParser) -> None:
+    """Container options of every node (see launcher/job/launch.py NodeOptions)."""
+    g = parser.add_argument_group("node options")
+    g.add_argument("--cpus-per-node", type=float, default=None, help="CPU limit per node container (default: none)")
+    g.add_argument("--memory-per-node", default=None, help="memory limit per node container, e.g. 3g (default: none); "
+                   "the built-in trainer's predicted tensors per node are checked against it (a warning)")
+    g.add_argument("--strict-memory", action="store_true",
+                   help="refuse (exit 2) instead of warning when a node's predicted memory exceeds --memory-per-node")
+    g.add_argument("--image", default=NodeOptions.image,
+                   help=f"image of every container (default {NodeOptions.image}); needs Python, torch and this "
+                        f"project's launcher package")
+    g.add_argument("--rdzv-backend", choices=RDZV_BACKENDS, default=NodeOptions.rdzv_backend,
+                   help="torchrun rendezvous backend (default c10d; see launcher/container/node.py)")
+    g.add_argument("--mount-code", action="store_true",
+                   help="bind-mount this checkout's train/ and launcher/ over /app (no image rebuild)")
+    g.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S, metavar="S",
+                   help=f"every node must join the rendezvous within S seconds of its start, else the job "
+                        f"ends naming the missing node (default {JOIN_TIMEOUT_S:g})")
+    g.add_argument("--torchrun", action="store_true",
+                   help="start the ranks with stock torchrun, a fresh interpreter each (default: torchrun's "
+                        "agent forking them after one import of torch per node, ~10 s faster on 2 cores)")
+    g.add_argument("--inter-node-bandwidth", default=None, metavar="RATE",
+                   help="limit each node's network to RATE in tc's units (100mbit, 1gbit) with tc tbf, applied "
+                        "by a root helper container before the ranks start (default: unshaped)")
+    g.add_argument("--inter-node-latency", default=None, metavar="DELAY",
+                   help="refused on this machine: its kernel has no netem, the qdisc that adds delay")
+    g.add_argument("--user", default=None, metavar="UID:GID",
+                   help="user the containers run as (generate: 1000:1000, the image's; up: yours, or 1000:1000 "
+                        "when run as root)")
+
+
+def _text_only(p: argparse.ArgumentParser) -> None:
+    """The job request's options stay text here: the request types them (job/request.py cli_values),
+    so the command line and the Python API refuse a bad value with one message."""
+    for action in p._actions:
+        if action.dest in FIELDS:
+            action.type = None
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
@@ -139,6 +200,8 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     pj.add_argument("--json", action="store_true", help="print the projection as JSON (seconds)")
     _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
                                  "(exit 1 beyond --rtol)"))
+    for command in ("generate", "up", "compare"):
+        _text_only(sub.choices[command])
     parser.commands = sub.choices  # command -> its subparser (the Python API parses `up`'s keywords with it)
     return parser
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import simcluster
-from simcluster.launcher.api import parse
+from simcluster.launcher.job.request import make_request
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP = str(ROOT / "examples" / "ddp.py")
@@ -56,15 +56,16 @@ def test_an_unknown_keyword_names_the_flag_it_would_be_and_the_close_ones(tmp_pa
         simcluster.run(script=DDP, nodes=1, nproc_per_node=1, args="--steps 3")
 
 
-def test_keywords_become_the_flags_of_up():
-    args = parse(script=DDP, nodes=2, nproc_per_node=1, args=["--steps", 3], mount_code=True, keep=False,
-                 mount=["/tmp:/data/x", "/etc:/data/y:ro"], start_late={"node-1": 5}, traffic=1, trace_steps="2,3",
-                 wall_timeout_s=30, cpus_per_node=1.5)
-    assert (args.script, args.nodes, args.nproc_per_node, args.job_argv) == (DDP, 2, 1, ("--steps", "3"))
-    assert (args.mount_code, args.keep, args.traffic, args.trace_steps) == (True, False, 1, "2,3")
-    assert args.mount == ["/tmp:/data/x", "/etc:/data/y:ro"] and args.start_late == ["node-1=5"]
-    assert (args.wall_timeout_s, args.cpus_per_node, args.quiet) == (30.0, 1.5, False)
-    assert parse(mesh="-1x2x2").mesh == "-1x2x2"  # a value starting with '-' stays a value
+def test_keywords_become_the_typed_request_of_up():
+    req = make_request("up", script=DDP, nodes=2, nproc_per_node=1, args=["--steps", 3], mount_code=True, keep=False,
+                       mount=["/tmp:/data/x", "/etc:/data/y:ro"], start_late={"node-1": 5}, traffic=1,
+                       trace_steps="2,3", wall_timeout_s=30, cpus_per_node=1.5)
+    assert (req.script, req.nodes, req.nproc_per_node, req.args) == (DDP, 2, 1, ("--steps", "3"))
+    assert (req.mount_code, req.keep, req.traffic, req.trace_steps) == (True, False, 1, "2,3")
+    assert req.mount == ("/tmp:/data/x", "/etc:/data/y:ro") and req.start_late == (("node-1", 5.0),)
+    assert (req.wall_timeout_s, req.cpus_per_node, req.quiet) == (30.0, 1.5, False)
+    with pytest.raises(simcluster.ConfigError, match="mesh: cannot parse '-1x2x2'"):
+        simcluster.run(mesh="-1x2x2")  # a value starting with '-' is refused as a mesh, not taken for a flag
 
 
 @pytest.mark.parametrize("chaos, message", [

@@ -51,15 +51,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _missing_docker(config)  # the ini value checked always, with or without Docker
     config.addinivalue_line("markers", "simcluster(**defaults): keyword defaults of the simcluster fixture's runs "
                             "(mesh=, nodes=, nproc_per_node=, wall_timeout_s=, any `launcher up` option)")
 
 
 def _missing_docker(config: pytest.Config) -> str:
-    """skip or fail: the option, else the ini value, else fail under CI=true."""
+    """skip or fail: the option, else the ini value, else fail under CI=true.
+
+    Raises:
+        pytest.UsageError: an ini value other than skip or fail.
+    """
     choice = config.getoption("simcluster_docker") or config.getini("simcluster_docker")
     if choice not in ("", "skip", "fail"):
-        raise pytest.UsageError(f"simcluster_docker = {choice!r} in the ini file: choose skip or fail")
+        raise pytest.UsageError(f"simcluster_docker = {choice!r} in the ini file: choose skip or fail, e.g. "
+                                f"simcluster_docker = skip")
     return choice or ("fail" if os.environ.get("CI", "").lower() == "true" else "skip")
 
 
@@ -97,17 +103,42 @@ def simcluster_image(simcluster_docker, tmp_path_factory: pytest.TempPathFactory
     return IMAGE
 
 
+def _run_keys() -> set:
+    from simcluster.launcher.api import run
+    from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY
+
+    return (set(inspect.signature(run).parameters) - {"options"}) | (set(FIELDS) - set(GENERATE_ONLY))
+
+
+def _compare_keys() -> set:
+    from simcluster.launcher.compare import compare, plan
+    from simcluster.launcher.job.launch import NodeOptions
+
+    return (set(inspect.signature(plan).parameters) | set(inspect.signature(compare).parameters)
+            | {f.name for f in fields(NodeOptions)}) - {"node_options", "layout_and_code", "runner"}
+
+
 def _defaults(item: pytest.Item) -> dict:
     """The keyword defaults of the item's simcluster marks, the closest mark winning per keyword.
 
     Raises:
-        pytest.UsageError: a mark given positional arguments.
+        pytest.UsageError: a mark given positional arguments, or a keyword that neither a run nor a
+            compare takes (naming it and the close ones).
     """
+    import difflib
+
     out: dict = {}
+    known = _run_keys() | _compare_keys()
     for mark in reversed(list(item.iter_markers("simcluster"))):
         if mark.args:
             raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.simcluster takes keywords only, e.g. "
                                     f"@pytest.mark.simcluster(mesh='2x2x2'); got {mark.args!r}")
+        for key in mark.kwargs:
+            if key not in known:
+                close = difflib.get_close_matches(key, sorted(known), n=3)
+                raise pytest.UsageError(f"{item.nodeid}: @pytest.mark.simcluster({key}=...): no run or compare "
+                                        f"takes {key!r}{'; did you mean ' + ', '.join(close) if close else ''}? "
+                                        f"e.g. @pytest.mark.simcluster(mesh='2x2x2', wall_timeout_s=300)")
         out.update(mark.kwargs)
     return out
 
@@ -125,10 +156,13 @@ class Simcluster:
         return path
 
     def __call__(self, **kwargs):
-        """``simcluster.run(**defaults, **kwargs)``: the Run (launcher/api.py); its errors as there."""
+        """``simcluster.run(**defaults, **kwargs)``: the Run (launcher/api.py); the marks' keywords that
+        only compare takes (against, metric, rtol, ...) are left out; its errors as there (ConfigError)."""
         from simcluster.launcher.api import run
 
-        options = {"wall_timeout_s": DEFAULT_WALL_TIMEOUT_S, **self.defaults, **kwargs}
+        run_keys = _run_keys()
+        options = {"wall_timeout_s": DEFAULT_WALL_TIMEOUT_S, **{k: v for k, v in self.defaults.items()
+                                                                if k in run_keys}, **kwargs}
         if options.get("run_dir") is None:
             options["run_dir"] = self._folder("run")
         else:
@@ -140,11 +174,9 @@ class Simcluster:
     def compare(self, **kwargs):
         """``simcluster.compare(**defaults, **kwargs)``: the Comparison (launcher/compare.py); the
         marks' keywords that compare has no use for (wall_timeout_s, chaos, max_restarts) are left out."""
-        from simcluster.launcher.compare import compare, plan
-        from simcluster.launcher.job.launch import NodeOptions
+        from simcluster.launcher.compare import compare
 
-        known = set(inspect.signature(plan).parameters) | set(inspect.signature(compare).parameters) \
-            | {f.name for f in fields(NodeOptions)}
+        known = _compare_keys()
         options = {**{k: v for k, v in self.defaults.items() if k in known}, **kwargs}
         if options.get("run_dir") is None:
             options["run_dir"] = self._folder("compare")

@@ -1,17 +1,42 @@
-"""A finished run's metric series and why it failed: what ``launcher compare`` reads of each side.
+"""Reading a compare's two runs: the options of the comparison checked, the metric's series of
+each side, why a side failed, and the table and verdict `launcher compare` prints.
 
-    python -c "from simcluster.launcher.observe.metric import failure_text; from types import SimpleNamespace as S; \
-print(failure_text(S(run_dir='runs/none')))"
+    python -c "from simcluster.launcher.compare_read import check_options; check_options('loss', None, 1e-5)"
 
-``side``: anything with ``run_dir`` (the host run folder) and ``label`` (``A (mesh 2x2x2)``):
-compare.py's Side.
+Split from launcher/compare.py (which runs the two sides) by concern; compare.py re-exports
+result_text for the CLI.
 """
 from __future__ import annotations
+
+import math
 
 from simcluster.launcher.job.files import repo_path
 from simcluster.train.errors import ConfigError
 from simcluster.train.rundir import METRICS, rank_lines, step_rows, summary_lines
-from simcluster.train.series import Series, metric_pattern, series_from_lines, series_from_rows
+from simcluster.train.series import Comparison, Series, metric_pattern, series_from_lines, series_from_rows
+
+
+def check_options(metric: str, metric_regex: str | None, rtol: float) -> None:
+    """--metric, --metric-regex and --rtol, before anything starts.
+
+    Raises:
+        ConfigError: naming the flag and a fix.
+    """
+    if isinstance(metric, bool) or not isinstance(metric, str):
+        raise ConfigError(f"--metric: a key of your metrics.jsonl rows (text), got {metric!r}; e.g. metric='loss'")
+    if metric_regex is not None and not isinstance(metric_regex, str):
+        raise ConfigError(f"--metric-regex: a regular expression (text), got {metric_regex!r}; e.g. "
+                          f"metric_regex=r'loss (\\S+)'")
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not (rtol >= 0 and math.isfinite(min(rtol, math.inf))):
+        raise ConfigError(f"--rtol: must be a finite number >= 0 (the largest relative difference allowed), got "
+                          f"{rtol}; e.g. --rtol 1e-5 (0: bit-identical)")
+    if not metric or not metric.strip():
+        raise ConfigError("--metric: empty; name a key of your metrics.jsonl rows, e.g. --metric loss")
+    if metric_regex is not None:
+        try:
+            metric_pattern(metric_regex)
+        except ValueError as e:
+            raise ConfigError(f"--metric-regex: {e}") from None
 
 
 def failure_text(side) -> str:
@@ -57,3 +82,12 @@ def read_series(side, metric: str, metric_regex: str | None) -> Series:
                           f"{metric!r} in their {len(rows)} rows; their keys: "
                           f"{', '.join(keys)}; pass one with --metric, e.g. --metric {next(iter(keys), 'loss')}")
     return series
+
+
+def result_text(c: Comparison) -> str:
+    """What `launcher compare` prints at the end: the table, how it ended, and the verdict line."""
+    head = f"compare {c.metric} step by step: rel_diff = |A - B| / |B|, rtol {c.rtol:g}"
+    verdict = (f"compare: OK: {c.metric} of {c.labels[0]} and {c.labels[1]} agree within rtol {c.rtol:g} at all "
+               f"{len(c.rows)} steps" if c.ok else f"compare: FAILED: {c.metric} differs beyond rtol {c.rtol:g} or "
+               f"in its steps (above)")
+    return "\n".join([head, c.table(), *c.verdict(), verdict])

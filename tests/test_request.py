@@ -1,0 +1,122 @@
+"""The one JobRequest constructor (launcher/job/request.py) refuses bad input without Docker: each
+kind of bad value raises ConfigError naming the field, and nothing is written; the CLI's paths exit 2.
+
+    python -m pytest -q -n 0 tests/test_request.py
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import simcluster
+from simcluster.launcher import cli
+from simcluster.launcher.job.request import make_request
+from simcluster.train.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+DDP = str(ROOT / "examples" / "ddp.py")
+CODE = dict(script=DDP, nodes=2, nproc_per_node=1)
+
+BAD = [  # (keywords, the field the message names)
+    (dict(model="tiny", steps=True), "steps"),  # a bool is no int
+    (dict(model="tiny", steps=3.0), "steps"),  # an int field refuses a float
+    (dict(model="tiny", steps="3"), "steps"),  # ... and text
+    (dict(**CODE, max_restarts=-1), "max_restarts"),  # out of range
+    (dict(model="tiny", steps=10**12), "steps"),  # no sane run has so many steps
+    (dict(script=DDP, nodes=2.0, nproc_per_node=1), "nodes"),  # a float node count
+    (dict(script=DDP, nodes=100000, nproc_per_node=1), "nodes"),
+    (dict(**CODE, cpus_per_node=float("nan")), "cpus_per_node"),  # not finite
+    (dict(model="tiny", timeout_s=10**400), "timeout_s"),  # an int that overflows a float
+    (dict(model="tiny", lr=float("inf")), "lr"),
+    (dict(**CODE, mount={"/tmp": "/data"}), "mount"),  # a dict where a list is expected is not flattened
+    (dict(**CODE, mount="/tmp:/data"), "mount"),  # a string is no list either
+    (dict(**CODE, total_steps=5, trace_steps="1-1000000000"), "trace_steps"),  # refused before any list
+    (dict(model="tiny", steps=3, trace_steps="1-1000000000"), "trace_steps"),
+    (dict(model="tiny", steps=3, profile_step=9), "profile_step"),
+    (dict(script="no/such/train.py", nodes=1, nproc_per_node=1), "script"),  # existence
+    (dict(code="no/such/folder", module="m", nodes=1, nproc_per_node=1), "code"),
+    (dict(model="tiny", config="no/such/run.yaml"), "config"),
+    (dict(script=DDP, module="mypkg.train", nodes=1, nproc_per_node=1), "module"),  # no effect with script
+    (dict(script=DDP, nodes=2), "nproc_per_node"),  # one without the other
+    (dict(model="tiny", total_steps=5), "total-steps"),  # no effect on the built-in trainer
+    (dict(**CODE, strict_memory=True, memory_per_node="3g"), "strict-memory"),  # no effect on your code
+    (dict(model="tiny", strict_memory=True), "strict-memory"),  # nothing to check against
+    (dict(**CODE, lr=0.1), "--lr"),  # a trainer option has no effect on your code
+    (dict(**CODE, rdzv_backend="etcd"), "rdzv_backend"),  # a choice
+    (dict(**CODE, wall_timeout_s=float("inf")), "wall_timeout_s"),
+    (dict(**CODE, start_late=["node-1"]), "start_late"),
+    (dict(**CODE, workdir="/a\nb"), "--workdir"),  # a control character
+    (dict(**CODE, stepz=3), "stepz"),  # an unknown keyword
+    (dict(**CODE, out="x.yml"), "out"),  # generate's option is no `up` option
+]
+
+
+@pytest.mark.parametrize("kwargs, field", BAD, ids=[f"{f}-{i}" for i, (_, f) in enumerate(BAD)])
+def test_bad_input_names_the_field_and_writes_nothing(tmp_path, kwargs, field):
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError) as e:
+        make_request("up", run_dir=str(run_dir), **kwargs)
+    assert field in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        simcluster.run(run_dir=str(run_dir), **kwargs)
+    assert field in str(e.value)
+    assert not run_dir.exists()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs a file owned by another uid than the containers' (root here)")
+def test_a_script_the_containers_user_cannot_read(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    script.chmod(0o600)
+    tmp_path.chmod(0o755)
+    with pytest.raises(ConfigError, match=r"script: .*train.py is not readable by the containers' user 1000:1000"):
+        make_request("up", script=str(script), nodes=1, nproc_per_node=1)
+
+
+def test_a_chaos_fault_after_the_last_step_or_on_a_missing_node(tmp_path):
+    with pytest.raises(ConfigError, match=r"chaos: Kill\('node-1', at_step=9\): at_step 9 is after the run's last step 3"):
+        simcluster.run(model="tiny", mesh="2x1x1", steps=3, chaos=simcluster.Kill("node-1", at_step=9),
+                       run_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError, match="no node 'node-5'"):
+        simcluster.run(model="tiny", mesh="2x1x1", steps=3, chaos=simcluster.Kill("node-5", at_step=2),
+                       run_dir=str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_compare_refuses_a_float_node_count_and_unknown_keywords(tmp_path):
+    base = tmp_path / "base"
+    with pytest.raises(ConfigError, match="--against-nodes: nodes: must be >= 1 and <= 64 \\(an int\\), got 2.0"):
+        simcluster.compare(script=DDP, mesh="2x1x1", against_nodes=2.0, against_nproc_per_node=1, run_dir=str(base))
+    with pytest.raises(ConfigError, match="nodes: must be .*got 2.0"):
+        simcluster.compare(script=DDP, nodes=2.0, nproc_per_node=1, against="2x1x1", run_dir=str(base))
+    with pytest.raises(ConfigError, match="unknown keyword argument 'rtoll'.*did you mean rtol"):
+        simcluster.compare(script=DDP, mesh="2x1x1", against="1x1x1", rtoll=0.1, run_dir=str(base))
+    with pytest.raises(ConfigError, match="--rtol: must be a finite number"):
+        simcluster.compare(script=DDP, mesh="2x1x1", against="1x1x1", rtol=True, run_dir=str(base))
+    assert not base.exists()
+
+
+def test_the_request_is_frozen_and_typed():
+    req = make_request("up", model="tiny", steps=3, timeout_s=30, mount=["/tmp:/data"])
+    assert (req.steps, req.timeout_s, req.mount, req.builtin) == (3, 30.0, ("/tmp:/data",), True)
+    assert req.given() == {"model": "tiny", "steps": 3, "timeout_s": 30.0, "mount": ("/tmp:/data",)}
+    with pytest.raises(Exception):
+        req.steps = 4
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["up", "--model", "tiny", "--steps", "x"], "steps: must be >= 1"),
+    (["up", "--script", DDP, "--nodes", "2.0", "--nproc-per-node", "1"], "nodes: must be >= 1"),
+    (["generate", "--mesh", "2x1x1", "--model", "tiny", "--trace-steps", "1-1000000000", "--stdout"], "trace_steps: "),
+    (["generate", "--mesh", "2x1x1", "--cpus-per-node", "inf", "--stdout"], "cpus_per_node: "),
+    (["compare", "--script", DDP, "--mesh", "2x1x1", "--against-nodes", "1", "--against-nproc-per-node", "1",
+      "--nodes", "x"], "nodes: must be"),
+])
+def test_each_cli_path_exits_2(tmp_path, capsys, argv, message):
+    argv = [*argv, "--run-dir", str(tmp_path / "run")] if "--stdout" not in argv else argv
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err, err
+    assert not (tmp_path / "run").exists()
