@@ -29,7 +29,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench.* as `python -m` finds it from the checkout root
 TOPS = ("launcher", "train", "simcluster", "bench")
 # Being moved into launcher/engines/ by another branch, which rewrites their docstrings; checked again once it lands.
-MOVING = ("launcher/targets/", "launcher/run/")
 REF = re.compile(r"(?<![\w/.-])((?:launcher|train|bench|docs|simcluster|tests|images|examples)/[\w/.-]*\w"
                  r"\.(?:py|md|sh|yml|yaml|txt|toml))")
 LEADS = ("python ", "python3 ", "torchrun ")
@@ -83,11 +82,11 @@ def without_comment(cmd: str) -> str:
 
 
 def all_commands() -> list[tuple[str, str]]:
-    return [(path, cmd) for path in modules() if not path.startswith(MOVING) for cmd in commands(docstring(path) or "")]
+    return [(path, cmd) for path in modules() for cmd in commands(docstring(path) or "")]
 
 
 def test_every_module_opens_with_its_run_commands():
-    missing = [p for p in modules() if not p.startswith(MOVING) and not commands(docstring(p) or "")]
+    missing = [p for p in modules() if not commands(docstring(p) or "")]
     assert not missing, f"modules whose docstring shows no indented `python ...` run command: {missing}"
 
 
@@ -223,7 +222,7 @@ def test_files_the_commands_name_exist():
 
 
 def test_no_docstring_or_docs_page_names_a_file_that_is_gone():
-    texts = {p: docstring(p) or "" for p in modules() if not p.startswith(MOVING)}
+    texts = {p: docstring(p) or "" for p in modules()}
     texts.update({os.path.relpath(p, ROOT): Path(p).read_text(encoding="utf-8")
                   for p in glob.glob(str(ROOT / "docs" / "*.md"))})
     gone = [f"{name}: {m.group(1)}" for name, text in texts.items() for m in REF.finditer(text)

@@ -168,6 +168,8 @@ keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "M
         "GLOO_SOCKET_IFNAME", "TORCHELASTIC_RESTART_COUNT")
 print("env " + " ".join(f"{k}={os.environ.get(k)}" for k in keys) + f" cwd={os.getcwd()} train={train.__file__}"
       + f" args={sys.argv[1:]}", flush=True)
+with open(f"seen-{dist.get_rank()}.txt", "w") as fh:  # a relative write: the shared working directory
+    fh.write(open("notes.txt").read())  # a relative read of a file beside the code
 dist.barrier()
 if dist.get_rank() == 3:
     import deep
@@ -187,6 +189,8 @@ def test_failing_module_names_rank_and_traceback(tmp_path):
     (code / "train" / "__init__.py").write_text("")
     (code / "envcheck.py").write_text(ENVCHECK)
     (code / "deep.py").write_text(DEEP)
+    (code / "notes.txt").write_text("beside the code\n")
+    before = sorted(p.name for p in code.iterdir())
     run = tmp_path / "fail"
     proc = up(run, "--nodes", "2", "--nproc-per-node", "2", "--code", str(code), "--module", "envcheck",
               "--timeout-s", "20", "--", "--flag", "x")
@@ -197,14 +201,20 @@ def test_failing_module_names_rank_and_traceback(tmp_path):
         expected = (f"env RANK={r} LOCAL_RANK={r % 2} WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 GROUP_RANK={k} "
                     f"MASTER_ADDR=node-0 SIMCLUSTER_NODE={k} SIMCLUSTER_NNODES=2 SIMCLUSTER_OUTPUT_DIR=/runs/fail "
                     f"SIMCLUSTER_RESTART_COUNT=0 OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0 "
-                    f"TORCHELASTIC_RESTART_COUNT=0 cwd=/code train=/code/train/__init__.py args=['--flag', 'x']")
+                    f"TORCHELASTIC_RESTART_COUNT=0 cwd=/runs/fail/work train=/runs/fail/work/train/__init__.py "
+                    f"args=['--flag', 'x']")
         assert expected in out, out[-4000:]
+        # the working directory is the run folder's work/, shared by both nodes, the code's files linked in
+        assert (run / "work" / f"seen-{r}.txt").read_text() == "beside the code\n"
+    assert sorted(p.name for p in code.iterdir()) == before  # the user's folder is never written
+    assert sorted(p.name for p in (run / "code").iterdir()) == before  # the run folder keeps the code that ran
+    assert (run / "code" / "deep.py").read_text() == DEEP
     assert "== summary: FAILED ==" in out
     summary = out.split("== summary: FAILED ==", 1)[1]
     earlier = re.search(r"FAILED rank 3 on node-1: ValueError: boom on rank 3\n {6}\.\.\. (\d+) earlier frames\n",
                         summary)
     assert earlier and int(earlier.group(1)) >= 60, summary  # f0..f58 and the module's (runpy's too, with -m)
-    assert 'File "/code/deep.py", line 242, in f60\n          raise ValueError("boom on rank 3")' in summary, summary
+    assert 'File "/runs/fail/work/deep.py", line 242, in f60\n          raise ValueError("boom on rank 3")' in summary, summary
     rows = summary.split("\n  node-0")[0]  # the rows above the nodes' (exception lines may hold a '?')
     assert "metrics      none: the job made no optimizer step and wrote no metrics.jsonl" in rows, summary
     assert "?" not in rows, summary

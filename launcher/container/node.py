@@ -59,6 +59,7 @@ import time
 from simcluster.train import forkrun
 from simcluster.train.forked_rank import RANK_HOOK
 from simcluster.launcher.container.heartbeat import Heartbeat, report, wait_gone
+from simcluster.launcher.container import workdir
 from simcluster.launcher.container.ranks import frozen
 from simcluster.launcher.instrument.rank import boot
 from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
@@ -199,7 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     entry = parser.add_mutually_exclusive_group()
     entry.add_argument("--module", default="simcluster.train", help="module torchrun runs with -m (default simcluster.train)")
     entry.add_argument("--script", default=None, help="a script torchrun runs instead of a module")
-    parser.add_argument("--workdir", default=None, help="the ranks' working directory (default: this one)")
+    parser.add_argument("--workdir", default=None, help="the ranks' working directory (default: this one); made "
+                        "when missing, with the code folder's entries linked in (--code-dir)")
+    parser.add_argument("--code-dir", default=None, help="the code folder (read-only) whose entries the working "
+                        "directory links, and that node 0 records in the run folder (launcher/container/workdir.py)")
     parser.add_argument("--node-name", default=None, help="this node's address (default: the hostname)")
     parser.add_argument("--torchrun", action="store_true",
                         help="start the ranks with stock torchrun (each a fresh interpreter: ~10 s slower start "
@@ -224,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
         report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, EXIT_CONFIG)
         return EXIT_CONFIG
 
+    if args.workdir:  # your code's ranks: a cluster's shared working directory, in the run folder
+        os.makedirs(args.workdir, exist_ok=True)
+        if args.code_dir and (line := workdir.prepare(args.code_dir, args.workdir, args.run_dir or args.workdir,
+                                                      first=args.node_rank == 0)):
+            print(f"[{name}] {line}", flush=True)
     cmd = torchrun_command(args, name, train_argv)
     env = dict(os.environ)
     env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")

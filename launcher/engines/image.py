@@ -96,7 +96,7 @@ def check_image(launch: Launch) -> None:
     Raises:
         ConfigError: something is missing, naming the image and the fix.
     """
-    from_image = [launch.module] if launch.train is None and launch.module and not launch.workdir else []
+    from_image = [launch.module] if launch.train is None and launch.module and not launch.code_dir else []
     if launch.node.image == IMAGE and not from_image:
         return
     volumes = [f"{src}:{dst}:ro" for src, dst in files.code_mounts()] if launch.node.mount_code else []

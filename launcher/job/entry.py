@@ -22,13 +22,12 @@ import re
 from dataclasses import fields
 
 from simcluster.launcher.job.launch import Launch, Mount, NodeOptions, check_node_options
-from simcluster.launcher.container.layout import APP_DIR, DATA_MOUNT, RUNS_MOUNT, run_name
+from simcluster.launcher.container.layout import APP_DIR, CODE_DIR, DATA_MOUNT, RUNS_MOUNT, run_name
 from simcluster.train.layout import TRAINER_MODULE
 from simcluster.train.config import Config, MeshSpec, parse_mesh
 from simcluster.train.errors import ConfigError
 from simcluster.train.preflight import preflight
 
-CODE_DIR = "/code"  # the user's code folder inside the containers
 RESERVED = (RUNS_MOUNT, APP_DIR, CODE_DIR, "/tmp")  # mount targets the launcher owns
 MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
@@ -130,7 +129,7 @@ def resolve_training(cfg: Config, node: NodeOptions, mounts: tuple[str, ...] = (
     data_mounts = [Mount(data, f"{DATA_MOUNT}/{run_name(data)}")] if data is not None else []
     return Launch(nnodes=run.mesh.pp, nproc_per_node=run.mesh.ranks_per_node, mesh=run.mesh, module=TRAINER_MODULE,
                   script=None, argv=train_flags(cfg, run.mesh, run_name(run_dir), data), run_dir=run_dir,
-                  mounts=(*data_mounts, *extra), workdir=None, timeout_s=float(run.config.timeout_s), node=node,
+                  mounts=(*data_mounts, *extra), timeout_s=float(run.config.timeout_s), node=node,
                   train=run)
 
 
@@ -200,7 +199,6 @@ def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | 
     _finish(errors, node, run_dir if run_dir is not None else "runs/x")  # raises listing every problem
     launch = Launch(nnodes=nodes, nproc_per_node=nproc_per_node, mesh=spec, module=module, script=target_script,
                     argv=tuple(argv), run_dir=host_path(os.path.abspath(run_dir)) if run_dir is not None else "",
-                    workdir=CODE_DIR if code_dir else None,
                     mounts=((Mount(host_path(code_dir), CODE_DIR),) if code_dir else ()) + tuple(extra),
                     timeout_s=float(timeout_s), node=node)
     return launch if run_dir is not None else dataclasses.replace(launch, run_dir=f"runs/{launch.job_name}")

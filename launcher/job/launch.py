@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from simcluster.launcher.job.checks import MIN_CPUS, image_problem, memory_problem
 from simcluster.train.units import rate_bits_per_s
 from simcluster.launcher.instrument.spec import Instruments
-from simcluster.launcher.container.layout import IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, lost_after_s, run_name
+from simcluster.launcher.container.layout import (CODE_DIR, IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, WORK_DIR,
+                                                  lost_after_s, run_name)
 from simcluster.train.layout import node_names
 from simcluster.train.config import MeshSpec, TrainRun
 
@@ -147,7 +148,6 @@ class Launch:
     run_dir: the host run folder (repo-relative POSIX or absolute), mounted read-write at
         /runs/<run name>: the job's output folder ($SIMCLUSTER_OUTPUT_DIR).
     mounts: further bind mounts (data, the user's code, --mount).
-    workdir: the ranks' working directory in the container (None: the image's, /app).
     timeout_s: the job's timeout (s): a peer silent for lost_after_s of it is lost.
     train: the built-in trainer's resolved run (None for the user's own code).
     restart: the launcher's restart count ($SIMCLUSTER_RESTART_COUNT): 0, then 1, 2, ...
@@ -164,7 +164,6 @@ class Launch:
     argv: tuple[str, ...]
     run_dir: str
     mounts: tuple[Mount, ...]
-    workdir: str | None
     timeout_s: float
     node: NodeOptions
     train: TrainRun | None = None
@@ -189,6 +188,18 @@ class Launch:
     def output_dir(self) -> str:
         """The run folder inside the containers."""
         return f"{RUNS_MOUNT}/{self.run_name}"
+
+    @property
+    def workdir(self) -> str | None:
+        """The ranks' working directory in the containers: RUN_DIR/work for your code, writable and shared
+        by every node as a cluster's (launcher/container/workdir.py); None for the built-in trainer (the
+        image's /app)."""
+        return None if self.train is not None else f"{self.output_dir}/{WORK_DIR}"
+
+    @property
+    def code_dir(self) -> str | None:
+        """Where your code folder is mounted in the containers (read-only), or None (a module of the image)."""
+        return CODE_DIR if any(m.target == CODE_DIR for m in self.mounts) else None
 
     @property
     def lost_after_s(self) -> float:

@@ -76,6 +76,8 @@ def node_command(launch: Launch, k: int) -> list[str]:
         cmd += ["--wait-for", shaped_marker(launch.output_dir, launch.names[k])]
     if launch.workdir:
         cmd += ["--workdir", launch.workdir]
+    if launch.code_dir:
+        cmd += ["--code-dir", launch.code_dir]
     if node.torchrun:
         cmd.append("--torchrun")
     return [*cmd, "--", *launch.argv]

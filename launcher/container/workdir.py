@@ -1,0 +1,91 @@
+"""The ranks' working directory, as on a cluster's shared filesystem: writable, shared by every node of the
+run, the files beside the script readable through it; and the run folder's record of the code that ran.
+
+    python -m simcluster.launcher.container.workdir /code /tmp/run/work /tmp/run     # (in a node, by the wrapper)
+
+The rules (docs/own-code.md, "Your working directory"):
+
+- WORK (``RUN_DIR/work``, layout.WORK_DIR) is every rank's working directory, on every node: a relative write of any
+  rank (a DCP checkpoint of all ranks, a log file) lands in the run folder, as it lands in the shared
+  working directory of a real cluster's job.
+- Each top-level entry of the code folder (``/code``, mounted read-only) is linked into WORK by the
+  same name (``work/data.txt -> /code/data.txt``), so a relative read of a file beside the script
+  works, and the user's own folder is never written (the link's target is read-only).
+- Node-local paths stay per node (``/tmp``, the home folder ``/tmp``): code that wrongly takes them
+  for shared fails here as on a cluster.
+- The run folder keeps the code that ran: ``RUN_DIR/code/`` is a copy of the code folder when it
+  holds at most COPY_LIMIT bytes, else ``RUN_DIR/code.sha256`` lists every file with its size and
+  sha256 (and says why). Made once per run folder (node 0, first start), never overwritten.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+
+from simcluster.launcher.container.layout import WORK_DIR
+
+CODE_COPY = "code"  # RUN_DIR/CODE_COPY: the copy of the code that ran
+CODE_LIST = "code.sha256"  # RUN_DIR/CODE_LIST: instead, above COPY_LIMIT: "sha256  size  path" a file
+COPY_LIMIT = 20 * 2**20  # bytes of code copied into the run folder (above: listed with hashes)
+SKIP = ("__pycache__", ".git")  # never copied nor listed
+
+
+def _files(code_dir: str) -> list[tuple[str, int]]:
+    """(path relative to code_dir, size) of every file below it, sorted; SKIP left out, links not followed."""
+    out = []
+    for base, dirs, names in os.walk(code_dir):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP)
+        for name in sorted(names):
+            path = os.path.join(base, name)
+            if os.path.isfile(path) and not os.path.islink(path):
+                out.append((os.path.relpath(path, code_dir), os.path.getsize(path)))
+    return out
+
+
+def link(code_dir: str, work: str) -> None:
+    """Make WORK and link each top-level entry of code_dir into it (several nodes may race: an existing
+    link is kept)."""
+    os.makedirs(work, exist_ok=True)
+    for name in sorted(os.listdir(code_dir)):
+        if name in SKIP:
+            continue
+        try:
+            os.symlink(os.path.join(code_dir, name), os.path.join(work, name))
+        except FileExistsError:
+            pass
+
+
+def record(code_dir: str, run_dir: str, limit: int = COPY_LIMIT) -> str:
+    """The run folder's record of the code that ran (a copy, or the list above ``limit`` bytes); the line
+    that says which. Nothing is done when a record exists (a restart of the same run)."""
+    copy, listing = os.path.join(run_dir, CODE_COPY), os.path.join(run_dir, CODE_LIST)
+    if os.path.exists(copy) or os.path.exists(listing):
+        return f"code: recorded before in {copy if os.path.exists(copy) else listing}"
+    files = _files(code_dir)
+    total = sum(size for _, size in files)
+    if total <= limit:
+        tmp = copy + ".partial"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(code_dir, tmp, symlinks=True, ignore=shutil.ignore_patterns(*SKIP))
+        os.replace(tmp, copy)
+        return f"code: {len(files)} files ({total} bytes) copied to {copy}"
+    with open(listing + ".partial", "w", encoding="utf-8") as fh:
+        fh.write(f"# {len(files)} files, {total} bytes: above the copy limit of {limit} bytes, listed, not copied\n")
+        for rel, size in files:
+            with open(os.path.join(code_dir, rel), "rb") as src:
+                digest = hashlib.file_digest(src, "sha256").hexdigest()
+            fh.write(f"{digest}  {size}  {rel}\n")
+    os.replace(listing + ".partial", listing)
+    return f"code: {len(files)} files ({total} bytes, above {limit}) listed with their sha256 in {listing}"
+
+
+def prepare(code_dir: str, work: str, run_dir: str, first: bool) -> str | None:
+    """link() on every node, and on the first node also record(); the record's line, or None."""
+    link(code_dir, work)
+    return record(code_dir, run_dir) if first else None
+
+
+if __name__ == "__main__":
+    print(prepare(sys.argv[1], sys.argv[2], sys.argv[3], first=True))
