@@ -41,10 +41,12 @@ EXIT_USAGE = 2
 def cmd_generate(args: argparse.Namespace) -> int:
     """`generate`: the engine's document (engines/registry.py ENGINES[--target]), written or printed."""
     from simcluster.launcher.drills import shaping
+    from simcluster.launcher.engines.deps_image import with_image
     from simcluster.launcher.engines.registry import ENGINES
 
     engine = ENGINES[args.target]
     launch, command = resolve(request_from_cli(vars(args)), user=NodeOptions.user)
+    launch = with_image(launch, say=lambda line: print(line, file=sys.stderr))  # the document names it
     shaping.check(launch, "generate", engine, {})
     engine.check(launch)
     for warning in engine.warnings(launch):

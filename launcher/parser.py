@@ -38,6 +38,11 @@ def add_job_args(parser: argparse.ArgumentParser) -> None:
                    help="your code's step count, for progress and ETA (else what it logs with simcluster.log)")
     g.add_argument("--no-cpu-bridges", action="store_true",
                    help="leave torch's CPU-only DTensor gaps unbridged in your ranks (see docs/own-code.md)")
+    g.add_argument("--requirements", default=None, metavar="FILE",
+                   help="your code's dependencies: wheels downloaded here for the image's Python (torch stays the "
+                        "image's), a derived image built FROM it once per content (docs/own-code.md)")
+    g.add_argument("--wheel", action="append", default=[], metavar="PATH",
+                   help="a wheel you built, installed into that image too (repeatable)")
 
 
 def add_node_args(parser: argparse.ArgumentParser) -> None:

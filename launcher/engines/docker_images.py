@@ -41,13 +41,14 @@ def image_id(image: str) -> str | None:
         return None
 
 
-def build_image(path: str, tag: str, labels: dict[str, str] | None = None) -> None:
-    """``docker build -t TAG PATH`` (intermediate containers removed), with ``labels`` added. Raises
-    LauncherError: the build failed (its message)."""
+def build_image(path: str, tag: str, labels: dict[str, str] | None = None,
+                buildargs: dict[str, str] | None = None) -> None:
+    """``docker build -t TAG PATH`` (intermediate containers removed), with ``labels`` added and
+    ``buildargs`` (--build-arg). Raises LauncherError: the build failed (its message)."""
     if not os.path.isdir(path):  # the SDK raises TypeError then
         raise LauncherError(f"`docker build -t {tag} {path}`: no such folder")
     with sdk_errors(f"`docker build -t {tag} {path}`"):
-        client().images.build(path=path, tag=tag, rm=True, labels=labels or {})
+        client().images.build(path=path, tag=tag, rm=True, labels=labels or {}, buildargs=buildargs or {})
 
 
 def run_once(image: str, command: list[str]) -> str:

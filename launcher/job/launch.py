@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from simcluster.launcher.job.checks import MIN_CPUS, image_problem, memory_problem
 from simcluster.train.units import rate_bits_per_s
+from simcluster.launcher.job.deps import Requirements
 from simcluster.launcher.instrument.spec import Instruments
 from simcluster.launcher.container.layout import (CODE_DIR, IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, WORK_DIR,
                                                   lost_after_s, run_name)
@@ -152,6 +153,8 @@ class Launch:
     train: the built-in trainer's resolved run (None for the user's own code).
     restart: the launcher's restart count ($SIMCLUSTER_RESTART_COUNT): 0, then 1, 2, ...
     engine: options of the real engines' documents (EngineOptions).
+    requirements: your code's dependencies (launcher/job/deps.py); the nodes run the image they derive
+        (engines/deps_image.py with_image: node.image replaced before the engine renders or starts).
     instruments: what the ranks of the user's code record (launcher/instrument/spec.py); unused
         by the built-in trainer, which takes its own flags.
     """
@@ -170,6 +173,7 @@ class Launch:
     restart: int = 0
     engine: EngineOptions = EngineOptions()
     instruments: Instruments = Instruments()
+    requirements: Requirements = Requirements()
 
     @property
     def names(self) -> list[str]:

@@ -15,6 +15,7 @@ import shlex
 import sys
 from dataclasses import fields
 
+from simcluster.launcher.job.deps import Requirements
 from simcluster.launcher.job.checks import example, memory_bytes, run_dir_problem, text_errors
 from simcluster.launcher.job.fields import FIELDS, UP_ONLY, flag
 from simcluster.launcher.job.files import host_abspath, repo_path
@@ -80,6 +81,10 @@ def config_of(req: JobRequest) -> Config:
     return config_from_dict(values, source=req.config or "flags")
 
 
+def _abs(path: str | None) -> str | None:
+    return None if path is None else os.path.abspath(path)
+
+
 def resolve(req: JobRequest, user: str) -> tuple[Launch, str]:
     """The edge: a checked request -> (Launch, the canonical ``launcher generate`` line of it).
     Paths are taken relative to the cwd and named repo-relative when inside the repo, else absolute.
@@ -100,7 +105,8 @@ def resolve(req: JobRequest, user: str) -> tuple[Launch, str]:
                               mesh=req.mesh, nodes=req.nodes, nproc_per_node=req.nproc_per_node,
                               run_dir=req.run_dir, timeout_s=cfg.timeout_s, mounts=req.mount, host_path=repo_path)
         launch = dataclasses.replace(launch, instruments=instruments(cfg, req))
-    launch = dataclasses.replace(launch, engine=engine_options(req))
+    launch = dataclasses.replace(launch, engine=engine_options(req),
+                                 requirements=Requirements(_abs(req.requirements), tuple(map(_abs, req.wheel))))
     _raise(check_engine_options(launch.engine))
     command = generate_command(req, launch)
     check_resolved(launch, command)
@@ -179,7 +185,7 @@ def check_resolved(launch: Launch, command: str) -> None:
 
 def _canonical(name: str, value):
     """A flag value as the header shows it: paths repo-relative, the mesh normalised."""
-    if name in ("data", "run_dir", "script", "code", "out"):
+    if name in ("data", "run_dir", "script", "code", "out", "requirements", "wheel"):
         return repo_path(value)
     if name == "mount":
         src, dst, mode = parse_mount(value)

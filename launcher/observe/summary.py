@@ -67,6 +67,8 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     show = stream.show
     show(f"== summary: {'OK' if ok else 'FAILED'} ==")
     show(f"  run folder   {launch.run_dir}")
+    if launch.requirements:
+        show(f"  image        {launch.node.image} (FROM the trainer image, with your requirements)")
     show(f"  wall time    {wall:.1f}s (launcher, up to last exit)" + (f"; trainer wall_s {m['wall_s']}" if m["wall_s"] else ""))
     if stream.first_worker_s is not None:
         show(f"  first rank output after {stream.first_worker_s:.1f}s")
@@ -119,7 +121,8 @@ def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, 
     exit code, the rendezvous', the lost nodes' lines, the containers up killed, and each rank that
     printed a traceback: rank, node, its node's exit code, the traceback's last lines (the
     exception last) and whether it only saw a peer's connection close (peer_failed); the
-    network the run was measured on (inter_node_bandwidth: --inter-node-bandwidth, or null)."""
+    network the run was measured on (inter_node_bandwidth: --inter-node-bandwidth, or null); the image
+    every node ran (image: the trainer's, --image, or the derived image of --requirements)."""
     def failed(rank: int, lines: list[str]) -> dict:
         node = launch.names[node_of(rank, launch.nproc_per_node)]
         return {"rank": rank, "node": node, "exit": codes.get(node), "lines": lines,
@@ -129,7 +132,7 @@ def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, 
             "final_loss": m["final_loss"], "nodes": {n: codes.get(n) for n in launch.names},
             "rendezvous": codes.get(RDZV_HOST), "lost": list(stream.lost), "killed_by_up": list(stream.forced),
             "failed": [failed(r, lines) for r, lines in sorted(tracebacks.items()) if not ok],
-            "inter_node_bandwidth": launch.node.inter_node_bandwidth}
+            "inter_node_bandwidth": launch.node.inter_node_bandwidth, "image": launch.node.image}
 
 
 def _no_metrics(launch: Launch, run_dir: str) -> list[str]:

@@ -37,6 +37,7 @@ from simcluster.launcher.job.launch import Launch, with_resume
 from simcluster.launcher.container.layout import IMAGE, RDZV_HOST
 from simcluster.launcher.engines.base import UpOptions
 from simcluster.launcher.engines.skeleton import follow_and_summarise, kill_all, open_stream
+from simcluster.launcher.engines.deps_image import with_image
 from simcluster.launcher.engines.image import check_image, ensure_image
 from simcluster.launcher.engines.compose.render import render
 from simcluster.train.errors import ConfigError
@@ -72,6 +73,7 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
                           f"`python -m launcher down --run-dir {launch.run_dir}` or pass another --run-dir")
     if launch.node.image == IMAGE:
         ensure_image(IMAGE, opts.build, launch.node.mount_code)
+    launch = with_image(launch)  # --requirements: the derived image, FROM the one just ensured
     check_image(launch)
     make_run_dir(run_dir, launch.node.user)
     print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); "

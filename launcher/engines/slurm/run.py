@@ -25,11 +25,12 @@ import time
 
 from simcluster.launcher.engines import docker as engine
 from simcluster.launcher.engines import docker_images as images
+from simcluster.launcher.engines.deps_image import with_image
 from simcluster.launcher.engines import docker_cluster as cluster
 from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.job.files import IMAGES, code_sources, host_abspath, make_run_dir
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.container.layout import IMAGE_USER, LABEL
+from simcluster.launcher.container.layout import IMAGE as TRAINER_IMAGE, IMAGE_USER, LABEL
 from simcluster.train.layout import node_of
 from simcluster.launcher.observe.progress import split_rank
 from simcluster.launcher.observe.summary import summarise
@@ -57,11 +58,14 @@ def slurm_conf(launch: Launch) -> str:
         "PartitionName=sim Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""])
 
 
-def ensure_image() -> None:
-    """Build IMAGE (images/slurm/, FROM the trainer image) when it is missing."""
-    if images.image_created(IMAGE) is None:
-        print(f"launcher | building {IMAGE} (images/slurm/Dockerfile, apt over http)", flush=True)
-        images.build_image(os.path.join(IMAGES, "slurm"), IMAGE)
+def ensure_image(base: str = TRAINER_IMAGE) -> str:
+    """The Slurm image FROM base (images/slurm/), built when missing: IMAGE over the trainer image, or
+    simcluster/slurm:<base's tag> over the derived image of --requirements (engines/deps_image.py)."""
+    tag = IMAGE if base == TRAINER_IMAGE else f"{IMAGE.rsplit(':', 1)[0]}:{base.rsplit(':', 1)[-1]}"
+    if images.image_created(tag) is None:
+        print(f"launcher | building {tag} (images/slurm/Dockerfile FROM {base}, apt over http)", flush=True)
+        images.build_image(os.path.join(IMAGES, "slurm"), tag, buildargs={"BASE_IMAGE": base})
+    return tag
 
 
 def _exec(container, cmd: list[str], user: str = "root", workdir: str | None = None) -> tuple[int, str]:
@@ -92,7 +96,8 @@ def up(launch: Launch, command: str, opts: UpOptions, timeout_s: float = JOB_TIM
 
 
 def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
-    ensure_image()
+    launch = with_image(launch)  # --requirements: the derived image, the Slurm image FROM it
+    image = ensure_image(launch.node.image)
     run_dir = os.path.abspath(host_abspath(launch.run_dir))
     make_run_dir(run_dir, IMAGE_USER)
     meta = os.path.join(run_dir, ".slurm")
@@ -125,7 +130,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
         if launch.node.memory_per_node:
             limits["mem_limit"] = launch.node.memory_per_node
         for name, role in [(CONTROLLER, "slurmctld"), *[(n, "slurmd") for n in launch.names]]:
-            made.append(engine.run_container(IMAGE, [role], name=f"{tag}-{name}", hostname=name, network=tag,
+            made.append(engine.run_container(image, [role], name=f"{tag}-{name}", hostname=name, network=tag,
                                              volumes=volumes, labels={SLURM_LABEL: tag},
                                              environment={"OMP_NUM_THREADS": "1"},
                                              **(limits if role == "slurmd" else {})))

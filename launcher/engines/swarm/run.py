@@ -33,6 +33,7 @@ from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import IMAGE
 from simcluster.launcher.engines.base import UpOptions
 from simcluster.launcher.engines.skeleton import follow_and_summarise, kill_all, open_stream
+from simcluster.launcher.engines.deps_image import with_image
 from simcluster.launcher.engines.image import check_image, ensure_image
 from simcluster.launcher.engines.swarm import render as swarm
 from simcluster.launcher.engines.checks import has_registry, no_registry
@@ -120,6 +121,7 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
     sw = check_engine(launch, target.project)
     if launch.node.image == IMAGE:
         ensure_image(IMAGE, False, launch.node.mount_code)
+    launch = with_image(launch)  # --requirements: the derived image, FROM the one just ensured
     check_image(launch)
     run_dir = target.run_dir
     make_run_dir(run_dir, launch.node.user)

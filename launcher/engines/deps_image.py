@@ -1,7 +1,7 @@
 """Your code's dependencies: wheels downloaded on the host for the image's Python, a derived image built
 FROM the trainer image, its tag the content of what it adds.
 
-    python -c "from simcluster.launcher.engines.requirements import Requirements; print(Requirements().tag('sha256:0'))"
+    python -c "from simcluster.launcher.engines.deps_image import PLATFORM; print(' '.join(PLATFORM))"
     python -m launcher up --nodes 2 --nproc-per-node 2 --script train.py --requirements requirements.txt -- --steps 8
 
 The rules (torchx's workspace image, Kubeflow's ``packages_to_install``, Ray's ``runtime_env``, as
@@ -22,58 +22,27 @@ one flag):
 """
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import os
 import re
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 
 from simcluster.launcher.container.layout import IMAGE, IMAGE_USER, LABEL
 from simcluster.launcher.engines import docker_images as images
+from simcluster.launcher.job.deps import WHEEL, Requirements
+from simcluster.launcher.job.launch import Launch
 from simcluster.train.errors import ConfigError
 
 PLATFORM = ("--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
             "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
             "--platform", "manylinux_2_17_x86_64")  # the trainer image's interpreter (images/build.sh's wheelhouse)
-REPO = "simcluster/deps"
-EXAMPLE = "e.g. --requirements requirements.txt (one requirement a line, as pip reads it)"
-WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
 
 def _norm(name: str) -> str:
     """A distribution's name as pip compares it (PEP 503)."""
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-@dataclass(frozen=True)
-class Requirements:
-    """What a job needs beyond the trainer image. file: a requirements file (host path) or None; wheels:
-    wheel files built by the user (host paths). Empty: the trainer image itself runs."""
-
-    file: str | None = None
-    wheels: tuple[str, ...] = ()
-
-    def __bool__(self) -> bool:
-        return self.file is not None or bool(self.wheels)
-
-    def check(self) -> None:
-        """Raises ConfigError: the file or a wheel is missing, unreadable or not a wheel file."""
-        if self.file is not None and not (os.path.isfile(self.file) and os.access(self.file, os.R_OK)):
-            raise ConfigError(f"requirements: {self.file!r} is not a readable file; {EXAMPLE}")
-        for path in self.wheels:
-            if not (os.path.isfile(path) and os.access(path, os.R_OK) and WHEEL.match(os.path.basename(path))):
-                raise ConfigError(f"wheel: {path!r} is not a readable wheel file (NAME-VERSION-...-PLATFORM.whl); "
-                                  f"e.g. --wheel dist/mypkg-0.1-py3-none-any.whl")
-
-    def tag(self, base_id: str) -> str:
-        """The derived image's tag for a base image id: content-addressed, see the module's rules."""
-        h = hashlib.sha256(base_id.encode() + b"\0")
-        for path in ([self.file] if self.file else []) + sorted(self.wheels, key=os.path.basename):
-            with open(path, "rb") as fh:
-                h.update(os.path.basename(path).encode() + b"\0" + hashlib.sha256(fh.read()).digest())
-        return f"{REPO}:{h.hexdigest()[:16]}"
 
 
 def image_packages(base: str) -> dict[str, str]:
@@ -147,5 +116,15 @@ def ensure(req: Requirements, base: str = IMAGE, say=print) -> str:
         with open(os.path.join(ctx, "Dockerfile"), "w", encoding="utf-8") as fh:
             fh.write(DOCKERFILE.format(base=base, user=IMAGE_USER) if added else f"FROM {base}\n")  # all held already
         images.build_image(ctx, tag, labels={LABEL + "base": base, LABEL + "wheels": " ".join(added)})
-    say(f"image: {tag} built FROM {base}, adding {len(added)} wheel(s): {' '.join(added) or 'none'}")
+    names = [f"{m['name']}=={m['version']}" for m in map(WHEEL.match, added)]
+    say(f"image: {tag} built FROM {base}, adding {len(added)} wheel(s): {' '.join(names) or 'none'}")
     return tag
+
+
+def with_image(launch: Launch, say=print) -> Launch:
+    """The launch with its nodes' image the derived image of its requirements (built when missing); the
+    launch itself when it has none. Raises ConfigError, LauncherError (see ``ensure``)."""
+    if not launch.requirements:
+        return launch
+    tag = ensure(launch.requirements, launch.node.image, say)
+    return dataclasses.replace(launch, node=dataclasses.replace(launch.node, image=tag))
