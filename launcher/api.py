@@ -22,6 +22,7 @@ from simcluster.launcher.drills import faults as _faults
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.job.request import JobRequest, make_request
 from simcluster.train import rundir
+from simcluster.train import runlog
 from simcluster.train.errors import ConfigError
 
 CHAOS_JOIN_S = 10.0  # how long a run waits, after its cluster ended, for its chaos threads to say why they stopped
@@ -70,12 +71,12 @@ class Run:
     @property
     def summary(self) -> str:
         """The summary `launcher up` printed (``== summary: OK ==`` and its rows)."""
-        return "\n".join(rundir.summary_lines(self.run_dir))
+        return "\n".join(runlog.summary_lines(self.run_dir))
 
     @property
     def record(self) -> dict:
         """The summary as data (RUN_DIR/summary.json; observe/summary.py writes it); {} when none."""
-        return rundir.read_summary(self.run_dir) or {}
+        return runlog.read_summary(self.run_dir) or {}
 
     @property
     def timed_out(self) -> bool:
@@ -108,7 +109,7 @@ class Run:
 
     def logs(self, rank: int | None = None, node: str | None = None) -> list[str]:
         """cluster.log's lines: all, one node's (``node="node-1"``), or what one rank printed (``rank=3``)."""
-        return rundir.log_lines(self.run_dir, node=node, rank=rank)
+        return runlog.log_lines(self.run_dir, node=node, rank=rank)
 
     def __repr__(self) -> str:
         return f"Run({self.launch.shape}, ok={self.ok}, exit_code={self.exit_code}, run_dir={self.run_dir!r})"

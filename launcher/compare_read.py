@@ -12,7 +12,8 @@ import math
 
 from simcluster.launcher.job.files import repo_path
 from simcluster.train.errors import ConfigError
-from simcluster.train.rundir import METRICS, rank_lines, step_rows, summary_lines
+from simcluster.train.rundir import METRICS, step_rows
+from simcluster.train.runlog import rank_lines, summary_lines
 from simcluster.train.series import Comparison, Series, metric_pattern, series_from_lines, series_from_rows
 
 

@@ -15,17 +15,12 @@ from __future__ import annotations
 import glob
 import json
 import os
-import re
 
 from simcluster.train.errors import ConfigError
 
 METRICS = "metrics.jsonl"
 STEPS = "steps"  # the instruments' step records of the user's code: steps/rank-R.jsonl (instrument/spec.py)
 TRAFFIC = "traffic"  # traffic/rank-R.jsonl: one summary per step and rank (train/traffic.py)
-TRACE = "trace.json"
-CONFIG = "config.yaml"  # the built-in trainer's resolved config
-CLUSTER_LOG = "cluster.log"  # every line `launcher up` showed, its summary last
-SUMMARY = "summary.json"  # the summary as data (observe/summary.py _record), written once the run has ended
 
 
 # metrics.jsonl's typed keys (train/metrics.py's schema), checked when read strictly
@@ -205,115 +200,6 @@ def last_step(run_dir: str | None, since: float = 0.0) -> int | None:
     return max(found) if found else None
 
 
-def run_folder(run_dir: str, field: str, example: str) -> str:
-    """RUN_DIR itself once it is a folder.
-
-    Raises:
-        ConfigError: missing, or a file rather than a folder: ``field`` names the input (e.g.
-            ``report: --run-dir``), ``example`` a command line that would work.
-    """
-    if not os.path.exists(run_dir):
-        raise ConfigError(f"{field} {run_dir!r} is not a folder (nothing there); pass a run folder of `launcher up`, e.g. {example}")
-    if not os.path.isdir(run_dir):
-        raise ConfigError(f"{field} {run_dir!r} is not a folder (a file); pass the run folder of `launcher up` "
-                          f"(it holds metrics.jsonl, config.yaml, ...), e.g. {example}")
-    return run_dir
-
-
-def read_config(run_dir: str) -> dict | None:
-    """RUN_DIR/config.yaml (the built-in trainer's resolved config) as a mapping; None without one.
-
-    Raises:
-        ConfigError: it cannot be read, is not YAML (cut short, garbage) or not a mapping, naming
-            the file, the line where the YAML parser stopped, and the fix.
-    """
-    path = os.path.join(run_dir, CONFIG)
-    if not os.path.exists(path):
-        return None
-    import yaml  # the trainer's ranks, which import this module, never read a config back
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            values = yaml.safe_load(fh)
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot be read ({e.strerror}); it should be the YAML config the trainer "
-                          f"wrote, e.g. 'mesh: 2x2x2'") from None
-    except (yaml.YAMLError, ValueError) as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}{where}: not YAML ({getattr(e, 'problem', None) or e}); the trainer writes it "
-                          f"whole (e.g. 'mesh: 2x2x2'): rerun the job, or restore the file") from None
-    if not isinstance(values, dict):
-        raise ConfigError(f"{path}: holds {type(values).__name__}, not a mapping of config fields (e.g. "
-                          f"'mesh: 2x2x2'); rerun the job, or restore the file")
-    return values
-
-
-def read_trace(run_dir: str) -> list[dict] | None:
-    """RUN_DIR/trace.json's events (the merged Chrome trace of --trace-steps); None without one.
-
-    Raises:
-        ConfigError: it is not JSON or holds no ``traceEvents`` list of objects, naming the file.
-    """
-    path = os.path.join(run_dir, TRACE)
-    if not os.path.exists(path):
-        return None
-    fix = "rerun with --trace-steps S, or delete the file"
-    try:
-        with open(path, "rb") as fh:
-            data = json.loads(fh.read())
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot be read ({e.strerror}); {fix}") from None
-    except ValueError as e:
-        where = f" line {e.lineno}" if isinstance(e, json.JSONDecodeError) else ""
-        raise ConfigError(f"{path}{where}: not JSON ({getattr(e, 'msg', e)}; cut short?); {fix}") from None
-    events = data.get("traceEvents") if isinstance(data, dict) else None
-    if not isinstance(events, list) or not all(isinstance(e, dict) for e in events):
-        raise ConfigError(f"{path}: no \"traceEvents\" list of objects (a Chrome trace, "
-                          f"e.g. {{\"traceEvents\": [...]}}); {fix}")
-    for n, e in enumerate(events):
-        if e.get("ph") != "X":
-            continue
-        bad = next((k for k in ("ts", "dur", "tid") if not _is_number(e.get(k))), None) \
-            or ("name" if not isinstance(e.get("name"), str) else None) \
-            or ("args" if not isinstance(e.get("args", {}), dict) else None)
-        if bad:
-            raise ConfigError(f"{path}: event {n} has {bad} {e.get(bad)!r} (a complete event needs a string name, "
-                              f"numbers ts, dur and tid, an args object); {fix}")
-    return events
-
-
-def write_summary(run_dir: str, record: dict) -> None:
-    """Write RUN_DIR/summary.json (the ended run's summary as data) whole or not at all."""
-    path = os.path.join(run_dir, SUMMARY)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(record, fh, indent=1)
-    os.replace(tmp, path)
-
-
-def read_summary(run_dir: str) -> dict | None:
-    """RUN_DIR/summary.json of the folder's last ended run, or None (none ended yet, or unreadable)."""
-    try:
-        with open(os.path.join(run_dir, SUMMARY), encoding="utf-8") as fh:
-            record = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def last_summary(run_dir: str | None) -> tuple[float, str | None] | None:
-    """(UNIX time RUN_DIR/cluster.log was last written, its last ``== summary: OK|FAILED ==``
-    line or None), or None without a cluster.log: when and how the folder's last `up` ended."""
-    path = os.path.join(run_dir or "", CLUSTER_LOG)
-    if not run_dir or not os.path.isfile(path):
-        return None
-    with open(path, "rb") as fh:
-        fh.seek(max(0, os.path.getsize(path) - 65536))
-        lines = fh.read().decode("utf-8", "replace").splitlines()
-    return os.path.getmtime(path), next((ln.strip() for ln in reversed(lines) if ln.startswith("== summary:")), None)
-
-
 class MetricsTail:
     """New complete rows of a metrics.jsonl as it grows (a rewritten, shorter file is read anew).
     A file last written before ``since`` (UNIX time; a previous run's, in a reused run folder)
@@ -367,55 +253,3 @@ class StepsTail:
         return out
 
 
-def newest_run(root: str) -> str:
-    """The folder under ROOT/runs whose metrics.jsonl (or, for the user's code, steps/rank-0.jsonl) changed last.
-
-    Raises:
-        ConfigError: none has one, naming the fix.
-    """
-    found = glob.glob(os.path.join(root, "runs", "**", METRICS), recursive=True) \
-        + glob.glob(os.path.join(root, "runs", "**", STEPS, "rank-0.jsonl"), recursive=True)
-    if not found:
-        raise ConfigError(f"report: no run with a metrics.jsonl under {os.path.join(root, 'runs')}; "
-                          f"run one first (python -m launcher up ...) or pass --run-dir DIR")
-    newest = max(found, key=os.path.getmtime)
-    return os.path.dirname(newest) if newest.endswith(METRICS) else os.path.dirname(os.path.dirname(newest))
-
-
-_RANK_LINE = re.compile(r"^node-\d+ r(\d+)\s*\| (.*)$")  # observe/follow.py Stream.handle's prefix
-
-
-def _log_lines(run_dir: str) -> list[str]:
-    """RUN_DIR/cluster.log's lines; [] without one."""
-    try:
-        with open(os.path.join(run_dir, CLUSTER_LOG), encoding="utf-8", errors="replace") as fh:
-            return fh.read().splitlines()
-    except FileNotFoundError:
-        return []
-
-
-def rank_lines(run_dir: str) -> list[tuple[int, str]]:
-    """(rank, text) of each line a rank printed, from RUN_DIR/cluster.log in order: the text as the
-    rank printed it (the ``node-K rR |`` prefix taken off); [] without a cluster.log."""
-    return [(int(m.group(1)), m.group(2)) for line in _log_lines(run_dir) if (m := _RANK_LINE.match(line))]
-
-
-def log_lines(run_dir: str, node: str | None = None, rank: int | None = None) -> list[str]:
-    """RUN_DIR/cluster.log's lines as `up` showed them (``node-1 r4 | text``), or only those of
-    one node (its agent's and its ranks' lines), or only what one rank printed (the text, its
-    prefix taken off; rank wins over node); [] without a cluster.log."""
-    if rank is not None:
-        return [text for r, text in rank_lines(run_dir) if r == rank]
-    lines = _log_lines(run_dir)
-    if node is None:
-        return lines
-    own = re.compile(rf"^{re.escape(node)}(?: r\d+)?\s*\| ")
-    return [line for line in lines if own.match(line)]
-
-
-def summary_lines(run_dir: str) -> list[str]:
-    """The lines of RUN_DIR/cluster.log's last summary, from its ``== summary: OK|FAILED ==`` line
-    on; [] without one."""
-    lines = _log_lines(run_dir)
-    start = max((i for i, line in enumerate(lines) if line.startswith("== summary:")), default=None)
-    return [] if start is None else lines[start:]

@@ -3,7 +3,7 @@
     python -c "from simcluster.launcher.container.layout import EXIT_KEY, lost_after_s; print(EXIT_KEY, lost_after_s(300))"
 
 One home for: the rendezvous service, the keys of its store, the lost-after rule, the default ports, mounts and join timeout. The
-host side (launcher/targets/compose.py, launcher/run/, launcher/observe/follow.py) and the programs inside the containers
+host side (launcher/engines/, launcher/observe/follow.py) and the programs inside the containers
 (launcher/container/) import them from here; the containers are told the rest by flags.
 """
 from __future__ import annotations

@@ -21,7 +21,6 @@ ran out) before step N, or Docker refused.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -30,8 +29,10 @@ from datetime import datetime
 from simcluster.launcher.engines import docker as engine
 from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.observe.progress import parse_step, split_rank
-from simcluster.launcher.container.layout import LABEL
+from simcluster.launcher.container.layout import LABEL, RDZV_HOST
+from simcluster.train.layout import node_names, rank_range
 from simcluster.train.rundir import METRICS, last_step
+from simcluster.train.runlog import read_job
 from simcluster.launcher.engines.handle import Handle
 from simcluster.train.errors import ConfigError
 
@@ -133,25 +134,41 @@ def check_args(kind: str, node: str, at_step: int, wait_s: float, run_dir: str |
                           f"e.g. --run-dir runs/mesh-2x2x2")
 
 
-def check_node(kind: str, node: str, target: Handle) -> None:
-    """The node (or, for freeze, the rank) is one of the cluster's, as its compose file names them.
+def cluster_nodes(target: Handle, found: dict) -> tuple[dict[str, str], int] | None:
+    """({node: its ranks "4-7"}, world size) of the run: its record (RUN_DIR/job.json, written by
+    `up`), else its rendezvous container's labels (nnodes, nproc-per-node) once found; None for a
+    cluster that names neither (another compose file's)."""
+    if (job := read_job(target.run_dir)) is not None:
+        return job["nodes"], job["world_size"]
+    labels = found[RDZV_HOST].labels if RDZV_HOST in found else {}
+    nnodes, nproc = labels.get(LABEL + "nnodes", ""), labels.get(LABEL + "nproc-per-node", "")
+    if not (nnodes.isdigit() and nproc.isdigit()):
+        return None
+    nodes = {name: rank_range(k, int(nproc)) for k, name in enumerate(node_names(int(nnodes)))}
+    return nodes, int(nnodes) * int(nproc)
+
+
+def check_node(kind: str, node: str, target: Handle, found: dict) -> bool:
+    """Whether the cluster's nodes are known yet (cluster_nodes); when they are, the node (or, for
+    freeze, the rank) must be one of them.
 
     Raises:
         ConfigError: it is not, listing the cluster's nodes (and their ranks).
     """
-    nodes = target.nodes()
-    if not nodes:
-        return  # a file of ours always names its nodes; another compose file's services are its own
-    listing = ", ".join(f"{n} (ranks {r})" if r else n for n, r in sorted(nodes.items()))
+    known = cluster_nodes(target, found)
+    if known is None:
+        return False
+    nodes, world = known
+    listing = ", ".join(f"{n} (ranks {r})" for n, r in nodes.items())
     if kind == "freeze":
-        ranks = [int(x) for r in nodes.values() for x in r.split("-") if x.isdigit()]
-        if ranks and not min(ranks) <= int(node) <= max(ranks):
-            raise ConfigError(f"freeze: --freeze {node}: the cluster of {target.file} has ranks {min(ranks)}-"
-                              f"{max(ranks)} ({listing}); e.g. --freeze {max(ranks)}")
-        return
+        if not int(node) < world:
+            raise ConfigError(f"freeze: --freeze {node}: the cluster of {target.run_dir or target.file} has ranks "
+                              f"0-{world - 1} ({listing}); e.g. --freeze {world - 1}")
+        return True
     if node not in nodes:
-        raise ConfigError(f"{kind}: --{kind} {node}: the cluster of {target.file} has no such node; its nodes: "
-                          f"{listing}; e.g. --{kind} {sorted(nodes)[-1]}")
+        raise ConfigError(f"{kind}: --{kind} {node}: the cluster of {target.run_dir or target.file} has no such node; "
+                          f"its nodes: {listing}; e.g. --{kind} {list(nodes)[-1]}")
+    return True
 
 
 def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: str | None = None,
@@ -181,7 +198,7 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
     say(f"chaos: waiting for step {at_step} of {named} to {kind} {node}; giving up at {until} (--wait-s "
           f"{wait_s:g})", False)
     target = _find_target(run_dir, file, project, appear_by)
-    check_node(kind, node, target)
+    checked = check_node(kind, str(node), target, {})  # from the run's record, before any wait
     say(f"chaos: that is project {target.project} (run folder {target.run_dir or '?'})", False)
     ever_running = seen = said = said_node = False
     while True:
@@ -203,6 +220,8 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
                 said = True
             time.sleep(poll_s)
             continue
+        if not checked:
+            checked = check_node(kind, str(rank) if rank is not None else node, target, found)
         seen = True
         if rank is not None:
             node = node_of_rank(found, rank) or f"the node of rank {rank}"

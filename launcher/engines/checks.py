@@ -45,8 +45,9 @@ def common_problems(engine, launch: Launch, local: bool) -> list[str]:
     your code folder needs an engine that bind-mounts (Compose, Swarm), whose paths hold no ':';
     here at most this machine's CPUs per node; an image other hosts pull names a registry."""
     errors = []
-    if not engine.bind_mounts and launch.workdir is not None:
-        errors.append(f"--target {engine.name}: your code folder ({launch.mounts[0].source if launch.mounts else '?'})"
+    if not engine.bind_mounts and launch.code_dir is not None:
+        code = next(m.source for m in launch.mounts if m.target == launch.code_dir)
+        errors.append(f"--target {engine.name}: your code folder ({code})"
                       f" is mounted only by the Compose and Swarm targets; bake it into an image and pass --image "
                       f"IMAGE --module NAME")
     if engine.bind_mounts:

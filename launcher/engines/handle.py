@@ -64,7 +64,6 @@ class Handle:
                 raise ConfigError(f"--file {file}: no such compose file"
                                   f"{' (a folder: pass --run-dir for a run folder)' if os.path.isdir(file) else ''}; "
                                   f"e.g. --file docker-compose.yml or --run-dir runs/mesh-2x2x2")
-            compose_services(file)  # a compose file, else refused here rather than by Compose
             folder = os.path.dirname(os.path.abspath(file))
             default = os.environ.get("COMPOSE_PROJECT_NAME") or os.path.basename(folder)
             return cls(os.path.abspath(file), project or sanitize_project(default), None)
@@ -85,19 +84,6 @@ class Handle:
             raise ConfigError(f"--run-dir {run_dir}: no compose.yml there (not started by `python -m launcher up`?)")
         return target if project is None else cls(target.file, project, target.run_dir)
 
-    def nodes(self) -> dict[str, str]:
-        """node service -> its ranks label (``4-7``, "" without one) of this handle's compose or stack file.
-
-        Raises:
-            ConfigError: the file is not a compose file (naming it).
-        """
-        out = {}
-        for name, svc in compose_services(self.file).items():
-            labels = svc.get("labels") if isinstance(svc, dict) else None
-            if name.startswith("node-"):
-                out[name] = str(labels.get(LABEL + "ranks", "")) if isinstance(labels, dict) else ""
-        return out
-
     def with_labels(self, found: dict) -> "Handle":
         """This target with the run folder its containers' labels name, when not known yet."""
         for c in found.values():
@@ -106,26 +92,3 @@ class Handle:
                 return dataclasses.replace(self, run_dir=host_abspath(label))
         return self
 
-
-def compose_services(path: str) -> dict:
-    """The ``services`` mapping of a compose (or stack) file.
-
-    Raises:
-        ConfigError: unreadable, not YAML, or without a ``services`` mapping: naming the file and the fix.
-    """
-    import yaml  # the launcher's own dependency (targets/document.py writes these files with it)
-
-    fix = "pass a compose file (a YAML mapping with services:), e.g. --file docker-compose.yml"
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = yaml.safe_load(fh)
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--file {path}: cannot be read ({e}); {fix}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"--file {path}{where}: not YAML ({getattr(e, 'problem', None) or e}); {fix}") from None
-    services = doc.get("services") if isinstance(doc, dict) else None
-    if not isinstance(services, dict) or not services:
-        raise ConfigError(f"--file {path}: not a compose file (no services: mapping); {fix}")
-    return services

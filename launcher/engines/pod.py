@@ -1,6 +1,6 @@
-"""The Kubernetes pod template of one node, shared by the JobSet and TrainJob targets.
+"""The Kubernetes pod template of one node, shared by the JobSet and TrainJob engines.
 
-    python -c "from launcher.targets.pod import *; from simcluster.launcher.job.entry import resolve_training; \
+    python -c "from simcluster.launcher.engines.pod import *; from simcluster.launcher.job.entry import resolve_training; \
 from simcluster.launcher.job.launch import NodeOptions; from simcluster.train.config import Config; \
 print(container(resolve_training(Config(mesh='2x2x2'), NodeOptions()), ['torchrun'], {}))"
 

@@ -17,7 +17,7 @@ from simcluster.launcher.engines.handle import Handle
 from simcluster.launcher.engines.base import UpOptions
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.observe.follow import Stream, Watch
-from simcluster.train.rundir import CLUSTER_LOG
+from simcluster.train.runlog import CLUSTER_LOG
 from simcluster.launcher.observe.summary import summarise
 
 

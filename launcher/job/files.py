@@ -11,6 +11,7 @@ import sys
 import tempfile
 
 from simcluster.launcher.container.layout import APP_DIR, IMAGE_USER, RUN_DIR_MODE
+from simcluster.train.runlog import write_job
 
 PACKAGE = os.path.dirname(os.path.abspath(sys.modules["simcluster"].__file__))  # simcluster/ (its __init__)
 # SOURCE: the folder holding launcher/, train/ and images/. Installed with pip they are inside the
@@ -124,10 +125,13 @@ def container_user() -> str:
     return IMAGE_USER if uid == 0 else f"{uid}:{gid}"
 
 
-def make_run_dir(path: str, user: str) -> None:
+def make_run_dir(path: str, user: str, job: dict | None = None) -> None:
     """Create the run folder (mode RUN_DIR_MODE) owned by the containers' user ``UID:GID``
-    (a chown only when running as root; otherwise the user is the invoking one)."""
+    (a chown only when running as root; otherwise the user is the invoking one), and write the job's
+    record there (RUN_DIR/job.json: Launch.record(), train/runlog.py) when given."""
     os.makedirs(path, exist_ok=True)
+    if job is not None:
+        write_job(path, job)
     os.chmod(path, RUN_DIR_MODE)
     if os.getuid() == 0:
         uid, gid = (int(x) for x in user.split(":"))

@@ -4,8 +4,8 @@
 print(resolve_training(Config(mesh='2x2x2', model='tiny'), NodeOptions()))"
 
 ``launcher/cli.py`` turns the flags into a Launch (``launcher/job/entry.py``: the built-in trainer or
-the user's own code, one mesh parse); ``launcher/targets/compose.py`` turns a Launch into a compose
-document; ``launcher/run/compose.py`` runs it. Nothing downstream re-parses the mesh, the generated YAML or
+the user's own code, one mesh parse); ``launcher/engines/compose/render.py`` turns a Launch into a compose
+document; ``launcher/engines/compose/run.py`` runs it. Nothing downstream re-parses the mesh, the generated YAML or
 another program's argv.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from simcluster.launcher.instrument.spec import Instruments
 from simcluster.launcher.container.layout import (CODE_DIR, IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, WORK_DIR,
                                                   lost_after_s, run_name)
 from simcluster.train.layout import node_names
+from simcluster.train.layout import format_ranks, node_ranks
 from simcluster.train.config import MeshSpec, TrainRun
 
 RDZV_BACKENDS = ("c10d", "static")
@@ -218,6 +219,12 @@ class Launch:
             return shape
         entry = posixpath.splitext(posixpath.basename(self.script))[0] if self.script else self.module
         return f"{entry}-{shape}"
+
+    def record(self) -> dict:
+        """The job as RUN_DIR/job.json keeps it (train/runlog.py write_job, read_job): each node's ranks,
+        the ranks a node, the world size and the image every node runs."""
+        return {"nodes": {name: format_ranks(node_ranks(k, self.nproc_per_node)) for k, name in enumerate(self.names)},
+                "nproc_per_node": self.nproc_per_node, "world_size": self.world_size, "image": self.node.image}
 
     @property
     def shape(self) -> str:

@@ -1,6 +1,6 @@
 """Following a running cluster: every container's log, progress, and the fault watch.
 
-    python -m launcher up --mesh 2x2x2 --steps 20      # (used by launcher/run/base.py's up)
+    python -m launcher up --mesh 2x2x2 --steps 20      # (used by launcher/engines/skeleton.py)
 
 ``Stream`` follows each container's log (the SDK's log stream, one thread per container) until
 all have ended, prefixes each line ``node-K rR |``, prints a progress line from rank 0's step

@@ -18,8 +18,9 @@ import os
 import shutil
 import tempfile
 
-from simcluster.train import rundir
-from simcluster.train.rundir import METRICS, STEPS, newest_run, step_rows
+from simcluster.train import runlog
+from simcluster.train.rundir import METRICS, STEPS, step_rows
+from simcluster.train.runlog import newest_run
 from simcluster.train.errors import ConfigError
 
 
@@ -80,12 +81,12 @@ def make_report(run_dir: str) -> tuple[str, list[str]]:
             names the file); RUN_DIR/report/ is left as it was.
     """
     rows = read_rows(run_dir)
-    config = rundir.read_config(run_dir)  # refuses a garbled one before anything is drawn
+    config = runlog.read_config(run_dir)  # refuses a garbled one before anything is drawn
     config_text = ""
     if config is not None:  # shown as written (comments and order kept)
-        with open(os.path.join(run_dir, rundir.CONFIG), encoding="utf-8") as fh:
+        with open(os.path.join(run_dir, runlog.CONFIG), encoding="utf-8") as fh:
             config_text = fh.read()
-    trace_path = os.path.join(run_dir, rundir.TRACE)
+    trace_path = os.path.join(run_dir, runlog.TRACE)
     if not os.path.isfile(trace_path) and os.path.isdir(os.path.join(run_dir, "trace")):
         from simcluster.train.timeline import merge_found  # the user's code under plain `docker compose up`
         try:
@@ -93,7 +94,7 @@ def make_report(run_dir: str) -> tuple[str, list[str]]:
         except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
             raise ConfigError(f"report: {os.path.join(run_dir, 'trace')}/rank-R-step-S.json cannot be merged "
                               f"({type(e).__name__}: {e}); delete the trace/ folder or rerun with --trace-steps S") from None
-    events = rundir.read_trace(run_dir)
+    events = runlog.read_trace(run_dir)
     from simcluster.launcher.observe import plots  # matplotlib: imported only for a report
 
     final = os.path.join(run_dir, "report")
@@ -156,7 +157,7 @@ def _draw(plots, rows: list[dict], events: list[dict] | None, config: str, run_d
 def cmd_report(run_dir: str | None, root: str) -> int:
     """``launcher report``: write the report and print where; 0, or raises ConfigError (exit 2)."""
     folder = run_dir or newest_run(root)
-    rundir.run_folder(folder, "report: --run-dir", "launcher report --run-dir runs/mesh-2x2x2")
+    runlog.run_folder(folder, "report: --run-dir", "launcher report --run-dir runs/mesh-2x2x2")
     path, pngs = make_report(folder)
     for p in pngs:
         print(p)

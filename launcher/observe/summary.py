@@ -21,7 +21,8 @@ import posixpath
 from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT
 from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.job.launch import Launch
-from simcluster.train.rundir import METRICS, step_rows, write_summary
+from simcluster.train.rundir import METRICS, step_rows
+from simcluster.train.runlog import write_summary
 from simcluster.launcher.container.layout import RDZV_HOST
 from simcluster.train.layout import format_ranks, node_of, node_ranks
 from simcluster.train.metrics import traffic_text
@@ -116,7 +117,7 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
 
 def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, m: dict,
             tracebacks: dict[int, list[str]]) -> dict:
-    """The summary as data (RUN_DIR/summary.json, rundir.read_summary; what ``simcluster.run``'s Run
+    """The summary as data (RUN_DIR/summary.json, runlog.read_summary; what ``simcluster.run``'s Run
     reads): ok, timed_out (the --wall-timeout-s, or null), wall_s, steps, final_loss, each node's
     exit code, the rendezvous', the lost nodes' lines, the containers up killed, and each rank that
     printed a traceback: rank, node, its node's exit code, the traceback's last lines (the

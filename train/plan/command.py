@@ -22,7 +22,7 @@ from simcluster.train.plan.predict import plan, to_dict, to_text
 from simcluster.train.plan.steptime import step_time
 from simcluster.train.plan.steptime import to_text as step_text
 from simcluster.train.preflight import preflight
-from simcluster.train.rundir import run_folder
+from simcluster.train.runlog import run_folder
 
 
 def run(args: argparse.Namespace) -> int:

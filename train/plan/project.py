@@ -34,6 +34,7 @@ import statistics
 from dataclasses import dataclass
 
 from simcluster.train import rundir
+from simcluster.train import runlog
 from simcluster.train.errors import ConfigError
 from simcluster.train.config import TrainRun, resolve, traced_steps
 from simcluster.train.config_types import config_from_dict
@@ -72,9 +73,9 @@ def measured(run_dir: str) -> Measured:
         ConfigError: the folder is not a run of the built-in trainer, or lacks traffic or trace
             records (the message says which flags to run with).
     """
-    rundir.run_folder(run_dir, "project: RUN_DIR", "launcher project runs/mesh-2x2x2 --hardware h100-sxm-8x")
-    cfg_path = os.path.join(run_dir, rundir.CONFIG)
-    values = rundir.read_config(run_dir)
+    runlog.run_folder(run_dir, "project: RUN_DIR", "launcher project runs/mesh-2x2x2 --hardware h100-sxm-8x")
+    cfg_path = os.path.join(run_dir, runlog.CONFIG)
+    values = runlog.read_config(run_dir)
     if values is None:
         raise ConfigError(f"project: {run_dir} has no config.yaml, so it is not a run of the built-in trainer "
                           f"(project reads its schedule); {FIX.format(mesh='2x2x2')}")
@@ -93,15 +94,15 @@ def measured(run_dir: str) -> Measured:
     step = traced[0]
     rows = [r for r in rundir.read_metrics(run_dir, strict=True)
             if isinstance(r.get("step"), int) and isinstance(r.get("step_time_s"), (int, float))]
-    trace = rundir.read_trace(run_dir)
+    trace = runlog.read_trace(run_dir)
     if trace is None:
-        raise ConfigError(f"project: {run_dir} lacks {rundir.TRACE}; {FIX.format(mesh=run.mesh)}")
+        raise ConfigError(f"project: {run_dir} lacks {runlog.TRACE}; {FIX.format(mesh=run.mesh)}")
     try:
         return _measured(run_dir, run, step, rows, trace, traffic)
     except ConfigError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
-        raise ConfigError(f"project: {os.path.join(run_dir, rundir.TRACE)}: an event lacks or mistypes a field "
+        raise ConfigError(f"project: {os.path.join(run_dir, runlog.TRACE)}: an event lacks or mistypes a field "
                           f"({type(e).__name__}: {e}); each needs name, ph, ts, dur, tid and args.step, as "
                           f"train/profiling.py writes them; rerun with --trace-steps S") from None
 
@@ -125,7 +126,7 @@ def _measured(run_dir: str, run: TrainRun, step: int, rows: list[dict], trace: l
         if e["tid"] < 1000 and e["name"].startswith(COMM_EVENTS) and any(
                 c["tid"] == e["tid"] and c["ts"] <= e["ts"] <= c["ts"] + c["dur"] for c in compute):
             comm_in[e["tid"]] = comm_in.get(e["tid"], 0.0) + e["dur"] / 1e6
-    record = rundir.read_summary(run_dir) or {}
+    record = runlog.read_summary(run_dir) or {}
     return Measured(run_dir, run, step, statistics.median(plain), max(lengths),
                     {k: statistics.mean(v) for k, v in acts.items()}, comm_in, traffic,
                     record.get("inter_node_bandwidth"))

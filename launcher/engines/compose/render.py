@@ -2,8 +2,9 @@
 
 No I/O, no Docker, no torch: the same Launch always gives the same bytes.
 
-    python -c "from launcher.compose import *; from simcluster.launcher.job.launch import *; from simcluster.train.config import Config; \
-print(render(resolve_training(Config(mesh='2x2x2'), NodeOptions()), 'compose/x.yml', '..', 'python -m launcher generate'))"
+    python -c "from simcluster.launcher.engines.compose.render import render; from simcluster.launcher.job.entry import resolve_training; \
+from simcluster.launcher.job.launch import NodeOptions; from simcluster.train.config import Config; \
+print(render(resolve_training(Config(mesh='2x2x2'), NodeOptions()), 'python -m launcher generate', 'compose/x.yml', '..'))"
 
 Layout: service ``rendezvous`` (a TCPStore that also collects every node's exit code, then
 exits) and one service per node ``node-0`` .. ``node-{N-1}`` (zero-padded, so sorted names
@@ -125,7 +126,8 @@ def build_compose(launch: Launch, project_dir: str) -> dict:
             "environment": {"PYTHONUNBUFFERED": "1", "HOME": "/tmp"},
             **({"volumes": code_mounts} if code_mounts else {}),
             "networks": [NETWORK],
-            "labels": {LABEL + "run-dir": launch.run_dir},
+            "labels": {LABEL + "run-dir": launch.run_dir, LABEL + "nnodes": str(launch.nnodes),
+                       LABEL + "nproc-per-node": str(launch.nproc_per_node)},
             **hardening(node.user),
         }
     }

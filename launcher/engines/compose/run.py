@@ -75,7 +75,7 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
         ensure_image(IMAGE, opts.build, launch.node.mount_code)
     launch = with_image(launch)  # --requirements: the derived image, FROM the one just ensured
     check_image(launch)
-    make_run_dir(run_dir, launch.node.user)
+    make_run_dir(run_dir, launch.node.user, launch.record())
     print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); "
           f"run folder {launch.run_dir}; project {target.project}", flush=True)
     if threading.current_thread() is threading.main_thread():  # the API may run `up` in another thread

@@ -17,7 +17,8 @@ from simcluster.launcher.engines import docker as engine
 from simcluster.launcher.engines.compose_cli import compose
 from simcluster.launcher.engines.handle import Handle
 from simcluster.launcher.job.files import repo_path
-from simcluster.train.rundir import last_step, last_summary
+from simcluster.train.rundir import last_step
+from simcluster.train.runlog import last_summary
 
 
 def _when(t: float) -> str:

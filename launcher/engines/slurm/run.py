@@ -99,7 +99,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
     launch = with_image(launch)  # --requirements: the derived image, the Slurm image FROM it
     image = ensure_image(launch.node.image)
     run_dir = os.path.abspath(host_abspath(launch.run_dir))
-    make_run_dir(run_dir, IMAGE_USER)
+    make_run_dir(run_dir, IMAGE_USER, launch.record())
     meta = os.path.join(run_dir, ".slurm")
     os.makedirs(meta, exist_ok=True)
     with open(os.path.join(meta, "slurm.conf"), "w") as fh:

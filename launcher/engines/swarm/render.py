@@ -3,7 +3,7 @@
     python -m launcher generate --target swarm --mesh 2x2x2 --model tiny     # swarm/mesh-2x2x2.yml
     docker stack deploy --resolve-image never -c swarm/mesh-2x2x2.yml sc-swarm-mesh-2x2x2   # on a manager
 
-The services are the Compose simulation's (launcher/compose.py): ``rendezvous`` and one service
+The services are the Compose simulation's (launcher/engines/compose/render.py): ``rendezvous`` and one service
 per node, ``node-0`` .. (zero-padded), each node running the node wrapper with torchrun's c10d
 rendezvous. Stage placement: node-K's host name is its service name and c10d orders nodes by
 sorted host name, which the zero padding makes node-rank order, so node K holds pipeline stage K

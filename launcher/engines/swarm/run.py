@@ -8,8 +8,8 @@ is in a swarm, a swarm of several nodes gets an image a registry serves, no stac
 folder is up. Then: the run folder (made for the containers' user), RUN_DIR/stack.yml
 (render.py with absolute bind sources), a one-node swarm when the engine is in
 none (``docker swarm init --advertise-addr 127.0.0.1``), ``docker stack deploy --resolve-image
-never``, every task's container followed as Compose's are (launcher/follow.py: the same lines,
-progress, lost-node watch) and the same summary (launcher/summary.py); exit 0 only if every node
+never``, every task's container followed as Compose's are (launcher/observe/follow.py: the same lines,
+progress, lost-node watch) and the same summary (launcher/observe/summary.py); exit 0 only if every node
 exited 0. Always at the end (success, failure, Ctrl-C = 130, SIGTERM): ``docker stack rm``,
 waiting until its containers and network are gone, and, when this run made the swarm,
 ``docker swarm leave --force`` and the docker_gwbridge network the swarm made: the engine is
@@ -124,7 +124,7 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
     launch = with_image(launch)  # --requirements: the derived image, FROM the one just ensured
     check_image(launch)
     run_dir = target.run_dir
-    make_run_dir(run_dir, launch.node.user)
+    make_run_dir(run_dir, launch.node.user, launch.record())
     write_atomic(target.file, swarm.render(launch, command, target.file, ROOT))
     made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", cluster.network(GWBRIDGE) is not None
     print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); run folder "
