@@ -20,7 +20,8 @@ import pytest
 
 from conftest import need_torch, noise
 
-from simcluster.launcher.container.node import check_writable, torchrun_command
+from simcluster.launcher.container.node import torchrun_command
+from simcluster.launcher.container.workdir import check_writable
 from simcluster.launcher.container.rendezvous import summary
 from simcluster.launcher.observe.progress import Progress, format_duration, parse_done, parse_step, split_rank
 from simcluster.launcher.engines.handle import sanitize_project

@@ -1,6 +1,6 @@
 """Node wrapper: torchrun for one simulated node, then report its exit code to the rendezvous.
 
-    python -m launcher.container.node --nnodes 2 --node-rank 0 --nproc-per-node 4 \
+    python -m simcluster.launcher.container.node --nnodes 2 --node-rank 0 --nproc-per-node 4 \
         --rdzv-endpoint rendezvous:29400 --run-id mesh-2x2x2 --run-dir /runs/mesh-2x2x2 \
         --lost-after-s 24.0 -- --mesh 2x2x2 --run-dir /runs/mesh-2x2x2
 
@@ -53,7 +53,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 from simcluster.train import forkrun
@@ -71,25 +70,6 @@ GONE_WAIT_S = 15.0  # after FINISHED, wait this long at most for the rendezvous 
 LINGER_S = 1.0  # then stay this long, so Compose sees the rendezvous' container end before this one
 
 EXIT_CONFIG = 2
-
-
-def check_writable(run_dir: str) -> str | None:
-    """None if this process can create files in run_dir (made if missing), else a message with the fix."""
-    try:
-        os.makedirs(run_dir, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".write-test-"):
-            pass
-        return None
-    except OSError as e:
-        try:
-            st = os.stat(run_dir)
-            owner = f"owner uid {st.st_uid}, mode {oct(st.st_mode & 0o7777)}"
-        except OSError:
-            owner = "missing"
-        host = os.environ.get("SIMCLUSTER_HOST_RUN_DIR") or "the host folder mounted there"
-        return (f"run folder {run_dir} is not writable by uid {os.getuid()} ({owner}: {e.strerror}). "
-                f"Fix on the host: chown {os.getuid()}:{os.getgid()} {host} (before `docker compose up`), "
-                f"or start the cluster with `python -m launcher up`, which creates it for its containers' user.")
 
 
 def instrument_env(env: dict) -> None:
@@ -222,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     name = args.node_name or socket.gethostname()
     ranks = rank_range(args.node_rank, args.nproc_per_node)
 
-    problem = check_writable(args.run_dir) if args.run_dir else None
+    problem = workdir.check_writable(args.run_dir) if args.run_dir else None
     if problem:
         print(f"[{name}] error: {problem}", file=sys.stderr, flush=True)
         report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, EXIT_CONFIG)

@@ -1,11 +1,12 @@
-"""The ranks' working directory, as on a cluster's shared filesystem: writable, shared by every node of the
-run, the files beside the script readable through it; and the run folder's record of the code that ran.
+"""The run folder as a node sees it (writable?); your code's working directory, as on a cluster's shared
+filesystem: writable, shared by every node of the run, the files beside the script readable through it;
+and the run folder's record of the code that ran.
 
     python -m simcluster.launcher.container.workdir /code /tmp/run/work /tmp/run     # (in a node, by the wrapper)
 
 The rules (docs/own-code.md, "Your working directory"):
 
-- WORK (``RUN_DIR/work``, layout.WORK_DIR) is every rank's working directory, on every node: a relative write of any
+- WORK (``RUN_DIR/work``, container/layout.py WORK_DIR; Launch.workdir) is every rank's working directory, on every node: a relative write of any
   rank (a DCP checkpoint of all ranks, a log file) lands in the run folder, as it lands in the shared
   working directory of a real cluster's job.
 - Each top-level entry of the code folder (``/code``, mounted read-only) is linked into WORK by the
@@ -23,13 +24,32 @@ import hashlib
 import os
 import shutil
 import sys
+import tempfile
 
-from simcluster.launcher.container.layout import WORK_DIR
 
 CODE_COPY = "code"  # RUN_DIR/CODE_COPY: the copy of the code that ran
 CODE_LIST = "code.sha256"  # RUN_DIR/CODE_LIST: instead, above COPY_LIMIT: "sha256  size  path" a file
 COPY_LIMIT = 20 * 2**20  # bytes of code copied into the run folder (above: listed with hashes)
 SKIP = ("__pycache__", ".git")  # never copied nor listed
+
+
+def check_writable(run_dir: str) -> str | None:
+    """None if this process can create files in run_dir (made if missing), else a message with the fix."""
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".write-test-"):
+            pass
+        return None
+    except OSError as e:
+        try:
+            st = os.stat(run_dir)
+            owner = f"owner uid {st.st_uid}, mode {oct(st.st_mode & 0o7777)}"
+        except OSError:
+            owner = "missing"
+        host = os.environ.get("SIMCLUSTER_HOST_RUN_DIR") or "the host folder mounted there"
+        return (f"run folder {run_dir} is not writable by uid {os.getuid()} ({owner}: {e.strerror}). "
+                f"Fix on the host: chown {os.getuid()}:{os.getgid()} {host} (before `docker compose up`), "
+                f"or start the cluster with `python -m launcher up`, which creates it for its containers' user.")
 
 
 def _files(code_dir: str) -> list[tuple[str, int]]:
