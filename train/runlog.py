@@ -103,13 +103,17 @@ def read_trace(run_dir: str) -> list[dict] | None:
     return events
 
 
-def write_summary(run_dir: str, record: dict) -> None:
-    """Write RUN_DIR/summary.json (the ended run's summary as data) whole or not at all."""
-    path = os.path.join(run_dir, SUMMARY)
+def _write_json(path: str, record: dict) -> None:
+    """Write a record to path whole or not at all (a temporary file, then a rename)."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(record, fh, indent=1)
     os.replace(tmp, path)
+
+
+def write_summary(run_dir: str, record: dict) -> None:
+    """Write RUN_DIR/summary.json (the ended run's summary as data) whole or not at all."""
+    _write_json(os.path.join(run_dir, SUMMARY), record)
 
 
 def read_summary(run_dir: str) -> dict | None:
@@ -187,11 +191,7 @@ def summary_lines(run_dir: str) -> list[str]:
 
 def write_job(run_dir: str, record: dict) -> None:
     """Write RUN_DIR/job.json (the job as `up` starts it) whole or not at all."""
-    path = os.path.join(run_dir, JOB)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(record, fh, indent=1)
-    os.replace(tmp, path)
+    _write_json(os.path.join(run_dir, JOB), record)
 
 
 def read_job(run_dir: str | None) -> dict | None:
