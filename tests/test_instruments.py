@@ -187,8 +187,8 @@ def test_generated_files_carry_the_instruments(tmp_path, target, file):
     (["--total-steps", "3"], "--total-steps: an option of your own code's runs; the built-in trainer takes --steps N"),
     (["--script", "examples/ddp.py", "--traffic", "2"], "--traffic: 0 or 1, got 2"),
     (["--script", "examples/ddp.py", "--total-steps", "3", "--trace-steps", "4"],
-     "trace_steps: step(s) 4 outside the run (steps 1..3)"),
-    (["--script", "examples/ddp.py", "--total-steps", "0"], "--total-steps: must be >= 1, got 0"),
+     "trace_steps: '4' in '4' lies outside the run's steps 1..3"),
+    (["--script", "examples/ddp.py", "--total-steps", "0"], "total_steps: must be >= 1 and <= 10000000 (an int), got 0; e.g. total_steps=5 (--total-steps 5)"),
     (["--script", "examples/ddp.py", "--steps", "3"], "--steps: options of the built-in trainer, not of your code"),
 ])
 def test_instrument_flags_refused_with_the_fix(tmp_path, args, problem):

@@ -234,7 +234,7 @@ def test_chaos_without_a_compose_file_names_up(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(chaos, "START_WAIT_S", 0.3)
     code, out, err = main(capsys, "chaos", "--pause", "node-0", "--run-dir", str(tmp_path / "none"))
     assert code == 2 and "waiting for step 1 of run folder" in out
-    assert "no compose.yml there (not started by `python -m launcher up`?)" in err
+    assert "no such folder; pass the run folder of a `python -m launcher up` run (it holds compose.yml)" in err
 
 
 def test_status_of_an_ended_run(capsys, tmp_path, monkeypatch):

@@ -14,8 +14,9 @@ The rules (docs/own-code.md, "Your working directory"):
   works, and the user's own folder is never written (the link's target is read-only).
 - Node-local paths stay per node (``/tmp``, the home folder ``/tmp``): code that wrongly takes them
   for shared fails here as on a cluster.
-- The run folder keeps the code that ran: ``RUN_DIR/code/`` is a copy of the code folder when it
-  holds at most COPY_LIMIT bytes, else ``RUN_DIR/code.sha256`` lists every file with its size and
+- The run folder keeps the code that ran: ``RUN_DIR/code/`` is a copy of the code folder (without
+  ``__pycache__``, ``.git`` and run folders: a ``runs/`` inside the project holds this run's own
+  folder too) when it holds at most COPY_LIMIT bytes, else ``RUN_DIR/code.sha256`` lists every file with its size and
   sha256 (and says why). Made once per run folder (node 0, first start), never overwritten.
 """
 from __future__ import annotations
@@ -30,7 +31,8 @@ import tempfile
 CODE_COPY = "code"  # RUN_DIR/CODE_COPY: the copy of the code that ran
 CODE_LIST = "code.sha256"  # RUN_DIR/CODE_LIST: instead, above COPY_LIMIT: "sha256  size  path" a file
 COPY_LIMIT = 20 * 2**20  # bytes of code copied into the run folder (above: listed with hashes)
-SKIP = ("__pycache__", ".git")  # never copied nor listed
+SKIP = ("__pycache__", ".git")  # never copied nor listed, nor a run folder inside the code folder
+RUN_MARKERS = ("cluster.log", "job.json")  # a folder holding one is a run folder (train/runlog.py)
 
 
 def check_writable(run_dir: str) -> str | None:
@@ -52,11 +54,30 @@ def check_writable(run_dir: str) -> str | None:
                 f"or start the cluster with `python -m launcher up`, which creates it for its containers' user.")
 
 
-def _files(code_dir: str) -> list[tuple[str, int]]:
-    """(path relative to code_dir, size) of every file below it, sorted; SKIP left out, links not followed."""
+def _is_run_folder(path: str, run_dir: str) -> bool:
+    """A run folder inside the code folder: this run's own (the same folder, mounted twice: /code/runs/x
+    is /runs/x) or any other (it holds a cluster.log or a job.json): never copied nor listed."""
+    try:
+        if os.path.samefile(path, run_dir):
+            return True
+    except OSError:
+        pass
+    return any(os.path.isfile(os.path.join(path, f)) for f in RUN_MARKERS)
+
+
+def _skipped(base: str, names: list[str], run_dir: str) -> set[str]:
+    """The names under base that are neither copied nor listed: SKIP, and run folders."""
+    return {n for n in names if n in SKIP or (os.path.isdir(os.path.join(base, n)) and not
+                                              os.path.islink(os.path.join(base, n)) and
+                                              _is_run_folder(os.path.join(base, n), run_dir))}
+
+
+def _files(code_dir: str, run_dir: str) -> list[tuple[str, int]]:
+    """(path relative to code_dir, size) of every file below it, sorted; SKIP and run folders left out,
+    links not followed."""
     out = []
     for base, dirs, names in os.walk(code_dir):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP)
+        dirs[:] = sorted(set(dirs) - _skipped(base, dirs, run_dir))
         for name in sorted(names):
             path = os.path.join(base, name)
             if os.path.isfile(path) and not os.path.islink(path):
@@ -83,12 +104,12 @@ def record(code_dir: str, run_dir: str, limit: int = COPY_LIMIT) -> str:
     copy, listing = os.path.join(run_dir, CODE_COPY), os.path.join(run_dir, CODE_LIST)
     if os.path.exists(copy) or os.path.exists(listing):
         return f"code: recorded before in {copy if os.path.exists(copy) else listing}"
-    files = _files(code_dir)
+    files = _files(code_dir, run_dir)
     total = sum(size for _, size in files)
     if total <= limit:
         tmp = copy + ".partial"
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.copytree(code_dir, tmp, symlinks=True, ignore=shutil.ignore_patterns(*SKIP))
+        shutil.copytree(code_dir, tmp, symlinks=True, ignore=lambda base, names: _skipped(base, names, run_dir))
         os.replace(tmp, copy)
         return f"code: {len(files)} files ({total} bytes) copied to {copy}"
     with open(listing + ".partial", "w", encoding="utf-8") as fh:
