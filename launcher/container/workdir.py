@@ -66,10 +66,16 @@ def _is_run_folder(path: str, run_dir: str) -> bool:
 
 
 def _skipped(base: str, names: list[str], run_dir: str) -> set[str]:
-    """The names under base that are neither copied nor listed: SKIP, and run folders."""
-    return {n for n in names if n in SKIP or (os.path.isdir(os.path.join(base, n)) and not
-                                              os.path.islink(os.path.join(base, n)) and
-                                              _is_run_folder(os.path.join(base, n), run_dir))}
+    """The names under base that are neither copied nor listed: SKIP, what this user cannot read (a
+    folder the containers' user may not enter, as the ranks could not either), and run folders."""
+    out = set()
+    for n in names:
+        path = os.path.join(base, n)
+        folder = os.path.isdir(path) and not os.path.islink(path)
+        if n in SKIP or not os.access(path, os.R_OK | (os.X_OK if folder else 0)) or \
+                (folder and _is_run_folder(path, run_dir)):
+            out.add(n)
+    return out
 
 
 def _files(code_dir: str, run_dir: str) -> list[tuple[str, int]]:
@@ -78,7 +84,7 @@ def _files(code_dir: str, run_dir: str) -> list[tuple[str, int]]:
     out = []
     for base, dirs, names in os.walk(code_dir):
         dirs[:] = sorted(set(dirs) - _skipped(base, dirs, run_dir))
-        for name in sorted(names):
+        for name in sorted(set(names) - _skipped(base, names, run_dir)):
             path = os.path.join(base, name)
             if os.path.isfile(path) and not os.path.islink(path):
                 out.append((os.path.relpath(path, code_dir), os.path.getsize(path)))
@@ -123,9 +129,16 @@ def record(code_dir: str, run_dir: str, limit: int = COPY_LIMIT) -> str:
 
 
 def prepare(code_dir: str, work: str, run_dir: str, first: bool) -> str | None:
-    """link() on every node, and on the first node also record(); the record's line, or None."""
+    """link() on every node, and on the first node also record(); the record's line, or None. A record
+    that fails (a file that vanished or cannot be read mid-copy) is said in its line, never raised:
+    the run goes on, as the ranks' own reads decide."""
     link(code_dir, work)
-    return record(code_dir, run_dir) if first else None
+    if not first:
+        return None
+    try:
+        return record(code_dir, run_dir)
+    except (OSError, shutil.Error) as e:
+        return f"code: not recorded in the run folder ({str(e)[:300]})"
 
 
 if __name__ == "__main__":
