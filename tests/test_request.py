@@ -120,3 +120,21 @@ def test_each_cli_path_exits_2(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_requirements_and_wheels_are_checked_at_the_edge(tmp_path):
+    """--requirements and --wheel: a missing or unreadable file, a file that is no wheel, a list given
+    as text: ConfigError naming the field, before any download or build."""
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    with pytest.raises(ConfigError, match=r"requirements: '.*nope.txt' is not a readable file; e.g. --requirements"):
+        make_request("up", script=str(script), nodes=1, nproc_per_node=1, requirements=str(tmp_path / "nope.txt"))
+    (tmp_path / "notes.txt").write_text("x\n")
+    with pytest.raises(ConfigError, match=r"wheel: '.*notes.txt' is not a readable wheel file .* --wheel dist/"):
+        make_request("up", script=str(script), nodes=1, nproc_per_node=1, wheel=[str(tmp_path / "notes.txt")])
+    with pytest.raises(ConfigError, match="wheel"):
+        make_request("up", script=str(script), nodes=1, nproc_per_node=1, wheel=str(tmp_path / "notes.txt"))
+    (tmp_path / "requirements.txt").write_text("tqdm\n")
+    req = make_request("up", script=str(script), nodes=1, nproc_per_node=1, requirements=str(tmp_path / "requirements.txt"))
+    assert req.requirements == str(tmp_path / "requirements.txt") and req.wheel == ()
+    assert not list(tmp_path.glob("runs"))
