@@ -17,7 +17,8 @@ The rules (docs/own-code.md, "Your working directory"):
 - The run folder keeps the code that ran: ``RUN_DIR/code/`` is a copy of the code folder (without
   ``__pycache__``, ``.git`` and run folders: a ``runs/`` inside the project holds this run's own
   folder too) when it holds at most COPY_LIMIT bytes, else ``RUN_DIR/code.sha256`` lists every file with its size and
-  sha256 (and says why). Made once per run folder (node 0, first start), never overwritten.
+  sha256 (and says why). Made by node 0 at each new `up` into the folder (an earlier run's record
+  is replaced, its stale links removed from WORK), kept across the launcher's restarts of one run.
 """
 from __future__ import annotations
 
@@ -93,8 +94,17 @@ def _files(code_dir: str, run_dir: str) -> list[tuple[str, int]]:
 
 def link(code_dir: str, work: str) -> None:
     """Make WORK and link each top-level entry of code_dir into it (several nodes may race: an existing
-    link is kept)."""
+    link is kept); a link into code_dir whose entry is gone (an earlier run's code in this folder) is
+    removed."""
     os.makedirs(work, exist_ok=True)
+    for name in os.listdir(work):
+        path = os.path.join(work, name)
+        if os.path.islink(path) and os.readlink(path).startswith(code_dir + "/") and not os.path.lexists(
+                os.path.join(code_dir, name)):
+            try:
+                os.remove(path)
+            except FileNotFoundError:  # another node removed it first
+                pass
     for name in sorted(os.listdir(code_dir)):
         if name in SKIP:
             continue
@@ -104,12 +114,16 @@ def link(code_dir: str, work: str) -> None:
             pass
 
 
-def record(code_dir: str, run_dir: str, limit: int = COPY_LIMIT) -> str:
+def record(code_dir: str, run_dir: str, fresh: bool = True, limit: int = COPY_LIMIT) -> str:
     """The run folder's record of the code that ran (a copy, or the list above ``limit`` bytes); the line
-    that says which. Nothing is done when a record exists (a restart of the same run)."""
+    that says which. fresh: a new `up` into the folder (the record of an earlier run is replaced);
+    else a restart of the same run (SIMCLUSTER_RESTART_COUNT > 0), which keeps the record it has."""
     copy, listing = os.path.join(run_dir, CODE_COPY), os.path.join(run_dir, CODE_LIST)
-    if os.path.exists(copy) or os.path.exists(listing):
+    if not fresh and (os.path.exists(copy) or os.path.exists(listing)):
         return f"code: recorded before in {copy if os.path.exists(copy) else listing}"
+    shutil.rmtree(copy, ignore_errors=True)
+    if os.path.exists(listing):
+        os.remove(listing)
     files = _files(code_dir, run_dir)
     total = sum(size for _, size in files)
     if total <= limit:
@@ -136,7 +150,7 @@ def prepare(code_dir: str, work: str, run_dir: str, first: bool) -> str | None:
     if not first:
         return None
     try:
-        return record(code_dir, run_dir)
+        return record(code_dir, run_dir, fresh=os.environ.get("SIMCLUSTER_RESTART_COUNT", "0") == "0")
     except (OSError, shutil.Error) as e:
         return f"code: not recorded in the run folder ({str(e)[:300]})"
 

@@ -195,10 +195,15 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
     deadline, appear_by = t0 + wait_s, t0 + min(wait_s, START_WAIT_S)
     until = time.strftime("%H:%M:%S", time.localtime(time.time() + wait_s))
     named = f"run folder {run_dir}" if run_dir else f"compose file {file}" if file else "the newest run under runs/"
+    try:  # a run folder that exists already: its record names the nodes before anything is said or waited for
+        early = Handle.find(run_dir, file, project)
+    except ConfigError:  # not there yet: `up` may be about to make it
+        early = None
+    checked = early is not None and check_node(kind, str(node), early, {})
     say(f"chaos: waiting for step {at_step} of {named} to {kind} {node}; giving up at {until} (--wait-s "
           f"{wait_s:g})", False)
     target = _find_target(run_dir, file, project, appear_by)
-    checked = check_node(kind, str(node), target, {})  # from the run's record, before any wait
+    checked = checked or check_node(kind, str(node), target, {})  # from the run's record, before any wait
     say(f"chaos: that is project {target.project} (run folder {target.run_dir or '?'})", False)
     ever_running = seen = said = said_node = False
     while True:

@@ -71,7 +71,8 @@ def download(req: Requirements, held: dict[str, str], dest: str) -> None:
                               f"{why}; drop or loosen that requirement")
         missing = re.findall(r"for (\S+)", why)
         raise ConfigError(f"requirements: pip cannot have {missing[0] if missing else 'a requirement'} for the "
-                          f"image's Python (cp311, manylinux x86-64, wheels only): {why}")
+                          f"image's Python (cp311, manylinux x86-64, wheels only): {why}; fix its name or version "
+                          f"(a binary wheel for that Python must exist), or drop it")
 
 
 def new_wheels(dest: str, held: dict[str, str]) -> list[str]:
@@ -107,7 +108,7 @@ def ensure(req: Requirements, base: str = IMAGE, say=print) -> str:
     with tempfile.TemporaryDirectory(prefix="simcluster-deps-") as ctx:
         wheels = os.path.join(ctx, "wheels")
         os.mkdir(wheels)
-        say(f"requirements: pip download for the image's Python -> {tag}")
+        say(f"requirements: downloading wheels for the image's Python (cp311, manylinux x86-64) for {tag}")
         download(req, held, wheels)
         added = new_wheels(wheels, held)
         for name in os.listdir(wheels):
