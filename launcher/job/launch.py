@@ -231,6 +231,13 @@ class Launch:
         """``mesh 2x2x2`` or ``2 node(s) x 4 rank(s)``, for messages."""
         return f"mesh {self.mesh}" if self.mesh else f"{self.nnodes} node(s) x {self.nproc_per_node} rank(s)"
 
+    @property
+    def layout(self) -> str:
+        """The shape with the nodes and ranks a mesh means: ``mesh 2x2x2 = 2 node(s) x 4 rank(s)``, or
+        ``2 node(s) x 2 rank(s)`` (what `up` says as it starts)."""
+        nodes = f"{self.nnodes} node(s) x {self.nproc_per_node} rank(s)"
+        return f"mesh {self.mesh} = {nodes}" if self.mesh else nodes
+
 
 def with_resume(launch: Launch, path: str) -> Launch:
     """The same launch with the trainer's --resume set to path (a container path)."""

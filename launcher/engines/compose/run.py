@@ -76,7 +76,7 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
     launch = with_image(launch)  # --requirements: the derived image, FROM the one just ensured
     check_image(launch)
     make_run_dir(run_dir, launch.node.user, launch.record())
-    print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); "
+    print(f"launcher: {launch.layout}; "
           f"run folder {launch.run_dir}; project {target.project}", flush=True)
     if threading.current_thread() is threading.main_thread():  # the API may run `up` in another thread
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also stops the cluster

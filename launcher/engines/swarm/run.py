@@ -127,7 +127,7 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
     make_run_dir(run_dir, launch.node.user, launch.record())
     write_atomic(target.file, swarm.render(launch, command, target.file, ROOT))
     made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", cluster.network(GWBRIDGE) is not None
-    print(f"launcher: {launch.shape} = {launch.nnodes} node(s) x {launch.nproc_per_node} rank(s); run folder "
+    print(f"launcher: {launch.layout}; run folder "
           f"{launch.run_dir}; swarm stack {target.project} ({os.path.relpath(target.file)})", flush=True)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also removes the stack
     stream = open_stream(launch, run_dir, opts)
