@@ -28,7 +28,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # bench.* as `python -m` finds it from the checkout root
 TOPS = ("launcher", "train", "simcluster", "bench")
-# Being moved into launcher/engines/ by another branch, which rewrites their docstrings; checked again once it lands.
 REF = re.compile(r"(?<![\w/.-])((?:launcher|train|bench|docs|simcluster|tests|images|examples)/[\w/.-]*\w"
                  r"\.(?:py|md|sh|yml|yaml|txt|toml))")
 LEADS = ("python ", "python3 ", "torchrun ")
