@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, fields
 
 from simcluster.launcher.container.layout import IMAGE, JOIN_TIMEOUT_S
+from simcluster.launcher.engines.registry import DEFAULT, ENGINES
 from simcluster.launcher.job.checks import MIN_CPUS
 from simcluster.launcher.job.launch import RDZV_BACKENDS, EngineOptions
 from simcluster.train.config import Config
@@ -24,7 +25,6 @@ MAX_STEPS = 10**7  # steps, total_steps and a traced step: far beyond any simula
 MAX_NODES = 64  # nodes (containers) of one simulated cluster
 MAX_RANKS = 64  # ranks per node
 MAX_RESTARTS = 100
-TARGETS = ("compose", "swarm", "slurm", "jobset", "trainjob")  # launcher/targets' TARGETS, torch-free here
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ NODE = {
     "inter_node_latency": Spec("str", None, "10ms"), "user": Spec("str", None, "1000:1000"),
 }
 ENGINE = {
-    "target": Spec("str", "compose", "compose", choices=TARGETS), "workdir": Spec("str", None, "/shared/simcluster"),
+    "target": Spec("str", DEFAULT, DEFAULT, choices=tuple(ENGINES)), "workdir": Spec("str", None, "/shared/simcluster"),
     "setup": Spec("str", None, "module load pytorch"), "container_image": Spec("str", None, "nvcr.io/nvidia/pytorch:24.05-py3"),
     "runs_claim": Spec("str", EngineOptions.runs_claim, EngineOptions.runs_claim),
 }
