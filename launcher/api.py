@@ -146,6 +146,7 @@ def up(args: JobRequest, chaos: tuple = (), chaos_lines: list[str] | None = None
     from simcluster.launcher.job.options import resolve
     from simcluster.launcher.engines.base import UpOptions
     from simcluster.launcher.engines.registry import ENGINES
+    from simcluster.train.layout import host_names
 
     launch, command = resolve(args, user=container_user())
     engine = ENGINES[args.target]
@@ -154,9 +155,10 @@ def up(args: JobRequest, chaos: tuple = (), chaos_lines: list[str] | None = None
                      wall_timeout_s=args.wall_timeout_s)
     engine.check(launch, opts)  # an engine that only renders here refuses `up` first
     shaping.check(launch, "up", engine, opts.start_late)
-    if errors := _faults.check(chaos, launch.names, launch.world_size) + _fault_steps(chaos, launch):
+    hosts = tuple(host_names(launch.engine.hosts or 0))
+    if errors := _faults.check(chaos, launch.names, launch.world_size, hosts) + _fault_steps(chaos, launch):
         raise ConfigError("\n  ".join(["invalid launch:", *errors]))
-    if chaos and not engine.supports_chaos:
+    if any(not isinstance(f, _faults.HostFault) for f in chaos) and not engine.supports_chaos:
         takers = [name for name, e in ENGINES.items() if e.supports_chaos]
         raise ConfigError(f"chaos: faults are applied to {', '.join(takers)} runs; drop chaos or use "
                           f"target={takers[0]!r}")

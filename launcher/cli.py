@@ -7,6 +7,7 @@
     python -m launcher logs [--follow] [--tail N] [SERVICE ...]
     python -m launcher down [--run-dir DIR | --file FILE]
     python -m launcher chaos (--kill | --pause | --disconnect) NODE --at-step N [--run-dir DIR | --file FILE]
+    python -m launcher chaos (--kill-host | --disconnect-host) HOST --at-step N [--run-dir DIR]
     python -m launcher report [--run-dir DIR]     # PNGs + one HTML page of a run (default: the newest)
     python -m launcher build [--force]             # the trainer image, from this installation's code
     python -m launcher compare --script FILE --mesh 2x2x2 --against 2x2x1 [--metric loss] [--rtol 1e-5] -- ARGS
@@ -118,7 +119,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_chaos(args: argparse.Namespace) -> int:
     from simcluster.launcher.drills.chaos import FAULTS, chaos
+    from simcluster.launcher.drills.host_chaos import HOST_FAULTS, chaos_host
 
+    if host_kind := next((k for k in HOST_FAULTS if getattr(args, k.replace("-", "_")) is not None), None):
+        if args.file or args.project:
+            raise ConfigError(f"--{host_kind}: acts on a run folder (--run-dir), not on --file/--project")
+        return chaos_host(host_kind, getattr(args, host_kind.replace("-", "_")), args.at_step, args.run_dir,
+                          wait_s=args.wait_s)
     kind = next(k for k in FAULTS if getattr(args, k) is not None)
     return chaos(kind, str(getattr(args, kind)), args.at_step, args.run_dir, args.file, args.project, wait_s=args.wait_s)
 

@@ -118,6 +118,12 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--runs-claim", default=EngineOptions.runs_claim, metavar="PVC",
                    help=f"jobset/trainjob: PersistentVolumeClaim mounted at /runs, data under its data/ folder "
                         f"(default {EngineOptions.runs_claim})")
+    g.add_argument("--hosts", type=int, default=None, metavar="N",
+                   help="swarm: rehearse N hosts here (host-0 .. host-N-1, each a Docker engine in a container, one "
+                        "swarm, a registry on host-0, the run folder shared); node k runs on host k mod N")
+    g.add_argument("--inter-host-bandwidth", default=None, metavar="RATE",
+                   help="swarm --hosts: limit each host's link to the others to RATE with tc tbf (e.g. 100mbit); "
+                        "nodes on one host are untouched")
 
 
 def build_parser(doc: str = "") -> argparse.ArgumentParser:
@@ -170,6 +176,10 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     fault.add_argument("--freeze", metavar="RANK", type=int,
                        help="SIGSTOP one rank's process inside its node (the node's heartbeat goes on)")
     fault.add_argument("--disconnect", metavar="NODE", help="docker network disconnect the node's container")
+    fault.add_argument("--kill-host", metavar="HOST", help="up --hosts: docker kill a rehearsal host's engine (every "
+                       "node on it is lost at once; not host-0, the manager)")
+    fault.add_argument("--disconnect-host", metavar="HOST", help="up --hosts: cut a rehearsal host off the hosts' "
+                       "network")
     ch.add_argument("--at-step", type=int, default=1, metavar="N", help="wait until the run reached step N (default 1)")
     ch.add_argument("--wait-s", type=float, default=3600.0, metavar="S", help="give up after S seconds (default 3600)")
     bd = sub.add_parser("build", help="build the trainer image from this installation's code (images/build.sh, "

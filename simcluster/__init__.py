@@ -13,13 +13,14 @@ pip they are the folders themselves (pyproject.toml). docs/layout.md draws the f
 API for your code on the cluster: ``simcluster.log(step=..., loss=...)`` and ``simcluster.step()``.
 API for your tests (imported on first use: the ranks never load it): ``simcluster.run(...) -> Run``
 (launcher/api.py), ``simcluster.compare(...)`` (launcher/compare.py), the faults ``Kill``, ``Stop``,
-``Pause``, ``Disconnect``, ``Freeze`` (launcher/drills/faults.py) for ``run(chaos=...)``, and the
+``Pause``, ``Disconnect``, ``Freeze``, ``KillHost``, ``DisconnectHost`` (launcher/drills/faults.py) for
+``run(chaos=...)``, and the
 errors ``ConfigError`` (bad input: the CLI's exit 2; train/errors.py) and ``LauncherError`` (Docker
 failed; launcher/engines/docker.py). The pytest plugin (``pip install "simcluster[pytest]"``):
 launcher/testing/plugin.py.
 """
 
-FAULTS = ("Kill", "Stop", "Pause", "Disconnect", "Freeze")
+FAULTS = ("Kill", "Stop", "Pause", "Disconnect", "Freeze", "KillHost", "DisconnectHost")
 
 
 def __getattr__(name):

@@ -61,3 +61,22 @@ def format_ranks(ranks: range) -> str:
 def rank_range(k: int, nproc: int | None) -> str:
     """``"4-7"`` for node rank k with nproc ranks (``"5"`` for one, ``"?"`` if unknown)."""
     return format_ranks(node_ranks(k, nproc)) if nproc else "?"
+
+
+def host_names(hosts: int) -> list[str]:
+    """The rehearsal hosts of ``up --target swarm --hosts N``: host-0 (the swarm's manager and registry) ..
+    host-N-1, the host names every engine reports (``node.hostname`` in placement constraints)."""
+    return [f"host-{h}" for h in range(hosts)]
+
+
+def host_of(k: int, hosts: list[str]) -> str:
+    """The host node k runs on: hosts[k mod len(hosts)] (node 0 and the rendezvous on the first), as a
+    user pins nodes with placement constraints. Raises ValueError: no hosts."""
+    if not hosts:
+        raise ValueError("host_of: no hosts to place node k on")
+    return hosts[k % len(hosts)]
+
+
+def placement(nnodes: int, hosts: list[str]) -> dict[str, str]:
+    """node name -> host, for every node (host_of), e.g. {"node-0": "host-0", "node-1": "host-1"}."""
+    return {name: host_of(k, hosts) for k, name in enumerate(node_names(nnodes))}

@@ -12,6 +12,8 @@ script need not log its own), then apply the fault to the node's container:
     Pause(node)       docker pause: the node freezes, its sockets stay open
     Disconnect(node)  docker network disconnect: the node loses the cluster network
     Freeze(rank=R)    SIGSTOP one rank's process inside its node (the node's heartbeat goes on)
+    KillHost(host)    up --hosts: docker kill a rehearsal host's engine (drills/host_chaos.py)
+    DisconnectHost(host)  up --hosts: cut a rehearsal host off the hosts' network
 
 ``simcluster.run`` checks each against the launch before anything starts (``check``), runs each
 in a thread beside the cluster (``start``) and keeps what it printed in ``Run.chaos``.
@@ -86,7 +88,41 @@ class Freeze:
         return f"Freeze(rank={self.rank}, at_step={self.at_step})"
 
 
-FAULT_TYPES = (Kill, Stop, Pause, Disconnect, Freeze)
+@dataclass(frozen=True)
+class HostFault:
+    """One fault of one rehearsal host (``up --target swarm --hosts N``) at one step: host (``host-1``),
+    at_step (>= 1); every node on the host goes with it (drills/host_chaos.py)."""
+
+    host: str
+    at_step: int = 1
+    kind: ClassVar[str] = ""
+
+    @property
+    def target(self) -> str:
+        return self.host
+
+    def problem(self, names: tuple[str, ...], world_size: int, hosts: tuple[str, ...] = ()) -> str | None:
+        if not hosts:
+            return "a host fault needs rehearsal hosts; add target='swarm', hosts=2"
+        if self.host not in hosts:
+            return f"no host {self.host!r} in this launch; its hosts are {', '.join(hosts)}"
+        if self.kind == "kill-host" and self.host == hosts[0]:
+            return f"{self.host} is the swarm's only manager and the registry; kill a worker, e.g. {hosts[-1]!r}"
+        return None
+
+    def __str__(self) -> str:
+        return f"{type(self).__name__}({self.host!r}, at_step={self.at_step})"
+
+
+class KillHost(HostFault):
+    kind = "kill-host"
+
+
+class DisconnectHost(HostFault):
+    kind = "disconnect-host"
+
+
+FAULT_TYPES = (Kill, Stop, Pause, Disconnect, Freeze, KillHost, DisconnectHost)
 
 
 def as_faults(chaos) -> tuple:
@@ -103,13 +139,13 @@ def as_faults(chaos) -> tuple:
     return faults
 
 
-def check(faults: tuple, names: tuple[str, ...], world_size: int) -> list[str]:
-    """The problems of the faults for a launch of these nodes and ranks, each naming the fault."""
+def check(faults: tuple, names: tuple[str, ...], world_size: int, hosts: tuple[str, ...] = ()) -> list[str]:
+    """The problems of the faults for a launch of these nodes, ranks and rehearsal hosts, each naming the fault."""
     errors = []
     for f in faults:
         if not isinstance(f.at_step, int) or f.at_step < 1:
             errors.append(f"chaos: {f}: at_step must be an int >= 1; e.g. {type(f).__name__}(..., at_step=3)")
-        elif why := f.problem(names, world_size):
+        elif why := (f.problem(names, world_size, hosts) if isinstance(f, HostFault) else f.problem(names, world_size)):
             errors.append(f"chaos: {f}: {why}")
     return errors
 
@@ -118,11 +154,13 @@ def start(fault, run_dir: str, wait_s: float, lines: list[str]) -> threading.Thr
     """Run ``launcher chaos`` for the fault against the run folder in a daemon thread, appending
     what it says to lines; the thread ends once the fault is applied, the run ended, or wait_s passed."""
     from simcluster.launcher.drills.chaos import chaos
+    from simcluster.launcher.drills.host_chaos import chaos_host
 
     def go() -> None:
         try:
-            chaos(fault.kind, fault.target, fault.at_step, run_dir=run_dir, wait_s=wait_s,
-                  say=lambda text, error=False: lines.append(text))
+            (chaos_host if isinstance(fault, HostFault) else chaos)(
+                fault.kind, fault.target, fault.at_step, run_dir=run_dir, wait_s=wait_s,
+                say=lambda text, error=False: lines.append(text))
         except Exception as e:  # noqa: BLE001 - a fault that could not be applied is reported, not raised
             lines.append(f"chaos: {fault} failed: {type(e).__name__}: {e}")
 

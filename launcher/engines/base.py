@@ -60,6 +60,7 @@ class Engine(abc.ABC):
     supports_chaos = False
     supports_shaping = False
     bind_mounts = False
+    supports_hosts = False  # --hosts N: rehearsal hosts (Swarm)
     unsupported: dict[str, str] = {}
 
     def out_path(self, job_name: str) -> str:

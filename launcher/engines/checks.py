@@ -56,6 +56,9 @@ def common_problems(engine, launch: Launch, local: bool) -> list[str]:
         errors.append(f"--cpus-per-node {launch.node.cpus_per_node:g}: this machine has {os.cpu_count()} CPUs and "
                       f"Docker refuses more ('Range of CPUs is from 0.01 to {os.cpu_count()}.00'); e.g. "
                       f"--cpus-per-node {os.cpu_count()}")
+    if launch.engine.hosts is not None and not engine.supports_hosts:
+        errors.append(f"--hosts {launch.engine.hosts}: rehearsal hosts are a swarm of Docker engines; add --target "
+                      f"swarm (--target {engine.name} runs on its own machines)")
     pulled = engine.registry_image(launch, local)
     if pulled and pulled[1] and not has_registry(pulled[1]):
         errors.append(no_registry(pulled[0], pulled[1], f"a {engine.name} job runs on other hosts"))

@@ -14,7 +14,7 @@ import shlex
 import shutil
 import subprocess
 
-from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.engines.docker import LauncherError, cli_env
 
 
 @functools.lru_cache(maxsize=None)
@@ -50,13 +50,14 @@ def compose(project: str, file: str, *args: str, check: bool = False, **kwargs) 
 
 
 def stack_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``docker stack ARGS...`` (deploy, rm: the SDK has no stack API), output captured.
+    """Run ``docker stack ARGS...`` (deploy, rm: the SDK has no stack API), output captured; against host-0's
+    engine while docker.use_hosts() is in force (rehearsal hosts: DOCKER_HOST, docker.cli_env()).
 
     Raises:
         LauncherError: check is set and it exited non-zero (its output in the message).
     """
     cmd = ["docker", "stack", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=cli_env())
     if check and proc.returncode != 0:
         raise LauncherError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
     return proc

@@ -34,19 +34,87 @@ class LauncherError(RuntimeError):
     """Docker or Compose failed or is missing; the message says what to do (exit code 1)."""
 
 
+HOSTS: list[tuple[str, str]] = []  # (host name, engine URL) of rehearsal hosts, host-0 first: use_hosts()
+HOST_TIMEOUT_S = 10.0  # a rehearsal host's engine answers within this, or counts as gone
+
+
 @functools.lru_cache(maxsize=None)
+def _client_for(url: str | None) -> docker.DockerClient:
+    try:
+        c = docker.from_env(timeout=120) if url is None else docker.DockerClient(base_url=url, timeout=HOST_TIMEOUT_S)
+        c.ping()
+        return c
+    except (DockerException, RequestException) as e:
+        if url is not None:
+            raise LauncherError(f"the engine at {url} does not answer ({e})") from None
+        raise LauncherError(f"no Docker engine answers ({e}); start one: sudo bash .ci/docker-up.sh") from None
+
+
 def client() -> docker.DockerClient:
-    """The engine's client (API version negotiated).
+    """The engine's client (API version negotiated): this machine's (DOCKER_HOST's), or host-0's while
+    use_hosts() directs the launcher at rehearsal hosts (the swarm's manager).
 
     Raises:
         LauncherError: no engine answers.
     """
-    try:
-        c = docker.from_env(timeout=120)
-        c.ping()
-        return c
-    except DockerException as e:
-        raise LauncherError(f"no Docker engine answers ({e}); start one: sudo bash .ci/docker-up.sh") from None
+    return _client_for(HOSTS[0][1] if HOSTS else None)
+
+
+def outer() -> docker.DockerClient:
+    """This machine's engine (DOCKER_HOST's) even while use_hosts() is in force: the one the hosts run on.
+
+    Raises:
+        LauncherError: no engine answers.
+    """
+    return _client_for(None)
+
+
+def use_hosts(hosts: list[tuple[str, str]]) -> None:
+    """Direct client(), containers(), container_by_id() and the events at rehearsal hosts' engines:
+    (host name, engine URL like ``tcp://127.0.0.1:32769``), host-0 (the manager) first; [] = back to
+    this machine's engine. The docker CLI follows through cli_env()."""
+    HOSTS[:] = list(hosts)
+
+
+def cli_env() -> dict | None:
+    """The environment for the docker CLI (``docker stack``): DOCKER_HOST set to host-0's engine while
+    use_hosts() is in force, else None (the caller's)."""
+    import os
+
+    return {**os.environ, "DOCKER_HOST": HOSTS[0][1]} if HOSTS else None
+
+
+def engines() -> list[tuple[str, docker.DockerClient]]:
+    """(host name, client) of every engine that answers a ping: the rehearsal hosts' in order, or ("", this
+    machine's). A host whose engine is gone (killed, cut off) is left out; silent_hosts() names it."""
+    if not HOSTS:
+        return [("", client())]
+    out = []
+    for name, url in HOSTS:
+        try:
+            c = _client_for(url)
+            c.ping()
+            out.append((name, c))
+        except (DockerException, RequestException, LauncherError):
+            pass  # a failed connect is not cached: the next call tries again
+    return out
+
+
+def silent_hosts() -> list[str]:
+    """The rehearsal hosts whose engine does not answer a ping within HOST_TIMEOUT_S (killed or cut off)."""
+    silent = []
+    for name, url in HOSTS:
+        try:
+            _client_for(url).ping()
+        except (DockerException, RequestException, LauncherError):
+            silent.append(name)
+    return silent
+
+
+def host_of_container(container) -> str:
+    """The rehearsal host whose engine holds container ("" on this machine's engine)."""
+    url = getattr(container.client.api, "base_url", "")
+    return next((name for name, u in HOSTS if u.replace("tcp://", "http://") == url), "")
 
 
 @contextlib.contextmanager
@@ -81,16 +149,32 @@ def service_of(labels: dict, project: str, stack: bool = False) -> str | None:
 
 def containers(project: str, stack: bool = False) -> dict:
     """service -> Container of a compose project, or of a swarm stack when stack (all, running or
-    not; a stack's newest task container of each service)."""
-    found = client().containers.list(all=True, filters={"label": f"{STACK_LABEL if stack else PROJECT_LABEL}={project}"})
-    return {service_of(c.labels, project, stack) or c.name: c for c in reversed(found)}  # listed newest first
+    not; a stack's newest task container of each service), on every engine that answers (each
+    rehearsal host's, with use_hosts())."""
+    out = {}
+    for _, c in engines():
+        try:
+            found = c.containers.list(all=True, filters={"label": f"{STACK_LABEL if stack else PROJECT_LABEL}={project}"})
+        except (DockerException, RequestException):
+            if not HOSTS:
+                raise
+            continue  # a host that went away while listed
+        for one in reversed(found):  # listed newest first
+            key = service_of(one.labels, project, stack) or one.name
+            if key not in out or str(one.attrs.get("Created", "")) >= str(out[key].attrs.get("Created", "")):
+                out[key] = one
+    return out
 
 
 def exit_code(container) -> int | None:
-    """Exit code of a stopped container (None if it is gone)."""
+    """Exit code of a stopped container (None if it is gone, or its host's engine is)."""
     try:
         container.reload()
     except NotFound:
+        return None
+    except (DockerException, RequestException):
+        if not HOSTS:
+            raise
         return None
     return container.attrs["State"]["ExitCode"]
 
@@ -125,9 +209,12 @@ def run_container(image: str, command: list[str], **options):
 
 
 def container_by_id(cid: str):
-    """The container with this id, or None when there is none. Raises LauncherError: the engine failed."""
-    with sdk_errors(f"looking up container {cid[:12]}", missing_ok=True):
-        return client().containers.get(cid)
+    """The container with this id on any engine (each rehearsal host's with use_hosts()), or None when
+    there is none. Raises LauncherError: the engine failed."""
+    for _, c in engines():
+        with sdk_errors(f"looking up container {cid[:12]}", missing_ok=True):
+            return c.containers.get(cid)
+    return None
 
 
 def exec_in(container, cmd: list[str], user: str = "", workdir: str | None = None) -> tuple[int, str]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import threading
 
-from simcluster.launcher.engines.docker import (PROJECT_LABEL, STACK_LABEL, sdk_errors, client, containers, remove,
-                                                service_of, stack_service)
+from simcluster.launcher.engines.docker import (PROJECT_LABEL, STACK_LABEL, client, containers, engines, remove,
+                                                sdk_errors, service_of, stack_service)
 
 
 def network(name: str):
@@ -46,11 +46,15 @@ def attach(network: str, container, aliases: list[str]) -> None:
 
 
 def labelled(label: str) -> tuple[list, list]:
-    """(containers in every state, networks) carrying the label ``KEY=VALUE``. Raises LauncherError: the engine
-    failed."""
-    with sdk_errors(f"listing what carries {label}"):
-        by = {"label": label}
-        return client().containers.list(all=True, filters=by), client().networks.list(filters=by)
+    """(containers in every state, networks) carrying the label ``KEY=VALUE``, on every engine that answers
+    (each rehearsal host's with docker.use_hosts()). Raises LauncherError: the engine failed."""
+    found, nets = [], []
+    by = {"label": label}
+    for _, c in engines():
+        with sdk_errors(f"listing what carries {label}"):
+            found += c.containers.list(all=True, filters=by)
+            nets += c.networks.list(filters=by)
+    return found, nets
 
 
 def remove_labelled(label: str) -> None:
@@ -86,31 +90,40 @@ def stack_tasks(stack: str) -> dict[str, list[dict]]:
                 for svc in client().services.list(filters={"label": f"{STACK_LABEL}={stack}"})}
 
 
-class Events(threading.Thread):
-    """Follows the engine's container events of a project (or a swarm stack when stack):
+class Events:
+    """Follows the engine's container events of a project (or a swarm stack when stack), on every
+    engine that answers (each rehearsal host's with docker.use_hosts()), one thread a stream:
     ``state`` maps service -> the container state after its latest event (running, paused,
-    exited), ``on_change`` is set on every change. Seeded from one listing; stop with ``close()``."""
+    exited), ``on_change`` is set on every change. Seeded from one listing; ``start()``, then
+    ``close()``. A host's stream that breaks (its engine killed) just ends."""
 
     STATES = {"start": "running", "unpause": "running", "pause": "paused", "die": "exited", "destroy": "removed"}
 
     def __init__(self, project: str, stack: bool = False):
-        super().__init__(daemon=True, name=f"events-{project}")
         self.project, self.stack = project, stack
         self.on_change = threading.Event()
         label = f"{STACK_LABEL if stack else PROJECT_LABEL}={project}"
-        self._stream = client().events(decode=True, filters={"type": "container", "label": label})
+        self._streams = [c.events(decode=True, filters={"type": "container", "label": label}) for _, c in engines()]
         self.state = {s: c.status for s, c in containers(project, stack).items()}
 
-    def run(self) -> None:
+    def start(self) -> None:
+        for stream in self._streams:
+            threading.Thread(target=self._follow, args=(stream,), daemon=True, name=f"events-{self.project}").start()
+
+    def _follow(self, stream) -> None:
         try:
-            for ev in self._stream:
+            for ev in stream:
                 new = self.STATES.get(ev.get("Action") or ev.get("status"))
                 service = service_of((ev.get("Actor") or {}).get("Attributes", {}), self.project, self.stack)
                 if new and service:
                     self.state[service] = new
                     self.on_change.set()
-        except Exception:  # noqa: BLE001 - the stream was closed
+        except Exception:  # noqa: BLE001 - the stream was closed, or its engine went away
             pass
 
     def close(self) -> None:
-        self._stream.close()
+        for stream in self._streams:
+            try:
+                stream.close()
+            except Exception:  # noqa: BLE001 - its engine is gone
+                pass

@@ -35,6 +35,7 @@ def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: 
     t0: time.monotonic() of the command's start; deadline: UpOptions.deadline's, past which every
     container is killed (the run times out). Returns (0 or 1, service -> exit code).
     """
+    stream.placed = {s: h for s, c in found.items() if (h := engine.host_of_container(c))}  # up --hosts
     watch = Watch(handle, start_late or {}, run_dir, since, launch.instruments.total_steps, deadline)
     try:
         stream.follow(found, watch)

@@ -78,6 +78,7 @@ ENGINE = {
     "target": Spec("str", DEFAULT, DEFAULT, choices=tuple(ENGINES)), "workdir": Spec("str", None, "/shared/simcluster"),
     "setup": Spec("str", None, "module load pytorch"), "container_image": Spec("str", None, "nvcr.io/nvidia/pytorch:24.05-py3"),
     "runs_claim": Spec("str", EngineOptions.runs_claim, EngineOptions.runs_claim),
+    "hosts": Spec("int", None, 2, 1, MAX_NODES), "inter_host_bandwidth": Spec("str", None, "100mbit"),
 }
 UP = {
     "build": Spec("bool", False, True), "keep": Spec("bool", False, True), "quiet": Spec("bool", False, True),

@@ -102,12 +102,18 @@ class EngineOptions:
         (``srun --container-image``); None: on the node's own environment.
     runs_claim: Kubernetes: the PersistentVolumeClaim (ReadWriteMany) mounted at /runs, the run
         folder shared by every pod; data paths are read from the same claim.
+    hosts: Swarm: N rehearsal hosts (host-0 .. host-N-1, each a Docker engine in a container here;
+        launcher/engines/swarm/hosts.py), node k pinned to host k mod N; None: one engine.
+    inter_host_bandwidth: Swarm with hosts: tc rate each host's link to the others is limited to
+        (``100mbit``); None: unshaped. Nodes on one host talk over that host's own bridge, untouched.
     """
 
     workdir: str | None = None
     setup: str | None = None
     container_image: str | None = None
     runs_claim: str = "simcluster-runs"
+    hosts: int | None = None
+    inter_host_bandwidth: str | None = None
 
 
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -127,6 +133,12 @@ def check_engine_options(eng: EngineOptions) -> list[str]:
                       f"--container-image nvcr.io#nvidia/pytorch:24.05-py3")
     if eng.workdir is not None and (not eng.workdir or re.search(r"\s", eng.workdir)):
         errors.append(f"workdir: {eng.workdir!r} is empty or holds whitespace; e.g. --workdir /shared/me/simcluster")
+    if eng.inter_host_bandwidth is not None and rate_bits_per_s(eng.inter_host_bandwidth) is None:
+        errors.append(f"inter_host_bandwidth: {eng.inter_host_bandwidth!r} is not a tc rate; write a number and a unit "
+                      f"of bit, kbit, mbit, gbit (or bps, kbps, mbps, gbps for bytes/s), e.g. --inter-host-bandwidth 100mbit")
+    if eng.inter_host_bandwidth is not None and eng.hosts is None:
+        errors.append("inter_host_bandwidth: shapes the links between rehearsal hosts, and there are none; add "
+                      "--target swarm --hosts 2, or use --inter-node-bandwidth on one engine")
     return errors
 
 

@@ -40,7 +40,7 @@ def split_job_argv(argv: list[str]) -> tuple[list[str], tuple[str, ...]]:
 def engine_options(req: JobRequest) -> EngineOptions:
     """The engines' document options of the request."""
     return EngineOptions(workdir=req.workdir, setup=req.setup, container_image=req.container_image,
-                         runs_claim=req.runs_claim)
+                         runs_claim=req.runs_claim, hosts=req.hosts, inter_host_bandwidth=req.inter_host_bandwidth)
 
 
 def node_options(req: JobRequest, user: str) -> NodeOptions:

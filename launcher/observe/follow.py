@@ -35,6 +35,7 @@ EXITED = re.compile(r"^rendezvous: (\S+) \(ranks [^)]*\) exited -?\d+(?: \((.*)\
 KILL_AFTER_RDZV_S = 10.0  # containers still up this long after the rendezvous exited are killed (nodes
 # leave by themselves about 3 s after it)
 KILL_AFTER_NODES_S = 10.0  # a rendezvous still up this long after every node exited is killed
+HOST_CHECK_S = 2.0  # with rehearsal hosts (up --hosts), each host's engine is pinged this often
 
 
 def _pump(service: str, container, out: queue.Queue) -> None:
@@ -69,6 +70,9 @@ class Stream:
         self.timed_out: float | None = None  # the --wall-timeout-s (s) once up has killed the run for it
         self.reasons: dict[str, str] = {}  # node -> why it stopped, from the rendezvous' report lines
         self.traces: dict[int, RankTrace] = {}  # rank -> its latest traceback or C++ abort, as it streams by
+        self.placed: dict[str, str] = {}  # service -> the rehearsal host it runs on (up --hosts; else empty)
+        self.lost_hosts: dict[str, list[str]] = {}  # host -> the services that went with it, once it stopped answering
+        self._queue: queue.Queue | None = None
 
     def show(self, text: str) -> None:
         print(text, flush=True)
@@ -128,6 +132,8 @@ class Stream:
         """Show every container's log until all ended; ``watch.tick()`` runs about every second
         and may start more containers (returned as service -> container) to follow too."""
         q: queue.Queue = queue.Queue()
+        self._queue = q
+        ended: set[str] = set()
 
         def start(more: dict) -> int:
             for service, container in more.items():
@@ -141,7 +147,9 @@ class Stream:
                 try:
                     service, line = q.get(timeout=1.0)
                     if line is None:
-                        open_streams -= 1
+                        if service not in ended:  # abandon() ends a stream once, its pump may end it again
+                            ended.add(service)
+                            open_streams -= 1
                     else:
                         self.handle(service, line)
                 except queue.Empty:
@@ -152,6 +160,22 @@ class Stream:
         finally:
             if self.bar is not None:
                 self.bar.close()
+
+
+    def abandon(self, service: str) -> None:
+        """Stop following service's log (its host is gone: the stream may never end by itself)."""
+        if self._queue is not None:
+            self._queue.put((service, None))
+
+    def host_lost(self, host: str) -> None:
+        """A rehearsal host stopped answering: name it and the nodes that went with it, stop following them."""
+        gone = sorted(s for s, h in self.placed.items() if h == host)
+        self.lost_hosts[host] = gone
+        self.show(f"{'launcher':<{self.width}}| {host} stopped answering (its engine is gone or cut off): "
+                  f"{', '.join(gone) or 'no node'} went with it")
+        for service in gone:
+            self.reasons.setdefault(service, f"lost with {host}")
+            self.abandon(service)
 
 
 class Watch:
@@ -174,6 +198,7 @@ class Watch:
         self.nodes_gone: float | None = None
         self.events = Events(target.project, target.stack)
         self.events.start()
+        self.next_host_check = 0.0
 
     def close(self) -> None:
         self.events.close()
@@ -199,7 +224,13 @@ class Watch:
                 container = engine.containers(self.target.project).get(service)
                 if container is not None:
                     started[service] = container
-        state = dict(self.events.state)
+        if engine.HOSTS and now >= self.next_host_check:
+            self.next_host_check = now + HOST_CHECK_S
+            for host in engine.silent_hosts():
+                if host not in stream.lost_hosts:
+                    stream.host_lost(host)
+        gone_with_hosts = {s for nodes in stream.lost_hosts.values() for s in nodes}
+        state = {s: st for s, st in self.events.state.items() if s not in gone_with_hosts}
         lost = named - set(stream.forced)
         if state.get(RDZV_HOST) in ("exited", "removed"):
             self.rdzv_gone = self.rdzv_gone or now

@@ -62,7 +62,7 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     """Print the summary of an ended run (codes: service -> exit code; wall: seconds since the
     command's start; since: UNIX time the run started, older run-folder files are a previous
     run's); returns whether every node exited 0 and none was lost."""
-    ok = all(codes.get(n) == 0 for n in launch.names) and not stream.lost and not stream.timed_out
+    ok = all(codes.get(n) == 0 for n in launch.names) and not (stream.lost or stream.timed_out or stream.lost_hosts)
     _merge_trace(launch, run_dir)
     m = _final_metrics(run_dir, stream.progress.done, since)
     show = stream.show
@@ -97,9 +97,13 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
              + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
     for k, name in enumerate(launch.names):
         why = f" ({stream.reasons[name]})" if name in stream.reasons else ""
-        show(f"  {name:<11}  ranks {format_ranks(node_ranks(k, launch.nproc_per_node)):<8} exit {codes.get(name)}{why}")
+        on = f" on {stream.placed[name]}" if name in stream.placed else ""
+        show(f"  {name:<11}  ranks {format_ranks(node_ranks(k, launch.nproc_per_node)):<8} exit {codes.get(name)}{on}{why}")
     if RDZV_HOST in codes:  # engines with the static rendezvous (Slurm) have no rendezvous container
-        show(f"  {RDZV_HOST:<11}  {'':<14} exit {codes.get(RDZV_HOST)}")
+        on = f" on {stream.placed[RDZV_HOST]}" if RDZV_HOST in stream.placed else ""
+        show(f"  {RDZV_HOST:<11}  {'':<14} exit {codes.get(RDZV_HOST)}{on}")
+    for host, gone in stream.lost_hosts.items():
+        show(f"  LOST HOST    {host}: its engine stopped answering; {', '.join(gone) or 'no node'} went with it")
     for lost in stream.lost:
         show(f"  LOST         {lost}" + (f" (named {stream.lost_s:.1f}s after start, t={stream.lost_t:.3f})"
                                              if stream.lost_s else ""))
@@ -123,7 +127,9 @@ def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, 
     printed a traceback: rank, node, its node's exit code, the traceback's last lines (the
     exception last) and whether it only saw a peer's connection close (peer_failed); the
     network the run was measured on (inter_node_bandwidth: --inter-node-bandwidth, or null); the image
-    every node ran (image: the trainer's, --image, or the derived image of --requirements)."""
+    every node ran (image: the trainer's, --image, or the derived image of --requirements); with rehearsal
+    hosts (up --hosts) the host each container ran on (hosts: service -> host), the hosts that stopped
+    answering with the services that went with them (lost_hosts), and --inter-host-bandwidth."""
     def failed(rank: int, lines: list[str]) -> dict:
         node = launch.names[node_of(rank, launch.nproc_per_node)]
         return {"rank": rank, "node": node, "exit": codes.get(node), "lines": lines,
@@ -133,7 +139,9 @@ def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, 
             "final_loss": m["final_loss"], "nodes": {n: codes.get(n) for n in launch.names},
             "rendezvous": codes.get(RDZV_HOST), "lost": list(stream.lost), "killed_by_up": list(stream.forced),
             "failed": [failed(r, lines) for r, lines in sorted(tracebacks.items()) if not ok],
-            "inter_node_bandwidth": launch.node.inter_node_bandwidth, "image": launch.node.image}
+            "inter_node_bandwidth": launch.node.inter_node_bandwidth, "image": launch.node.image,
+            "hosts": dict(stream.placed), "lost_hosts": dict(stream.lost_hosts),
+            "inter_host_bandwidth": launch.engine.inter_host_bandwidth}
 
 
 def _no_metrics(launch: Launch, run_dir: str) -> list[str]:

@@ -16,7 +16,7 @@ from simcluster.launcher.engines.base import Engine, UpOptions
 from simcluster.launcher.engines.checks import has_registry
 from simcluster.launcher.engines.compose_cli import stack_cli
 from simcluster.launcher.engines.handle import Handle
-from simcluster.launcher.engines.swarm import render, run
+from simcluster.launcher.engines.swarm import hosts, render, rehearse, run
 from simcluster.launcher.job.files import project_dir_for
 from simcluster.launcher.job.launch import Launch
 from simcluster.train.errors import ConfigError
@@ -28,6 +28,7 @@ class Swarm(Engine):
     name = "swarm"
     default_path = "swarm/{job}.yml"
     bind_mounts = True
+    supports_hosts = True
     unsupported = run.UNSUPPORTED  # --inter-node-bandwidth: refused by drills/shaping.py (supports_shaping)
 
     def project_dir(self, launch: Launch, out: str) -> str:
@@ -36,10 +37,19 @@ class Swarm(Engine):
 
     def problems(self, launch: Launch, local: bool) -> list[str]:
         """--workdir must be absolute (swarm bind sources are host paths)."""
+        errors = []
         if launch.engine.workdir and not posixpath.isabs(launch.engine.workdir):
-            return [f"--workdir {launch.engine.workdir}: swarm bind mounts need an absolute host path; give the "
-                    f"checkout's absolute path on shared storage, e.g. --workdir /shared/me/simcluster"]
-        return []
+            errors.append(f"--workdir {launch.engine.workdir}: swarm bind mounts need an absolute host path; give the "
+                          f"checkout's absolute path on shared storage, e.g. --workdir /shared/me/simcluster")
+        if launch.engine.hosts is not None and launch.engine.hosts > launch.nnodes:
+            errors.append(f"--hosts {launch.engine.hosts}: more hosts than the job's {launch.nnodes} node(s) (a host "
+                          f"would run nothing); e.g. --hosts {launch.nnodes}")
+        return errors
+
+    def up_problems(self, launch: Launch, opts: UpOptions) -> list[str]:
+        """run.UNSUPPORTED's options, less --keep on rehearsal hosts (it keeps them, and the stack)."""
+        return [p for p in super().up_problems(launch, opts)
+                if not (launch.engine.hosts and p.startswith("--keep:"))]
 
     def warnings(self, launch: Launch) -> list[str]:
         """An image that names no registry: fine on a one-node swarm (``up`` refuses it on several)."""
@@ -60,6 +70,8 @@ class Swarm(Engine):
             ConfigError: no usable swarm engine, a worker node, a local image on several nodes, the stack up.
             LauncherError: the engine failed, or a task did not start.
         """
+        if launch.engine.hosts:
+            return rehearse.up(launch, command, opts)
         return run.up(launch, command, opts)
 
     def owns(self, handle: Handle) -> bool:
@@ -67,7 +79,10 @@ class Swarm(Engine):
         return handle.stack
 
     def _live(self, handle: Handle, command: str) -> None:
-        """Raises ConfigError: the stack is not up (`up` removes it when it ends), naming the stack commands."""
+        """Directs the launcher at the run's rehearsal hosts when it had some (rehearse.attach).
+
+        Raises ConfigError: the stack is not up (`up` removes it when it ends), naming the stack commands."""
+        rehearse.attach(handle.run_dir)
         try:
             up = bool(cluster.stack_tasks(handle.project))
         except engine.LauncherError:
@@ -106,11 +121,20 @@ class Swarm(Engine):
         return 0
 
     def down(self, handle: Handle) -> int:
-        """``docker stack rm``, waiting until its containers and network are gone; 0.
+        """``docker stack rm``, waiting until its containers and network are gone, then the run's rehearsal
+        hosts when it had some (kept by ``up --keep``); 0.
 
         Raises:
-            ConfigError: the stack is not up.
+            ConfigError: the stack is not up (and no hosts of the run are).
         """
+        if hosts.read(handle.run_dir) is not None:
+            try:
+                if rehearse.attach(handle.run_dir) and cluster.stack_tasks(handle.project):
+                    run.remove_stack(handle.project)
+            finally:
+                engine.use_hosts([])
+                hosts.take_down(handle.run_dir, print)
+            return 0
         self._live(handle, "down")
         run.remove_stack(handle.project)
         return 0

@@ -109,8 +109,11 @@ UNSUPPORTED = {  # `up` options only the Compose engine implements, with what to
 }
 
 
-def up(launch: Launch, command: str, opts: UpOptions) -> int:
+def up(launch: Launch, command: str, opts: UpOptions, hosted: bool = False) -> int:
     """Deploy, follow, summarise, remove (see the module docstring); returns the exit code.
+
+    hosted: on rehearsal hosts (swarm/rehearse.py), which hold launch's image already; with opts.keep
+    the stack is then left for status, logs and down.
 
     Raises:
         ConfigError: see check_engine(); the image probe (engines/image.py check_image).
@@ -119,10 +122,8 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
     t0 = time.monotonic()
     target = Handle.for_stack(launch.run_dir)
     sw = check_engine(launch, target.project)
-    if launch.node.image == IMAGE:
-        ensure_image(IMAGE, False, launch.node.mount_code)
-    launch = with_image(launch)  # --requirements: the derived image, FROM the one just ensured
-    check_image(launch)
+    if not hosted:
+        launch = prepare_image(launch)
     run_dir = target.run_dir
     make_run_dir(run_dir, launch.node.user, launch.record())
     write_atomic(target.file, swarm.render(launch, command, target.file, ROOT))
@@ -150,15 +151,30 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
         kill_all(target)  # at once, then the stack
         code = 130
     finally:
-        if inited or sw["LocalNodeState"] == "active":
+        kept = hosted and opts.keep
+        if (inited or sw["LocalNodeState"] == "active") and not kept:
             remove_stack(target.project)
         if inited:
             cluster.swarm_leave()
             if not had_gwbridge:
                 cluster.remove_network(GWBRIDGE)
-        print(f"launcher: stack {target.project} removed" + ("; swarm left, as found" if inited else "")
-              + f" ({time.monotonic() - t0:.1f}s)", flush=True)
+        print(f"launcher: stack {target.project} " + ("kept (--keep)" if kept else "removed")
+              + ("; swarm left, as found" if inited else "") + f" ({time.monotonic() - t0:.1f}s)", flush=True)
     return code
+
+
+def prepare_image(launch: Launch) -> Launch:
+    """The trainer image ensured (built when missing) and --requirements' derived image made; the launch
+    naming the image its nodes run, probed for what every node needs (engines/image.py check_image).
+
+    Raises:
+        ConfigError: the image lacks what a node needs. LauncherError: a build failed.
+    """
+    if launch.node.image == IMAGE:
+        ensure_image(IMAGE, False, launch.node.mount_code)
+    launch = with_image(launch)  # --requirements: the derived image, FROM the one just ensured
+    check_image(launch)
+    return launch
 
 
 def _task_containers(stack: str, services: list[str], timeout_s: float = START_TIMEOUT_S) -> dict:
