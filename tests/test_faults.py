@@ -83,7 +83,7 @@ def test_start_late_option_and_restart_launch(tmp_path):
     from simcluster.launcher.api import parse_start_late
     from simcluster.launcher.job.entry import resolve_training
     from simcluster.launcher.job.launch import NodeOptions
-    from simcluster.launcher.engines.compose.run import restart_launch
+    from simcluster.launcher.job.launch import restart_launch
     from simcluster.train.config import Config
     from simcluster.train.errors import ConfigError
 

@@ -144,10 +144,11 @@ def test_sdk_uses_are_seen():
 
 
 def test_docker_through_the_sdk_only():
-    """launcher/engines/docker.py, docker_images.py and docker_cluster.py are the only modules that touch the Docker SDK,
+    """launcher/engines/docker.py, docker_images.py, docker_cluster.py and docker_hosts.py are the only modules that touch the Docker SDK,
     compose_cli.py the only one that runs `docker stack` (tests' helpers are exempt)."""
     engines = ROOT / "launcher" / "engines"
-    sdk_homes = {engines / "docker.py", engines / "docker_images.py", engines / "docker_cluster.py"}
+    sdk_homes = {engines / "docker.py", engines / "docker_images.py", engines / "docker_cluster.py",
+                 engines / "docker_hosts.py"}
     sources = {p: p.read_text() for folder in ("launcher", "bench") for p in (ROOT / folder).rglob("*.py")}
     for home in sdk_homes:
         assert "import docker" in sources[home] or "client()" in sources[home]
@@ -155,7 +156,7 @@ def test_docker_through_the_sdk_only():
     for path, text in sources.items():
         if path not in sdk_homes:
             assert not sdk_uses(ast.parse(text)), f"{path.relative_to(ROOT)} touches the Docker SDK (only " \
-                                                  f"launcher/engines/docker.py, docker_images.py and docker_cluster.py may): " \
+                                                  f"launcher/engines/docker.py, docker_images.py, docker_cluster.py and docker_hosts.py may): " \
                                                   f"{sdk_uses(ast.parse(text))}"
         # the CLIs without an SDK: compose (v2), and `docker stack` (deploy, rm) in compose_cli.stack_cli only
         allowed = "compose|stack" if path == engines / "compose_cli.py" else "compose"

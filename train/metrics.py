@@ -66,14 +66,36 @@ class MetricsWriter:
                 fh.write(json.dumps(rec, sort_keys=True) + "\n")
 
 
-def traffic_text(totals: dict) -> str:
+def _mb(b: float) -> str:
+    return f"{b / 1e6:.2f} MB"
+
+
+def host_links(totals: dict, hosts: list[str]) -> dict[str, int]:
+    """One step's node links (``"i->j"`` bytes, sent from node i to node j) summed per host pair:
+    ``{"host-0->host-1": bytes, ...}`` for every ordered pair of distinct hosts, hosts[i] being node i's
+    host (rehearsal hosts, ``up --hosts``). Collectives spanning nodes (``span``) name no link and are
+    not counted."""
+    out = {f"{a}->{b}": 0 for a in dict.fromkeys(hosts) for b in dict.fromkeys(hosts) if a != b}
+    for link, v in totals.get("links", {}).items():
+        if "->" in link:
+            i, j = (int(x) for x in link.split("->"))
+            if i < len(hosts) and j < len(hosts) and hosts[i] != hosts[j]:
+                out[f"{hosts[i]}->{hosts[j]}"] += v
+    return out
+
+
+def traffic_text(totals: dict, hosts: list[str] | None = None) -> str:
     """One step's world traffic totals (the ``traffic`` key) in one line, e.g.
     ``pp_send 1.05 MB (8 msgs), tp_all_reduce 16.78 MB (128 msgs); inter-node 1.05 MB``; inter-node
-    counts the p2p bytes sent from one node to another."""
-    def mb(b):
-        return f"{b / 1e6:.2f} MB"
-    parts = [f"{k} {mb(v)} ({totals.get('messages', {}).get(k, 0)} msgs)"
+    counts the p2p bytes sent from one node to another. hosts (node i's host, ``up --hosts``) adds
+    ``; inter-host 1.05 MB (host-0->host-1 1.05 MB, host-1->host-0 0.00 MB)`` (host_links)."""
+    parts = [f"{k} {_mb(v)} ({totals.get('messages', {}).get(k, 0)} msgs)"
              for k, v in totals.get("bytes", {}).items() if v]
     inter = sum(v for link, v in totals.get("links", {}).items()
                 if "->" in link and link.split("->")[0] != link.split("->")[1])
-    return ", ".join(parts) + f"; inter-node {mb(inter)}"
+    text = ", ".join(parts) + f"; inter-node {_mb(inter)}"
+    if hosts:
+        pairs = host_links(totals, hosts)
+        text += (f"; inter-host {_mb(sum(pairs.values()))} ("
+                 + ", ".join(f"{pair} {_mb(v)}" for pair, v in pairs.items()) + ")")
+    return text

@@ -195,7 +195,8 @@ def write_job(run_dir: str, record: dict) -> None:
 
 
 def read_job(run_dir: str | None) -> dict | None:
-    """RUN_DIR/job.json: {"nodes": {name: "first-last"}, "nproc_per_node", "world_size", "image"}, or None
+    """RUN_DIR/job.json: {"nodes": {name: "first-last"}, "nproc_per_node", "world_size", "image", and on
+    rehearsal hosts "hosts": {name: host}}, or None
     when the folder has none (a run of an older launcher, or a compose file started by hand).
 
     Raises:

@@ -154,7 +154,8 @@ def containers(project: str, stack: bool = False) -> dict:
     out = {}
     for _, c in engines():
         try:
-            found = c.containers.list(all=True, filters={"label": f"{STACK_LABEL if stack else PROJECT_LABEL}={project}"})
+            found = c.containers.list(all=True, ignore_removed=True,
+                                    filters={"label": f"{STACK_LABEL if stack else PROJECT_LABEL}={project}"})
         except (DockerException, RequestException):
             if not HOSTS:
                 raise

@@ -52,7 +52,7 @@ def labelled(label: str) -> tuple[list, list]:
     by = {"label": label}
     for _, c in engines():
         with sdk_errors(f"listing what carries {label}"):
-            found += c.containers.list(all=True, filters=by)
+            found += c.containers.list(all=True, filters=by, ignore_removed=True)
             nets += c.networks.list(filters=by)
     return found, nets
 

@@ -92,15 +92,15 @@ def wait_engine(url: str, container, timeout_s: float) -> docker.DockerClient:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            c = docker.DockerClient(base_url=url, timeout=30)
+            c = docker.DockerClient(base_url=url, timeout=10)
             c.ping()
             return c
-        except (DockerException, RequestException):
+        except (DockerException, RequestException) as e:
             container.reload()
             if container.status != "running" or time.monotonic() > deadline:
-                tail = container.logs(tail=5).decode("utf-8", "replace").strip()
-                raise LauncherError(f"the engine of {container.name} did not answer within {timeout_s:.0f}s "
-                                    f"({container.status}): {tail}") from None
+                tail = container.logs(tail=3).decode("utf-8", "replace").strip()
+                raise LauncherError(f"the engine of {container.name} did not answer at {url} within {timeout_s:.0f}s "
+                                    f"({container.status}; {type(e).__name__}: {e}): {tail}") from None
             time.sleep(0.3)
 
 
@@ -150,7 +150,7 @@ def host_containers() -> dict[str, object]:
     """host name -> container of the rehearsal hosts on this machine (one rehearsal at a time: their
     HOSTS_LABEL names the run folder of the `up` that made them)."""
     with sdk_errors("listing rehearsal hosts"):
-        found = outer().containers.list(all=True, filters={"label": HOSTS_LABEL})
+        found = outer().containers.list(all=True, filters={"label": HOSTS_LABEL}, ignore_removed=True)
     return {c.labels.get(HOSTS_LABEL + ".host", c.name): c for c in found}
 
 

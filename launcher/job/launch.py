@@ -22,7 +22,7 @@ from simcluster.launcher.job.deps import Requirements
 from simcluster.launcher.instrument.spec import Instruments
 from simcluster.launcher.container.layout import (CODE_DIR, IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, WORK_DIR,
                                                   lost_after_s, run_name)
-from simcluster.train.layout import node_names
+from simcluster.train.layout import host_names, node_names, placement
 from simcluster.train.layout import format_ranks, node_ranks
 from simcluster.train.config import MeshSpec, TrainRun
 
@@ -170,6 +170,8 @@ class Launch:
         (engines/deps_image.py with_image: node.image replaced before the engine renders or starts).
     instruments: what the ranks of the user's code record (launcher/instrument/spec.py); unused
         by the built-in trainer, which takes its own flags.
+    hosts_up: the rehearsal hosts (``--hosts N``) the nodes are placed on, node k on hosts_up[k mod
+        len]: () for all N; after a host was lost, those left (a restart, engines/swarm/rehearse.py).
     """
 
     nnodes: int
@@ -187,6 +189,7 @@ class Launch:
     engine: EngineOptions = EngineOptions()
     instruments: Instruments = Instruments()
     requirements: Requirements = Requirements()
+    hosts_up: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
@@ -234,9 +237,21 @@ class Launch:
 
     def record(self) -> dict:
         """The job as RUN_DIR/job.json keeps it (train/runlog.py write_job, read_job): each node's ranks,
-        the ranks a node, the world size and the image every node runs."""
-        return {"nodes": {name: format_ranks(node_ranks(k, self.nproc_per_node)) for k, name in enumerate(self.names)},
-                "nproc_per_node": self.nproc_per_node, "world_size": self.world_size, "image": self.node.image}
+        the ranks a node, the world size, the image every node runs and, on rehearsal hosts, each
+        node's host (train/layout.py placement)."""
+        out = {"nodes": {name: format_ranks(node_ranks(k, self.nproc_per_node)) for k, name in enumerate(self.names)},
+               "nproc_per_node": self.nproc_per_node, "world_size": self.world_size, "image": self.node.image}
+        if self.node_hosts:
+            out["hosts"] = dict(zip(self.names, self.node_hosts))
+        return out
+
+    @property
+    def node_hosts(self) -> list[str] | None:
+        """Node k's rehearsal host, for every k (``up --hosts``; train/layout.py placement over hosts_up, or
+        over every host), or None on one engine."""
+        if not self.engine.hosts:
+            return None
+        return list(placement(self.nnodes, list(self.hosts_up) or host_names(self.engine.hosts)).values())
 
     @property
     def shape(self) -> str:
@@ -258,3 +273,12 @@ def with_resume(launch: Launch, path: str) -> Launch:
         i = argv.index("--resume")
         del argv[i:i + 2]
     return dataclasses.replace(launch, argv=(*argv, "--resume", path))
+
+
+def restart_launch(launch: Launch, restart: int) -> Launch:
+    """The launch of restart number ``restart`` (SIMCLUSTER_RESTART_COUNT): the built-in trainer
+    resumes with ``--resume auto`` (the newest complete checkpoint of its run folder, or from the
+    start: the same mechanism a torchrun restart uses); other code is told the count and resumes
+    from its own files."""
+    launch = dataclasses.replace(launch, restart=restart)
+    return with_resume(launch, "auto") if launch.train is not None else launch

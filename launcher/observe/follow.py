@@ -227,7 +227,7 @@ class Watch:
         if engine.HOSTS and now >= self.next_host_check:
             self.next_host_check = now + HOST_CHECK_S
             for host in engine.silent_hosts():
-                if host not in stream.lost_hosts:
+                if host not in stream.lost_hosts and host in stream.placed.values():  # a host this attempt uses
                     stream.host_lost(host)
         gone_with_hosts = {s for nodes in stream.lost_hosts.values() for s in nodes}
         state = {s: st for s, st in self.events.state.items() if s not in gone_with_hosts}

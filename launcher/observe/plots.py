@@ -90,6 +90,27 @@ def plot_traffic(totals: dict, path: str) -> str | None:
     return _save(fig, path)
 
 
+def plot_host_traffic(totals: dict, hosts: list[str], path: str) -> str | None:
+    """Host x host matrix of one step's bytes between nodes on different hosts (train/metrics.py host_links;
+    hosts: node i's host), for rehearsal hosts (``up --hosts``)."""
+    from simcluster.train.metrics import host_links
+
+    names = list(dict.fromkeys(hosts))
+    pairs = host_links(totals, hosts)
+    grid = [[pairs.get(f"{a}->{b}", 0) / 1e6 for b in names] for a in names]
+    n = len(names)
+    fig, ax = plt.subplots(figsize=(2.2 + 1.3 * n, 1.8 + 1.2 * n))
+    im = ax.imshow(grid, cmap="Oranges")
+    for i in range(n):
+        for j in range(n):
+            ax.text(j, i, f"{grid[i][j]:.2f}", ha="center", va="center",
+                    color="white" if grid[i][j] > 0.6 * max(map(max, grid)) else "black")
+    ax.set(xlabel="to host", ylabel="from host", xticks=range(n), yticks=range(n), xticklabels=names,
+           yticklabels=names, title="MB per step between hosts\n(p2p sends; same-host pairs 0)")
+    fig.colorbar(im, ax=ax, label="MB")
+    return _save(fig, path)
+
+
 def _color(name: str, cat: str) -> str | None:
     if cat == "compute":
         return COLORS[name.split(" ")[0]]

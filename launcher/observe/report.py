@@ -7,7 +7,7 @@ Works on any folder with a metrics.jsonl (the schema of train/metrics.py; only `
 required) or the instruments' steps/ of the user's code (rundir.step_rows joins both; a trace of
 such a run started with plain ``docker compose up`` is merged here). Draws what the run recorded: loss and
 validation loss, tokens/s, peak memory per rank (``rss_mb``), the node x node traffic matrix
-(``--traffic 1``) and the pipeline timeline (``--trace-steps``). Writes RUN_DIR/report/*.png and
+(``--traffic 1``; and host x host on rehearsal hosts, from job.json's "hosts") and the pipeline timeline (``--trace-steps``). Writes RUN_DIR/report/*.png and
 RUN_DIR/report/index.html and prints the page's path. A folder without metrics.jsonl exits 2.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ def read_rows(run_dir: str) -> list[dict]:
     return rows
 
 
-def _summary(rows: list[dict]) -> dict:
+def _summary(rows: list[dict], hosts: list[str] | None = None) -> dict:
     last = rows[-1]
     tok = sorted(r["tokens_per_s"] for r in rows[1:] or rows if isinstance(r.get("tokens_per_s"), (int, float)))
     out = {"steps recorded": len(rows), "last step": last["step"]}
@@ -62,7 +62,7 @@ def _summary(rows: list[dict]) -> dict:
         out["peak RSS of any rank"] = f"{max(rss):.0f} MB"
     if isinstance(last.get("traffic"), dict):
         from simcluster.train.metrics import traffic_text
-        out["traffic per step (last)"] = traffic_text(last["traffic"])
+        out["traffic per step (last)"] = traffic_text(last["traffic"], hosts)
     return out
 
 
@@ -126,8 +126,12 @@ def _draw(plots, rows: list[dict], events: list[dict] | None, config: str, run_d
             plots.plot_throughput(rows, os.path.join(out, "tokens_per_s.png")),
             plots.plot_memory(rows, os.path.join(out, "memory.png"))]
     traffic = next((r["traffic"] for r in reversed(rows) if isinstance(r.get("traffic"), dict)), None)
+    job = runlog.read_job(run_dir) or {}
+    hosts = list(job["hosts"].values()) if isinstance(job.get("hosts"), dict) else None  # node order
     if traffic:
         pngs.append(plots.plot_traffic(traffic, os.path.join(out, "traffic.png")))
+        if hosts:
+            pngs.append(plots.plot_host_traffic(traffic, hosts, os.path.join(out, "traffic_hosts.png")))
     bubbles = {}
     if events is not None:
         from simcluster.train.timeline import bubble
@@ -135,7 +139,7 @@ def _draw(plots, rows: list[dict], events: list[dict] | None, config: str, run_d
         steps = sorted(bubbles) or sorted({e["args"]["step"] for e in events if "step" in e.get("args", {})}) or [None]
         pngs.append(plots.plot_timeline(events, os.path.join(out, "timeline.png"), step=steps[0]))
     pngs = [p for p in pngs if p]
-    summary = _summary(rows)
+    summary = _summary(rows, hosts)
     for step, frac in bubbles.items():
         summary[f"measured bubble, step {step}"] = f"{frac:.3f}"
     page = ["<!doctype html><html><head><meta charset='utf-8'>",

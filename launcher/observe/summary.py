@@ -25,7 +25,7 @@ from simcluster.train.rundir import METRICS, step_rows
 from simcluster.train.runlog import write_summary
 from simcluster.launcher.container.layout import RDZV_HOST
 from simcluster.train.layout import format_ranks, node_of, node_ranks
-from simcluster.train.metrics import traffic_text
+from simcluster.train.metrics import host_links, traffic_text
 
 
 def _final_metrics(run_dir: str, done: dict, since: float) -> dict:
@@ -87,7 +87,8 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
         show(f"  step time    {m['step_time_s']:.3f}s (median after step 1, slowest rank)"
              + (f"; peak RSS {m['rss_mb']:.0f} MB (any rank)" if m["rss_mb"] else ""))
     if m["traffic"]:
-        show(f"  traffic/step {traffic_text(m['traffic'])} (all ranks; per rank: {launch.run_dir}/traffic/)")
+        show(f"  traffic/step {traffic_text(m['traffic'], launch.node_hosts)} (all ranks; per rank: "
+             f"{launch.run_dir}/traffic/)")
     if os.path.isfile(os.path.join(run_dir, "trace.json")):
         show(f"  trace        {launch.run_dir}/trace.json (open in https://ui.perfetto.dev)")
     if os.path.isfile(os.path.join(run_dir, METRICS)) or (launch.train is None and m["steps"] is not None):
@@ -129,7 +130,8 @@ def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, 
     network the run was measured on (inter_node_bandwidth: --inter-node-bandwidth, or null); the image
     every node ran (image: the trainer's, --image, or the derived image of --requirements); with rehearsal
     hosts (up --hosts) the host each container ran on (hosts: service -> host), the hosts that stopped
-    answering with the services that went with them (lost_hosts), and --inter-host-bandwidth."""
+    answering with the services that went with them (lost_hosts), the last step's bytes per host pair
+    (host_traffic: train/metrics.py host_links, or null), and --inter-host-bandwidth."""
     def failed(rank: int, lines: list[str]) -> dict:
         node = launch.names[node_of(rank, launch.nproc_per_node)]
         return {"rank": rank, "node": node, "exit": codes.get(node), "lines": lines,
@@ -141,6 +143,7 @@ def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, 
             "failed": [failed(r, lines) for r, lines in sorted(tracebacks.items()) if not ok],
             "inter_node_bandwidth": launch.node.inter_node_bandwidth, "image": launch.node.image,
             "hosts": dict(stream.placed), "lost_hosts": dict(stream.lost_hosts),
+            "host_traffic": host_links(m["traffic"], launch.node_hosts) if m["traffic"] and launch.node_hosts else None,
             "inter_host_bandwidth": launch.engine.inter_host_bandwidth}
 
 

@@ -21,7 +21,6 @@ checkpoint in RUN_DIR/checkpoints, from scratch if there is none yet), up to N t
 """
 from __future__ import annotations
 
-import dataclasses
 import signal
 import sys
 import threading
@@ -33,7 +32,7 @@ from simcluster.launcher.engines.compose_cli import compose
 from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.job.files import host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
 from simcluster.launcher.engines.handle import Handle
-from simcluster.launcher.job.launch import Launch, with_resume
+from simcluster.launcher.job.launch import Launch, restart_launch
 from simcluster.launcher.container.layout import IMAGE, RDZV_HOST
 from simcluster.launcher.engines.base import UpOptions
 from simcluster.launcher.engines.skeleton import follow_and_summarise, kill_all, open_stream
@@ -98,15 +97,6 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
         if final:
             return code
     return code
-
-
-def restart_launch(launch: Launch, restart: int) -> Launch:
-    """The launch of restart number ``restart`` (SIMCLUSTER_RESTART_COUNT): the built-in trainer
-    resumes with ``--resume auto`` (the newest complete checkpoint of its run folder, or from the
-    start: the same mechanism a torchrun restart uses); other code is told the count and resumes
-    from its own files."""
-    launch = dataclasses.replace(launch, restart=restart)
-    return with_resume(launch, "auto") if launch.train is not None else launch
 
 
 def _attempt(launch: Launch, target: Handle, run_dir: str, opts: UpOptions, t0: float) -> tuple[int, dict]:

@@ -47,9 +47,10 @@ class Swarm(Engine):
         return errors
 
     def up_problems(self, launch: Launch, opts: UpOptions) -> list[str]:
-        """run.UNSUPPORTED's options, less --keep on rehearsal hosts (it keeps them, and the stack)."""
+        """run.UNSUPPORTED's options, less --keep (it keeps them, and the stack) and --max-restarts (on the
+        hosts left) on rehearsal hosts (rehearse.py)."""
         return [p for p in super().up_problems(launch, opts)
-                if not (launch.engine.hosts and p.startswith("--keep:"))]
+                if not (launch.engine.hosts and p.startswith(("--keep:", "--max-restarts:")))]
 
     def warnings(self, launch: Launch) -> list[str]:
         """An image that names no registry: fine on a one-node swarm (``up`` refuses it on several)."""

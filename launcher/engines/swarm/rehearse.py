@@ -7,21 +7,24 @@ then hosts.py brings up the hosts, and the launcher is directed at them (docker.
 at host-0's engine, the manager, and at every host's for their task containers; the docker CLI
 through DOCKER_HOST), so run.py deploys, follows and summarises as on one engine, with the stack
 naming the registry's image and each node pinned to its host (render.py's placement constraints).
-At the end, success or not: the stack removed, the hosts removed (--keep: both left for
-``status``, ``logs`` and ``down``), and the launcher back on this machine's engine.
+--max-restarts N restarts the job on the hosts still answering, resumed from its last checkpoint (a
+lost host's nodes placed on the others). At the end, success or not: the stack removed, the hosts
+removed (--keep: both left for ``status``, ``logs`` and ``down``), and the launcher back on this
+machine's engine.
 ``attach`` directs a later command (status, logs, down, chaos) at a run's hosts from RUN_DIR/hosts.json.
 """
 from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 
 from simcluster.launcher.engines import docker as engine
 from simcluster.launcher.engines import docker_hosts
 from simcluster.launcher.engines.base import UpOptions
 from simcluster.launcher.engines.swarm import hosts as rehearsal
 from simcluster.launcher.engines.swarm import run
-from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.job.launch import Launch, restart_launch
 from simcluster.train.errors import ConfigError
 
 
@@ -30,19 +33,32 @@ def _show(text: str) -> None:
 
 
 def up(launch: Launch, command: str, opts: UpOptions) -> int:
-    """Hosts up, the job run on them (run.up), hosts down; returns the exit code.
+    """Hosts up, the job run on them (run.up), hosts down; returns the exit code of the last attempt.
+
+    --max-restarts N: after a failed attempt the job starts again (the trainer with --resume auto: the
+    newest complete checkpoint in the shared run folder) up to N times, its nodes placed on the hosts
+    still answering (a lost host's nodes move to the others), saying where each node moves.
 
     Raises:
         ConfigError: see run.up and hosts.bring_up.
         LauncherError: an engine, the swarm, the registry or a task failed (the hosts are removed first).
     """
+    t0 = time.monotonic()
     launch = run.prepare_image(launch)
     reh = rehearsal.bring_up(launch, _show)
+    once = dataclasses.replace(opts, max_restarts=0)
     try:
         engine.use_hosts(list(reh.hosts))
-        hosted = dataclasses.replace(launch, node=dataclasses.replace(launch.node,
-                                                                      image=rehearsal.hosted_image(launch.node.image)))
-        return run.up(hosted, command, opts, hosted=True)
+        attempt_launch = hosted = dataclasses.replace(launch, node=dataclasses.replace(
+            launch.node, image=rehearsal.hosted_image(launch.node.image)))
+        for attempt in range(opts.max_restarts + 1):
+            if attempt:
+                attempt_launch = _relocated(hosted, attempt_launch, attempt, opts.max_restarts, t0)
+            code = run.up(attempt_launch, command, once, hosted=True)
+            timed_out = opts.wall_timeout_s is not None and time.monotonic() - t0 >= opts.wall_timeout_s
+            if code in (0, 130) or timed_out or attempt == opts.max_restarts:
+                return code
+        return code
     finally:
         engine.use_hosts([])
         if opts.keep:
@@ -50,6 +66,26 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
                   f"down --run-dir {launch.run_dir}", file=sys.stderr, flush=True)
         else:
             rehearsal.take_down(reh.run_dir, _show)
+
+
+def _relocated(hosted: Launch, before: Launch, attempt: int, most: int, t0: float) -> Launch:
+    """Restart number attempt's launch: resumed (job/launch.py restart_launch), its nodes on the hosts
+    that still answer; prints where each node ran and where it runs now.
+
+    Raises:
+        LauncherError: no host answers.
+    """
+    silent = set(engine.silent_hosts())
+    alive = tuple(name for name, _ in engine.HOSTS if name not in silent)
+    if not alive:
+        raise engine.LauncherError("restart: no rehearsal host answers; nothing left to run on")
+    after = dataclasses.replace(restart_launch(hosted, attempt), hosts_up=alive)
+    moves = [f"{n} {a} -> {b}" for n, a, b in zip(after.names, before.node_hosts, after.node_hosts) if a != b]
+    _show(f"launcher: restart {attempt}/{most} after {time.monotonic() - t0:.1f}s on hosts {', '.join(alive)}"
+          + (f" ({', '.join(sorted(silent))} lost)" if silent else "") + "; " + ("; ".join(moves) if moves else
+                                                                               "every node on its host")
+          + ("; the trainer resumes with --resume auto" if after.train is not None else ""))
+    return after
 
 
 def attach(run_dir: str) -> bool:

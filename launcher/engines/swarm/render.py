@@ -9,7 +9,8 @@ rendezvous. Stage placement: node-K's host name is its service name and c10d ord
 sorted host name, which the zero padding makes node-rank order, so node K holds pipeline stage K
 and ranks K*dp*tp .. (K+1)*dp*tp-1 (every node prints its host and coordinates; ``launcher up``
 checks them). With ``--hosts N`` each node is pinned to a host by a placement constraint,
-``node.hostname == host-K`` with K = k mod N (train/layout.py host_of), the rendezvous to host-0. c10d and not the static rendezvous: a swarm has no per-node index of its own for
+``node.hostname == host-K`` with K = k mod N (Launch.node_hosts: train/layout.py placement), the
+rendezvous with node 0. c10d and not the static rendezvous: a swarm has no per-node index of its own for
 one service per node (``{{.Task.Slot}}`` numbers the replicas of one service, from 1), and the
 rendezvous service also collects heartbeats and exit codes, which give ``launcher up`` its
 summary, its exit code and the lost-node verdict on every engine the same way.
@@ -44,7 +45,7 @@ from simcluster.launcher.job import files
 from simcluster.launcher.job.files import repo_path
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import LABEL, NETWORK, RDZV_HOST
-from simcluster.train.layout import format_ranks, host_names, host_of, node_ranks
+from simcluster.train.layout import format_ranks, node_ranks
 from simcluster.launcher.engines.compose.render import host_path, node_command, node_env, rendezvous_command
 from simcluster.launcher.engines.document import HEADER, dump_services, gpus_per_node, hardening
 
@@ -63,8 +64,8 @@ def _deploy(launch: Launch, node: bool, k: int = 0) -> dict:
     """The ``deploy`` key: DNS round-robin endpoint, no engine restarts, a node's limits; with --hosts N,
     node k pinned to host k mod N and the rendezvous to host-0 (``node.hostname`` constraints)."""
     out: dict = {"endpoint_mode": "dnsrr", "restart_policy": {"condition": "none"}}
-    if launch.engine.hosts:
-        out["placement"] = {"constraints": [f"node.hostname == {host_of(k, host_names(launch.engine.hosts))}"]}
+    if launch.node_hosts:
+        out["placement"] = {"constraints": [f"node.hostname == {launch.node_hosts[k]}"]}
     limits = {}
     if node and launch.node.cpus_per_node is not None:
         limits["cpus"] = f"{launch.node.cpus_per_node:g}"
