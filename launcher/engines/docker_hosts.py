@@ -180,8 +180,15 @@ def kill_host(container) -> None:
 def cut(container) -> None:
     """Disconnect a host container from NETWORK (every link to the other hosts and to this machine's
     launcher is cut). Raises LauncherError: the engine refused."""
-    with sdk_errors(f"`docker network disconnect {NETWORK} {container.name}`"):
-        outer().networks.get(NETWORK).disconnect(container, force=True)
+    try:
+        with sdk_errors(f"`docker network disconnect {NETWORK} {container.name}`"):
+            outer().networks.get(NETWORK).disconnect(container, force=True)
+    except LauncherError:
+        with sdk_errors(f"`docker inspect {container.name}`"):
+            container.reload()
+            if NETWORK in (container.attrs["NetworkSettings"].get("Networks") or {}):
+                raise
+        # 20.10 may answer "is not connected" to a disconnect it has done: the host is cut off either way
 
 
 def remove_host(container) -> None:
