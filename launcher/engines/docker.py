@@ -39,7 +39,9 @@ HOST_TIMEOUT_S = 10.0  # a rehearsal host's engine answers within this, or count
 
 
 @functools.lru_cache(maxsize=None)
-def _client_for(url: str | None) -> docker.DockerClient:
+def client_for(url: str | None) -> docker.DockerClient:
+    """The client of the engine at url (``tcp://127.0.0.1:PORT``: a rehearsal host's, HOST_TIMEOUT_S), or of
+    this machine's (None: DOCKER_HOST's); cached once it answered. Raises LauncherError: it does not answer."""
     try:
         c = docker.from_env(timeout=120) if url is None else docker.DockerClient(base_url=url, timeout=HOST_TIMEOUT_S)
         c.ping()
@@ -57,7 +59,7 @@ def client() -> docker.DockerClient:
     Raises:
         LauncherError: no engine answers.
     """
-    return _client_for(HOSTS[0][1] if HOSTS else None)
+    return client_for(HOSTS[0][1] if HOSTS else None)
 
 
 def outer() -> docker.DockerClient:
@@ -66,7 +68,7 @@ def outer() -> docker.DockerClient:
     Raises:
         LauncherError: no engine answers.
     """
-    return _client_for(None)
+    return client_for(None)
 
 
 def use_hosts(hosts: list[tuple[str, str]]) -> None:
@@ -86,35 +88,18 @@ def cli_env() -> dict | None:
 
 def engines() -> list[tuple[str, docker.DockerClient]]:
     """(host name, client) of every engine that answers a ping: the rehearsal hosts' in order, or ("", this
-    machine's). A host whose engine is gone (killed, cut off) is left out; silent_hosts() names it."""
+    machine's). A host whose engine is gone (killed, cut off) is left out; docker_hosts.silent_hosts() names it."""
     if not HOSTS:
         return [("", client())]
     out = []
     for name, url in HOSTS:
         try:
-            c = _client_for(url)
+            c = client_for(url)
             c.ping()
             out.append((name, c))
         except (DockerException, RequestException, LauncherError):
             pass  # a failed connect is not cached: the next call tries again
     return out
-
-
-def silent_hosts() -> list[str]:
-    """The rehearsal hosts whose engine does not answer a ping within HOST_TIMEOUT_S (killed or cut off)."""
-    silent = []
-    for name, url in HOSTS:
-        try:
-            _client_for(url).ping()
-        except (DockerException, RequestException, LauncherError):
-            silent.append(name)
-    return silent
-
-
-def host_of_container(container) -> str:
-    """The rehearsal host whose engine holds container ("" on this machine's engine)."""
-    url = getattr(container.client.api, "base_url", "")
-    return next((name for name, u in HOSTS if u.replace("tcp://", "http://") == url), "")
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ import docker
 from docker.errors import APIError, DockerException, NotFound
 from requests.exceptions import RequestException
 
-from simcluster.launcher.engines.docker import LauncherError, outer, sdk_errors
+from simcluster.launcher.engines.docker import HOSTS, LauncherError, client_for, outer, sdk_errors
 from simcluster.train.errors import ConfigError
 
 HOST_IMAGE = "simcluster/host:latest"
@@ -205,3 +205,20 @@ def remove_network() -> None:
     with sdk_errors(f"`docker network rm {NETWORK}`", missing_ok=True):
         for net in outer().networks.list(names=[NETWORK]):
             net.remove()
+
+
+def silent_hosts() -> list[str]:
+    """The rehearsal hosts whose engine does not answer a ping within HOST_TIMEOUT_S (killed or cut off)."""
+    silent = []
+    for name, url in HOSTS:
+        try:
+            client_for(url).ping()
+        except (DockerException, RequestException, LauncherError):
+            silent.append(name)
+    return silent
+
+
+def host_of_container(container) -> str:
+    """The rehearsal host whose engine holds container ("" on this machine's engine)."""
+    url = getattr(container.client.api, "base_url", "")
+    return next((name for name, u in HOSTS if u.replace("tcp://", "http://") == url), "")

@@ -13,6 +13,7 @@ import os
 import time
 
 from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines import docker_hosts
 from simcluster.launcher.engines.handle import Handle
 from simcluster.launcher.engines.base import UpOptions
 from simcluster.launcher.job.launch import Launch
@@ -35,7 +36,7 @@ def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: 
     t0: time.monotonic() of the command's start; deadline: UpOptions.deadline's, past which every
     container is killed (the run times out). Returns (0 or 1, service -> exit code).
     """
-    stream.placed = {s: h for s, c in found.items() if (h := engine.host_of_container(c))}  # up --hosts
+    stream.placed = {s: h for s, c in found.items() if (h := docker_hosts.host_of_container(c))}  # up --hosts
     watch = Watch(handle, start_late or {}, run_dir, since, launch.instruments.total_steps, deadline)
     try:
         stream.follow(found, watch)

@@ -21,6 +21,7 @@ import threading
 import time
 
 from simcluster.launcher.engines import docker as engine
+from simcluster.launcher.engines import docker_hosts
 from simcluster.launcher.engines.compose_cli import compose
 from simcluster.launcher.engines.docker_cluster import Events
 from simcluster.launcher.job.launch import Launch
@@ -226,7 +227,7 @@ class Watch:
                     started[service] = container
         if engine.HOSTS and now >= self.next_host_check:
             self.next_host_check = now + HOST_CHECK_S
-            for host in engine.silent_hosts():
+            for host in docker_hosts.silent_hosts():
                 if host not in stream.lost_hosts and host in stream.placed.values():  # a host this attempt uses
                     stream.host_lost(host)
         gone_with_hosts = {s for nodes in stream.lost_hosts.values() for s in nodes}

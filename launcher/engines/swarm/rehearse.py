@@ -75,7 +75,7 @@ def _relocated(hosted: Launch, before: Launch, attempt: int, most: int, t0: floa
     Raises:
         LauncherError: no host answers.
     """
-    silent = set(engine.silent_hosts())
+    silent = set(docker_hosts.silent_hosts())
     alive = tuple(name for name, _ in engine.HOSTS if name not in silent)
     if not alive:
         raise engine.LauncherError("restart: no rehearsal host answers; nothing left to run on")
