@@ -66,6 +66,28 @@ def test_host_faults_refused_before_anything(tmp_path):
     assert proc.returncode == 2 and "a file, not a folder" in proc.stderr, proc.stderr
 
 
+def test_an_engine_without_the_privileges_is_named(monkeypatch, tmp_path):
+    """A host container the engine refuses to start (here: runc's 'unable to apply caps') is one ConfigError naming
+    what a host needs; nothing is left (start_host made nothing)."""
+    import docker
+    from simcluster.launcher.engines import docker_hosts
+    from simcluster.train.errors import ConfigError
+
+    class Refusing:
+        class containers:
+            @staticmethod
+            def run(*args, **kwargs):
+                raise docker.errors.APIError("500", explanation="OCI runtime create failed: unable to apply caps: "
+                                                                "operation not permitted")
+    monkeypatch.setattr(docker_hosts, "outer", lambda: Refusing)
+    with pytest.raises(ConfigError, match=r"cannot run an engine in a container: .*operation not permitted.*every "
+                                          r"capability but SYS_RESOURCE.*/sys/fs/cgroup"):
+        docker_hosts.start_host("host-0", str(tmp_path), [], registry=True)
+    (tmp_path / "compose.yml").write_text("services: {}\n")
+    proc = launcher("chaos", "--kill-host", "host-1", "--run-dir", str(tmp_path))
+    assert proc.returncode == 2 and "is a Compose run, which has no hosts" in proc.stderr, proc.stderr
+
+
 def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
 

@@ -70,6 +70,9 @@ def chaos_host(kind: str, host: str, at_step: int, run_dir: str | None = None, w
     folder = _run_dir(run_dir)
     if (early := rehearsal.read(folder)) is not None:
         check_host(kind, host, early.names, folder)
+    elif os.path.isfile(os.path.join(folder, "compose.yml")):
+        raise ConfigError(f"{kind}: {folder} is a Compose run, which has no hosts; use --kill NODE there, or run the "
+                          f"job with --target swarm --hosts 2")
     t0 = time.monotonic()
     say(f"chaos: waiting for step {at_step} of {folder} to {kind} {host}", False)
     checked = since = None
