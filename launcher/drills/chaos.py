@@ -34,6 +34,8 @@ from simcluster.train.layout import node_names, rank_range
 from simcluster.train.rundir import METRICS, last_step
 from simcluster.train.runlog import read_job
 from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.engines.swarm.hosts import HOSTS_FILE
+from simcluster.launcher.engines.swarm.rehearse import attach
 from simcluster.train.errors import ConfigError
 
 FAULTS = ("kill", "stop", "pause", "disconnect", "freeze")
@@ -205,8 +207,13 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
     target = _find_target(run_dir, file, project, appear_by)
     checked = checked or check_node(kind, str(node), target, {})  # from the run's record, before any wait
     say(f"chaos: that is project {target.project} (run folder {target.run_dir or '?'})", False)
-    ever_running = seen = said = said_node = False
+    ever_running = seen = said = said_node = on_hosts = False
     while True:
+        if target.stack and not on_hosts and os.path.isfile(os.path.join(target.run_dir or "", HOSTS_FILE)):
+            try:  # a run on rehearsal hosts (up --hosts): their engines hold the task containers
+                on_hosts = attach(target.run_dir)
+            except ConfigError:
+                pass  # not up (yet, or any more)
         found = engine.containers(target.project, target.stack)
         target = target.with_labels(found)
         if not found:

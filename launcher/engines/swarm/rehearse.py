@@ -16,12 +16,12 @@ machine's engine.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 
 from simcluster.launcher.engines import docker as engine
 from simcluster.launcher.engines import docker_hosts
 from simcluster.launcher.engines.base import UpOptions
+from simcluster.launcher.engines.handle import Handle
 from simcluster.launcher.engines.swarm import hosts as rehearsal
 from simcluster.launcher.engines.swarm import run
 from simcluster.launcher.job.launch import Launch, restart_launch
@@ -58,12 +58,14 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
             timed_out = opts.wall_timeout_s is not None and time.monotonic() - t0 >= opts.wall_timeout_s
             if code in (0, 130) or timed_out or attempt == opts.max_restarts:
                 return code
+            if opts.keep:  # --keep leaves the last attempt's stack, not this one's
+                run.remove_stack(Handle.for_stack(launch.run_dir).project)
         return code
     finally:
         engine.use_hosts([])
         if opts.keep:
-            print(f"launcher: hosts {', '.join(reh.names)} kept (--keep); take them down with python -m launcher "
-                  f"down --run-dir {launch.run_dir}", file=sys.stderr, flush=True)
+            _show(f"launcher: hosts {', '.join(reh.names)} kept (--keep); take them down with python -m launcher "
+                  f"down --run-dir {launch.run_dir}")
         else:
             rehearsal.take_down(reh.run_dir, _show)
 
