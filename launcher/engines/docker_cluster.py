@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from simcluster.launcher.engines.docker import (PROJECT_LABEL, STACK_LABEL, client, containers, engines, remove,
+from simcluster.launcher.engines.docker import (PROJECT_LABEL, STACK_LABEL, LauncherError, client, containers, engines, remove,
                                                 sdk_errors, service_of, stack_service)
 
 
@@ -64,8 +64,12 @@ def remove_labelled(label: str) -> None:
     for c in found:
         remove(c)
     for n in nets:
-        with sdk_errors(f"`docker network rm {n.name}`", missing_ok=True):
-            n.remove()
+        try:
+            with sdk_errors(f"`docker network rm {n.name}`", missing_ok=True):
+                n.remove()
+        except LauncherError as e:
+            if "not found" not in str(e):  # a swarm's network removed meanwhile answers 500 "not found", not 404
+                raise
 
 
 def swarm_init(addr: str) -> None:
