@@ -37,6 +37,11 @@ intra-op thread pool exists) and each rank creates its own process group. Before
 ``gc`` docs advise for forking servers): a rank's collections never walk them, so they neither
 cost the rank's CPU nor write to (copy) the pages the ranks share.
 
+For the built-in trainer this process also runs, before the fork, one step of the job's own
+configuration as the node's first rank on torch's fake process group (train/warmup.py): the code
+every rank will run is then specialized, and the caches it fills made, once in the shared pages
+instead of copied into each rank (BENCHMARKS.md, "512 ranks": the figures).
+
 One import per node, not two: the node wrapper (launcher/container/node.py) needs torch itself
 (its heartbeat is a TCPStore client), so it does not start this module as a second interpreter
 that would import torch again (1.3 s of CPU a node). It calls ``spawn``: the module is imported
@@ -54,6 +59,8 @@ import sys
 import uuid
 
 from simcluster.train.forked_rank import preload, run_module, run_script
+from simcluster.train.layout import TRAINER_MODULE
+from simcluster.train.warmup import warm_up
 
 
 class ForkedAgent:
@@ -165,6 +172,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.master_port is None:  # as torchrun's run(): only the static backend reads it
         args.master_port = 29500
     preload(args.training_script, module=args.module)
+    if args.module and args.training_script == TRAINER_MODULE:  # the node's first rank's step, run here once
+        node = int(os.environ.get("SIMCLUSTER_NODE", "0"))
+        warm_up(list(args.training_script_args), rank=node * int(args.nproc_per_node) if str(args.nproc_per_node).isdigit() else 0)
     config, _, _ = config_from_args(args)
     config.start_method = "forkserver"
     gc.freeze()  # the imported objects out of every collection, so a rank's collector never rescans (and dirties) them
