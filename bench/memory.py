@@ -16,7 +16,9 @@ Then a rank broken down: each rank's RUN_DIR/memory/rank-R.jsonl (train/memprobe
 PSS and USS at each milestone (start: the forked interpreter and torch; process group: the world's
 gloo pairs, buffers and threads; mesh: the DeviceMesh's groups; model: model and optimizer; step N),
 and the table gives the median over the ranks of each milestone and of its growth over the one
-before, with threads and sockets. Prints markdown tables and the time to step 1 (the first rank's
+before, with threads and sockets, and the ranks' PSS summed at that milestone (each rank's own
+reading). Under a load of hundreds one /proc walk takes many seconds and the sampled peak can
+miss the ranks' last steps; the summed milestone is then the better figure of the ranks. Prints markdown tables and the time to step 1 (the first rank's
 "step 1" mark after the command started). Needs Docker and the trainer image.
 """
 from __future__ import annotations
@@ -91,8 +93,8 @@ def breakdown(run_dir: str, t0_wall: float) -> tuple[list[str], float | None]:
                 rec["d_uss"] = rec["uss_kb"] - (prev["uss_kb"] if prev else 0)
                 by_mark.setdefault(rec["mark"], []).append(rec)
                 prev = rec
-    rows = ["| milestone | ranks | PSS MB | USS MB | +PSS MB | +USS MB | threads | sockets | malloc held MB |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| milestone | ranks | PSS MB | USS MB | +PSS MB | +USS MB | threads | sockets | malloc held MB "
+            "| summed PSS MB |", "|---|---|---|---|---|---|---|---|---|---|"]
 
     def med(recs, key, scale=1024):
         vals = [r[key] for r in recs if key in r]
@@ -101,7 +103,8 @@ def breakdown(run_dir: str, t0_wall: float) -> tuple[list[str], float | None]:
     for name, recs in by_mark.items():
         rows.append(f"| {name} | {len(recs)} | {med(recs, 'pss_kb'):.1f} | {med(recs, 'uss_kb'):.1f} | "
                     f"{med(recs, 'd_pss'):+.1f} | {med(recs, 'd_uss'):+.1f} | {med(recs, 'threads', 1):.0f} | "
-                    f"{med(recs, 'sockets', 1):.0f} | {med(recs, 'malloc_held_kb'):.1f} |")
+                    f"{med(recs, 'sockets', 1):.0f} | {med(recs, 'malloc_held_kb'):.1f} | "
+                    f"{sum(r['pss_kb'] for r in recs) / 1024:.0f} |")
     first = min((r["t"] for r in by_mark.get("step 1", [])), default=None)
     return rows, (first - t0_wall if first is not None else None)
 

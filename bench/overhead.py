@@ -19,7 +19,6 @@ program. Needs Docker and the trainer image; torchrun on the host.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -27,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from simcluster.train.rundir import METRICS, read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "examples", "pipelining.py")
@@ -46,7 +47,7 @@ def commands(kind: str, out: str, steps: int, extra: list[str]) -> list[str]:
 def one_run(kind: str, steps: int, skip: int, extra: list[str]) -> dict:
     """One run: {"kind", "load", "wall", "step1", "steady"} (seconds). Raises RuntimeError on a failure."""
     out = os.path.join(tempfile.mkdtemp(prefix=f"bench-overhead-{kind}-"), "run")
-    metrics = os.path.join(out, "metrics.jsonl")
+    metrics = os.path.join(out, METRICS)
     load = os.getloadavg()[0]
     t0 = time.monotonic()
     step1 = None
@@ -57,7 +58,7 @@ def one_run(kind: str, steps: int, skip: int, extra: list[str]) -> dict:
                 step1 = time.monotonic() - t0
             time.sleep(0.02)
     wall = time.monotonic() - t0
-    rows = [json.loads(line) for line in open(metrics)] if os.path.exists(metrics) else []
+    rows = read_metrics(out) if os.path.exists(metrics) else []
     if proc.returncode != 0 or len(rows) != steps:
         raise RuntimeError(f"{kind} run exited {proc.returncode} with {len(rows)} of {steps} steps: {out}.log")
     steady = statistics.median(r["step_time_s"] for r in rows[skip:])
