@@ -15,7 +15,7 @@ import torch
 from simcluster.train.cli import add_config_args, config_from_args
 from simcluster.train.config import PRESETS, Config, MeshSpec, parse_mesh, resolve
 from simcluster.train.errors import ConfigError
-from simcluster.train.data import dp_shard, lm_batch, load_corpus, seed_batch, train_val_split
+from simcluster.train.data import Corpus, dp_shard, lm_batch, load_corpus, seed_batch, train_val_split
 from simcluster.train.model import build_model, loss_fn, prune_to_stage
 from simcluster.train.optim import kernel_flags
 from simcluster.train.pipeline import stage_io
@@ -217,6 +217,19 @@ def test_batches_pure_and_dp_sharded(tmp_path):
     assert x1.shape == (8, 16) and torch.equal(x1[:, 1:], y1[:, :-1])
     shards = [dp_shard(x1, r, 4) for r in range(4)]
     assert torch.equal(torch.cat(shards), x1) and all(s.shape == (2, 16) for s in shards)
+
+
+def test_corpus_read_from_files_is_the_loaded_bytes(tmp_path):
+    """Batches read their windows from the files (Corpus): the same bytes as the joined corpus, across
+    file ends and their separators, an empty file included."""
+    for i, n in enumerate([5, 1, 0, 7, 3]):
+        (tmp_path / f"f{i}.txt").write_bytes(bytes(range(65, 65 + n)))
+    full, lazy = load_corpus(str(tmp_path)), Corpus(str(tmp_path))
+    assert lazy.numel() == full.numel() == 20  # 16 bytes, 4 separators
+    assert all(lazy.read(a, b) == bytes(full[a:b].tolist()) for a in range(21) for b in range(a, 21))
+    for part in (0, 1):
+        t, c = train_val_split(full, 0.3)[part], train_val_split(lazy, 0.3)[part]
+        assert all(torch.equal(lm_batch(t, 0, s, 4, 3)[0], lm_batch(c, 0, s, 4, 3)[0]) for s in range(1, 20))
 
 
 def test_default_corpus_is_stdlib_text():

@@ -188,6 +188,8 @@ class Config:
     """cpu | cuda. cuda: the nccl backend, the device mesh on cuda, rank on GPU LOCAL_RANK (see train/device.py)."""
     rank_metrics: int = 0
     """1: every rank also writes RUN_DIR/ranks/rank-R.jsonl (input checksum, local losses, grad norm), bit-exact."""
+    memory_probe: int = 0
+    """1: every rank writes RUN_DIR/memory/rank-R.jsonl, its PSS, USS, threads and sockets at each milestone (train/memprobe.py)."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

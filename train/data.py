@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+import bisect
 import os
 
 import torch
@@ -30,8 +31,49 @@ def load_corpus(path: str | None) -> torch.Tensor:
     return torch.frombuffer(buf, dtype=torch.uint8)
 
 
-def train_val_split(tokens: torch.Tensor, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Head for training, tail (val_fraction of the bytes) for validation (sizes: ``split_sizes``)."""
+class Corpus:
+    """The bytes ``load_corpus`` returns, read from the files on demand instead of held: a rank
+    keeps only the file list and sizes (the stdlib corpus is about 10 MB, once per rank when held).
+    ``numel()``, a slice ``c[a:b]`` (a Corpus again) and, as a tensor's indexing in ``lm_batch``,
+    ``c[idx]`` for a (rows, n) index of consecutive positions (a uint8 tensor of those bytes)."""
+
+    def __init__(self, path: str | None, files: list[str] | None = None, start: int = 0, stop: int | None = None):
+        self.path, self.files = path, files if files is not None else corpus_files(path)
+        self.offsets = [0]  # where each file starts in the joined bytes (files joined by b"\n")
+        for f in self.files:
+            self.offsets.append(self.offsets[-1] + os.path.getsize(f) + 1)
+        self.start, self.stop = start, self.offsets[-1] - 1 if stop is None else stop
+
+    def numel(self) -> int:
+        return self.stop - self.start
+
+    def read(self, a: int, b: int) -> bytes:
+        """The joined bytes [a, b) of this corpus (positions relative to its start)."""
+        a, b, out = a + self.start, b + self.start, bytearray()
+        k = bisect.bisect_right(self.offsets, a) - 1
+        while a < b:
+            end = self.offsets[k + 1] - 1  # the file's end; its separator (b"\n") is at end
+            if a < end:
+                with open(self.files[k], "rb") as fh:
+                    fh.seek(a - self.offsets[k])
+                    out += fh.read(min(b, end) - a)
+                a = min(b, end)
+            if a == end and a < b:
+                out += b"\n"
+                a, k = a + 1, k + 1
+        return bytes(out)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, slice):
+            a, b, _ = idx.indices(self.numel())
+            return Corpus(self.path, self.files, self.start + a, self.start + b)
+        rows = [self.read(int(r[0]), int(r[-1]) + 1) for r in idx]
+        return torch.frombuffer(bytearray(b"".join(rows)), dtype=torch.uint8).view(idx.shape)
+
+
+def train_val_split(tokens, val_fraction: float):
+    """Head for training, tail (val_fraction of the bytes) for validation (sizes: ``split_sizes``); a
+    tensor's or a Corpus's slices."""
     n_train, _ = split_sizes(tokens.numel(), val_fraction)
     return tokens[:n_train], tokens[n_train:]
 
@@ -75,7 +117,7 @@ class Batches:
     def __init__(self, cfg, args):
         self.cfg, self.args = cfg, args
         if args.kind == "llama":
-            self.train_tokens, self.val_tokens = train_val_split(load_corpus(cfg.data), cfg.val_fraction)
+            self.train_tokens, self.val_tokens = train_val_split(Corpus(cfg.data), cfg.val_fraction)
 
     def _get(self, tokens, step, salt):
         cfg, args = self.cfg, self.args

@@ -37,6 +37,12 @@ intra-op thread pool exists) and each rank creates its own process group. Before
 ``gc`` docs advise for forking servers): a rank's collections never walk them, so they neither
 cost the rank's CPU nor write to (copy) the pages the ranks share.
 
+For the built-in trainer the process that imports also runs, before any fork (in the node
+wrapper, so that the wrapper, the agent, the fork server and the ranks share its pages), one step
+of the job's own configuration as the node's first rank on torch's fake process group
+(train/warmup.py): the code every rank will run is then specialized, and the caches it fills
+made, once in the shared pages instead of copied into each rank (BENCHMARKS.md, "512 ranks").
+
 One import per node, not two: the node wrapper (launcher/container/node.py) needs torch itself
 (its heartbeat is a TCPStore client), so it does not start this module as a second interpreter
 that would import torch again (1.3 s of CPU a node). It calls ``spawn``: the module is imported
@@ -54,6 +60,8 @@ import sys
 import uuid
 
 from simcluster.train.forked_rank import preload, run_module, run_script
+from simcluster.train.layout import TRAINER_MODULE
+from simcluster.train.warmup import warm_up
 
 
 class ForkedAgent:
@@ -101,7 +109,23 @@ def preload_command(argv: list[str]) -> None:
         try:
             preload(args.training_script, module=args.module)
         except Exception:  # noqa: BLE001 - main imports it again and reports it as a fresh interpreter would
-            pass
+            return
+        warm(args)
+
+
+_WARMED: list[tuple] = []  # the trainer command lines warmed in this process (and so in its forks)
+
+
+def warm(args) -> None:
+    """For the built-in trainer, its first step run once here, as the node's first rank
+    (train/warmup.py; SIMCLUSTER_NODE x ranks a node), unless this process (or the one it was
+    forked from: the node wrapper, for the agent) has warmed this command line already."""
+    key = (args.training_script, tuple(args.training_script_args))
+    if not args.module or args.training_script != TRAINER_MODULE or key in _WARMED:
+        return
+    _WARMED.append(key)
+    nproc = int(args.nproc_per_node) if str(args.nproc_per_node).isdigit() else 0
+    warm_up(list(args.training_script_args), rank=int(os.environ.get("SIMCLUSTER_NODE", "0")) * nproc)
 
 
 def spawn(argv: list[str], env: dict[str, str], cwd: str | None = None) -> ForkedAgent:
@@ -165,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.master_port is None:  # as torchrun's run(): only the static backend reads it
         args.master_port = 29500
     preload(args.training_script, module=args.module)
+    warm(args)
     config, _, _ = config_from_args(args)
     config.start_method = "forkserver"
     gc.freeze()  # the imported objects out of every collection, so a rank's collector never rescans (and dirties) them

@@ -37,6 +37,7 @@ RULES: dict[str, tuple] = {
     "profile_step": (lambda v: v >= 0, ">= 0", "0: no profiling"),
     "traffic": (lambda v: v in (0, 1), "0 or 1", "1 counts bytes per step, kind and link into RUN_DIR/traffic/"),
     "rank_metrics": (lambda v: v in (0, 1), "0 or 1", "1 writes RUN_DIR/ranks/rank-R.jsonl"),
+    "memory_probe": (lambda v: v in (0, 1), "0 or 1", "1 writes RUN_DIR/memory/rank-R.jsonl"),
     "microbatches": (lambda v: v >= 0, ">= 0", "0: the fewest the schedule takes"),
 }
 AT_LEAST_ONE = ("steps", "stages_per_rank", "val_batches", "log_every", "seq_len", "global_batch")

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from simcluster.train import checkpoint, device
+from simcluster.train import checkpoint, device, memprobe
 from simcluster.train.checkpoint_meta import CheckpointError, data_identity, make_record
 from simcluster.train.cli import save_config
 from simcluster.train.clip import clip_grad_norm_
@@ -33,8 +33,7 @@ from simcluster.train.parallel import apply_fsdp, apply_tp, init_weights
 from simcluster.train.pipeline import apply_pp, build_stage_modules
 from simcluster.train.profiling import maybe_profile
 from simcluster.train.runtime import GarbageCollection, freeze_imports, tune_malloc
-from simcluster.train import traffic as traffic_acct
-from simcluster.train import timeline
+from simcluster.train import timeline, traffic as traffic_acct
 
 
 EXIT_DIVERGED = 3  # exit code of a run stopped by a non-finite loss or grad norm (2: bad config or checkpoint)
@@ -72,6 +71,7 @@ class Trainer:
         pp, dp, tp = self.spec.pp, self.spec.dp, self.spec.tp
         self.device = device.rank_device(cfg.device, local_rank)
         self.mesh = init_device_mesh(device.mesh_device_type(cfg.device), (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
+        memprobe.mark("mesh")
         self.pp_rank, self.dp_rank, self.tp_rank = self.spec.coords(rank)
 
         def parallelize(model):
@@ -86,6 +86,7 @@ class Trainer:
         self.params = [p for m in modules for p in m.parameters()]
         self.optims = [build_optimizer(m, cfg) for m in modules]  # (AdamW, LR schedule) per model part
         self.start_step = self._resume(job.resume_path) if job.resume_path else 0
+        memprobe.mark("model")
         self._data_id: dict | None = None  # the corpus identity recorded in checkpoints, computed at the first save
         self.batches = Batches(cfg, self.args)
         self.trace_steps = set(traced_steps(cfg))
@@ -214,6 +215,7 @@ class Trainer:
         with GarbageCollection(cfg.gc_every) as collector:
             for step in range(self.start_step + 1, cfg.steps + 1):
                 rec = self._fit_step(step, writer)
+                memprobe.mark(f"step {step}")
                 tok_s.append(rec["tokens_per_s"])
                 collector.step(step)
         wall = time.perf_counter() - start
@@ -226,7 +228,6 @@ class Trainer:
             print(f"done steps={cfg.steps} final_loss={rec['loss']:.4f} tokens_per_s={steady:.0f} "
                   f"wall_s={wall:.1f} run_dir={cfg.run_dir}", flush=True)
         return rec
-
 
     def _merge_trace(self) -> None:
         """Once every rank wrote its traced steps: rank 0 merges them and prints the bubble."""
@@ -244,10 +245,8 @@ class Trainer:
 
 def diverged(rec: dict) -> str | None:
     """'loss is nan' (or grad_norm, val_loss; nan or inf) when a step's record is not finite, else None."""
-    for key in ("loss", "grad_norm", "val_loss"):
-        if key in rec and not math.isfinite(rec[key]):
-            return f"{key} is {rec[key]}"
-    return None
+    return next((f"{key} is {rec[key]}" for key in ("loss", "grad_norm", "val_loss")
+                 if key in rec and not math.isfinite(rec[key])), None)
 
 
 def run(job: TrainRun) -> int:
@@ -258,7 +257,9 @@ def run(job: TrainRun) -> int:
     torch.set_num_threads(cfg.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
     tune_malloc()
     freeze_imports()  # the teardown's gc.collect() below then walks this run's objects only
+    memprobe.on(cfg.run_dir, cfg.memory_probe)  # off (0): every mark returns at once
     rank, local_rank, _ = init_distributed(cfg)
+    memprobe.mark("process group")
     trainer, together = None, False  # together: every rank ends at the same step (done, or diverged)
     try:
         if rank == 0:

@@ -216,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     cmd = torchrun_command(args, name, train_argv)
     env = dict(os.environ)
     env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")
+    # gloo's pairs made on first use, not a full mesh at each group's creation (a world of N ranks: N-1
+    # connections a rank, through the rendezvous' store); a user's own setting wins
+    env.setdefault("TORCH_GLOO_LAZY_INIT", "1")
     if args.script or args.module != TRAINER_MODULE:
         instrument_env(env)
     agent = None
