@@ -21,10 +21,11 @@ from docker.errors import APIError, DockerException, NotFound
 from requests.exceptions import RequestException
 
 from simcluster.launcher.engines.docker import HOSTS, LauncherError, client_for, outer, sdk_errors
+from simcluster.launcher.container.layout import LABEL
 from simcluster.train.errors import ConfigError
 
 HOST_IMAGE = "simcluster/host:latest"
-HOSTS_LABEL = "io.simcluster.hosts"  # on each host container and the hosts' network: the run folder's path
+HOSTS_LABEL = LABEL + "hosts"  # on each host container and the hosts' network: the run folder's path
 API_PORT, REGISTRY_PORT = 2375, 5000
 NETWORK = "simcluster-hosts"  # the rehearsal's private network (a bridge of this machine's engine)
 PRIVILEGES = dict(cap_add=["ALL"], cap_drop=["SYS_RESOURCE"], tmpfs={"/run": ""},
