@@ -69,6 +69,21 @@ def plot_memory(rows: list[dict], path: str) -> str | None:
     return _save(fig, path)
 
 
+def _matrix(grid: list[list[float]], labels: list[str], cmap: str, who: str, title: str, path: str) -> str:
+    """A square MB matrix (rows: from, columns: to), each cell's value written in it, saved to path."""
+    n = len(grid)
+    fig, ax = plt.subplots(figsize=(2.2 + 1.3 * n, 1.8 + 1.2 * n))
+    im = ax.imshow(grid, cmap=cmap)
+    for i in range(n):
+        for j in range(n):
+            ax.text(j, i, f"{grid[i][j]:.2f}", ha="center", va="center",
+                    color="white" if grid[i][j] > 0.6 * max(map(max, grid)) else "black")
+    ax.set(xlabel=f"to {who}", ylabel=f"from {who}", xticks=range(n), yticks=range(n), xticklabels=labels,
+           yticklabels=labels, title=title)
+    fig.colorbar(im, ax=ax, label="MB")
+    return _save(fig, path)
+
+
 def plot_traffic(totals: dict, path: str) -> str | None:
     """Node x node matrix of one step's bytes (all ranks): p2p sends between nodes, collectives
     inside a node on the diagonal; collectives spanning nodes noted in the title."""
@@ -77,17 +92,9 @@ def plot_traffic(totals: dict, path: str) -> str | None:
         return None
     n = 1 + max(int(x) for k in links for x in k.split("->"))
     grid = [[links.get(f"{i}->{j}", 0) / 1e6 for j in range(n)] for i in range(n)]
-    fig, ax = plt.subplots(figsize=(2.2 + 1.3 * n, 1.8 + 1.2 * n))
-    im = ax.imshow(grid, cmap="Blues")
-    for i in range(n):
-        for j in range(n):
-            ax.text(j, i, f"{grid[i][j]:.2f}", ha="center", va="center",
-                    color="white" if grid[i][j] > 0.6 * max(map(max, grid)) else "black")
     span = totals.get("links", {}).get("span", 0)
-    ax.set(xlabel="to node", ylabel="from node", xticks=range(n), yticks=range(n),
-           title=f"MB per step by link\n(collectives spanning nodes: {span:,} bytes)")
-    fig.colorbar(im, ax=ax, label="MB")
-    return _save(fig, path)
+    return _matrix(grid, [str(i) for i in range(n)], "Blues", "node",
+                   f"MB per step by link\n(collectives spanning nodes: {span:,} bytes)", path)
 
 
 def plot_host_traffic(totals: dict, hosts: list[str], path: str) -> str | None:
@@ -98,17 +105,7 @@ def plot_host_traffic(totals: dict, hosts: list[str], path: str) -> str | None:
     names = list(dict.fromkeys(hosts))
     pairs = host_links(totals, hosts)
     grid = [[pairs.get(f"{a}->{b}", 0) / 1e6 for b in names] for a in names]
-    n = len(names)
-    fig, ax = plt.subplots(figsize=(2.2 + 1.3 * n, 1.8 + 1.2 * n))
-    im = ax.imshow(grid, cmap="Oranges")
-    for i in range(n):
-        for j in range(n):
-            ax.text(j, i, f"{grid[i][j]:.2f}", ha="center", va="center",
-                    color="white" if grid[i][j] > 0.6 * max(map(max, grid)) else "black")
-    ax.set(xlabel="to host", ylabel="from host", xticks=range(n), yticks=range(n), xticklabels=names,
-           yticklabels=names, title="MB per step between hosts\n(p2p sends; same-host pairs 0)")
-    fig.colorbar(im, ax=ax, label="MB")
-    return _save(fig, path)
+    return _matrix(grid, names, "Oranges", "host", "MB per step between hosts\n(p2p sends; same-host pairs 0)", path)
 
 
 def _color(name: str, cat: str) -> str | None:

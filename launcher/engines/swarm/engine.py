@@ -134,7 +134,7 @@ class Swarm(Engine):
                     run.remove_stack(handle.project)
             finally:
                 engine.use_hosts([])
-                hosts.take_down(handle.run_dir, print)
+                hosts.take_down(print)
             return 0
         self._live(handle, "down")
         run.remove_stack(handle.project)

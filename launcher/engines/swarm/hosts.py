@@ -225,9 +225,9 @@ def read(run_dir: str) -> Rehearsal | None:
                           f"by python -m launcher up --target swarm --hosts N") from None
 
 
-def take_down(run_dir: str, show) -> None:
+def take_down(show) -> None:
     """Remove the rehearsal hosts (their containers; every task container inside goes with them) and the
-    hosts' network. Their volumes stay (the module docstring). run_dir: the run whose `up` or `down` ends."""
+    hosts' network. Their volumes stay (the module docstring)."""
     t0 = time.monotonic()
     found = dh.host_containers()
     for c in found.values():

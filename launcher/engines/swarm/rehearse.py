@@ -67,7 +67,7 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
             _show(f"launcher: hosts {', '.join(reh.names)} kept (--keep); take them down with python -m launcher "
                   f"down --run-dir {launch.run_dir}")
         else:
-            rehearsal.take_down(reh.run_dir, _show)
+            rehearsal.take_down(_show)
 
 
 def _relocated(hosted: Launch, before: Launch, attempt: int, most: int, t0: float) -> Launch:
