@@ -8,6 +8,7 @@ host side (launcher/engines/, launcher/observe/follow.py) and the programs insid
 """
 from __future__ import annotations
 
+import os
 
 RDZV_HOST = "rendezvous"  # service, host name and MASTER_ADDR of the rendezvous container
 RDZV_PORT = 29400  # TCP port of its store inside the cluster network
@@ -17,7 +18,9 @@ DATA_MOUNT = "/data"  # data paths are mounted read-only at /data/<name>
 CODE_DIR = "/code"  # the user's code folder, mounted read-only (launcher/job/entry.py)
 WORK_DIR = "work"  # RUN_DIR/work: the working directory of your code's ranks (launcher/container/workdir.py)
 APP_DIR = "/app"  # the project code inside the trainer image: APP_DIR/simcluster/{launcher,train}
-IMAGE = "simcluster/trainer:latest"
+# the trainer image; SIMCLUSTER_IMAGE names another tag (as images/build.sh reads it): several checkouts
+# on one engine, each testing its own code in its own image
+IMAGE = os.environ.get("SIMCLUSTER_IMAGE") or "simcluster/trainer:latest"
 LABEL = "io.simcluster."  # prefix of the containers' and the image's labels: what `launcher status` reads back
 IMAGE_USER = "1000:1000"  # the image's own user, for compose files and a launcher run as root
 JOIN_TIMEOUT_S = 300.0  # every node must have joined the rendezvous this long after its start
