@@ -34,7 +34,7 @@ def __getattr__(name):
     elif name == "ConfigError":
         from simcluster.train import errors as home
     elif name == "LauncherError":
-        from simcluster.launcher.engines import docker as home
+        from simcluster.launcher.docker import client as home
     else:
         raise AttributeError(f"module 'simcluster' has no attribute {name!r}")
     return getattr(home, name)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from simcluster.launcher.engines.base import Engine, UpOptions
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.engines.registry import ENGINES
 from simcluster.launcher.job.entry import resolve_training
 from simcluster.launcher.job.launch import NodeOptions

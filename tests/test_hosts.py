@@ -70,7 +70,7 @@ def test_an_engine_without_the_privileges_is_named(monkeypatch, tmp_path):
     """A host container the engine refuses to start (here: runc's 'unable to apply caps') is one ConfigError naming
     what a host needs; nothing is left (start_host made nothing)."""
     import docker
-    from simcluster.launcher.engines import docker_hosts
+    from simcluster.launcher.docker import hosts as docker_hosts
     from simcluster.train.errors import ConfigError
 
     class Refusing:
@@ -79,7 +79,7 @@ def test_an_engine_without_the_privileges_is_named(monkeypatch, tmp_path):
             def run(*args, **kwargs):
                 raise docker.errors.APIError("500", explanation="OCI runtime create failed: unable to apply caps: "
                                                                 "operation not permitted")
-    monkeypatch.setattr(docker_hosts, "outer", lambda: Refusing)
+    monkeypatch.setattr(docker_hosts, "_here", lambda: Refusing)
     with pytest.raises(ConfigError, match=r"cannot run an engine in a container: .*operation not permitted.*every "
                                           r"capability but SYS_RESOURCE.*/sys/fs/cgroup"):
         docker_hosts.start_host("host-0", str(tmp_path), [], registry=True)

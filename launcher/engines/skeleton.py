@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import time
 
-from simcluster.launcher.engines import docker as engine
-from simcluster.launcher.engines import docker_hosts
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.client import Client
+from simcluster.launcher.docker.container import kill
+from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.engines.base import UpOptions
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.observe.follow import Stream, Watch
@@ -27,26 +27,26 @@ def open_stream(launch: Launch, run_dir: str, opts: UpOptions) -> Stream:
     return Stream(launch, os.path.join(run_dir, CLUSTER_LOG), opts.quiet, opts.progress_every)
 
 
-def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: dict, run_dir: str, since: float,
-                         t0: float, start_late: dict | None = None,
+def follow_and_summarise(client: Client, stream: Stream, launch: Launch, handle: Handle, found: dict, run_dir: str,
+                         since: float, t0: float, start_late: dict | None = None,
                          deadline: tuple[float, float] | None = None) -> tuple[int, dict]:
-    """Follow the containers found (service -> container) until all ended, then summarise.
+    """Follow the containers found (service -> container, of client's daemons) until all ended, then summarise.
 
     since: UNIX time the containers were started (an older metrics.jsonl is a previous run's);
     t0: time.monotonic() of the command's start; deadline: UpOptions.deadline's, past which every
     container is killed (the run times out). Returns (0 or 1, service -> exit code).
     """
-    stream.placed = {s: h for s, c in found.items() if (h := docker_hosts.host_of_container(c))}  # up --hosts
-    watch = Watch(handle, start_late or {}, run_dir, since, launch.instruments.total_steps, deadline)
+    stream.placed = {s: h for s, c in found.items() if (h := client.host_of(c))}  # up --hosts
+    watch = Watch(client, handle, start_late or {}, run_dir, since, launch.instruments.total_steps, deadline)
     try:
         stream.follow(found, watch)
     finally:
         watch.close()
-    codes = {s: engine.exit_code(c) for s, c in engine.containers(handle.project, stack=handle.stack).items()}
+    codes = {s: client.exit_code(c) for s, c in client.containers(handle.project, stack=handle.stack).items()}
     return (0 if summarise(stream, launch, run_dir, codes, time.monotonic() - t0, since) else 1), codes
 
 
-def kill_all(handle: Handle) -> None:
+def kill_all(client: Client, handle: Handle) -> None:
     """Kill every container of the handle at once (Ctrl-C ends everything within seconds)."""
-    for c in engine.containers(handle.project, stack=handle.stack).values():
-        engine.kill(c)
+    for c in client.containers(handle.project, stack=handle.stack).values():
+        kill(c)

@@ -26,8 +26,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from simcluster.launcher.engines import docker_hosts as dh
-from simcluster.launcher.engines import docker_images as images
+from simcluster.launcher.docker import hosts as dh
+from simcluster.launcher.docker import images
+from simcluster.launcher.docker.hosts import HOSTS_FILE
 from simcluster.launcher.engines.checks import has_registry
 from simcluster.launcher.job import files
 from simcluster.launcher.job.launch import Launch
@@ -35,7 +36,6 @@ from simcluster.launcher.drills.shaping import tbf_command
 from simcluster.train.errors import ConfigError
 from simcluster.train.layout import host_names
 
-HOSTS_FILE = "hosts.json"  # RUN_DIR/hosts.json: the rehearsal's hosts, their engines and the registry
 REGISTRY = f"host-0:{dh.REGISTRY_PORT}"  # how the hosts name the registry (host-0's name on the bridge)
 ENGINE_TIMEOUT_S = 60.0  # each host's engine answers by then
 
@@ -53,6 +53,11 @@ class Rehearsal:
     @property
     def names(self) -> list[str]:
         return [name for name, _ in self.hosts]
+
+    @property
+    def record(self) -> str:
+        """RUN_DIR/hosts.json, this record's file (written as the run starts)."""
+        return os.path.join(self.run_dir, HOSTS_FILE)
 
 
 def hosted_image(image: str) -> str:
@@ -182,12 +187,12 @@ def _distribute(image: str, reh: Rehearsal, clients: dict, show, push: _Push | N
     push = push or _Push(image, reh.registry)
     pushed = push.join()
     t0 = time.monotonic()
-    target = hosted_image(image)
+    hosted = hosted_image(image)
     errors: list[BaseException] = []
 
     def pull(c) -> None:
         try:
-            dh.pull(c, target)
+            dh.pull(c, hosted)
         except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
             errors.append(e)
 
@@ -198,7 +203,7 @@ def _distribute(image: str, reh: Rehearsal, clients: dict, show, push: _Push | N
         t.join()
     if errors:
         raise errors[0]
-    show(f"launcher | {target}: pushed to host-0's registry in {pushed:.1f}s, pulled by every host in "
+    show(f"launcher | {hosted}: pushed to host-0's registry in {pushed:.1f}s, pulled by every host in "
          f"{time.monotonic() - t0:.1f}s")
 
 

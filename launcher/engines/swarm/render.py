@@ -55,7 +55,7 @@ GPU_KIND = "NVIDIA-GPU"  # --device cuda: the generic resource a GPU host advert
 
 def stack_name(launch: Launch) -> str:
     """The stack's name: ``sc-swarm-<run name>`` (services ``sc-swarm-mesh-2x2x2_node-0``, ...)."""
-    from simcluster.launcher.engines.handle import Handle
+    from simcluster.launcher.docker.handle import Handle
 
     return Handle.for_stack(launch.run_name).project
 

@@ -1,66 +1,67 @@
 """What spans containers, through the Docker SDK: networks, labels, the swarm and its stacks, events.
 
-    python -c "from simcluster.launcher.engines.docker_cluster import labelled; print(labelled('simcluster.slurm'))"
+    python -c "from simcluster.launcher.docker.client import Client; from simcluster.launcher.docker.cluster import labelled; print(labelled(Client(), 'simcluster.slurm'))"
 
-The second half of docker.py (which holds the client, its errors and the containers): with it the
-only module that touches the SDK (tests/test_launcher_edge.py test_docker_through_the_sdk_only).
-``Events`` follows the engine's container events of a project or a stack (observe/follow.py's
-Watch waits on it instead of polling).
+Beside client.py (the client, its errors and the containers of a project) in launcher/docker/, the
+folder that alone touches the SDK (tests/test_launcher_edge.py test_docker_through_the_sdk_only).
+Each function is handed the Client it acts through. ``Events`` follows the daemons' container
+events of a project or a stack (observe/follow.py's Watch waits on it instead of polling).
 """
 from __future__ import annotations
 
 import threading
 
-from simcluster.launcher.engines.docker import (PROJECT_LABEL, STACK_LABEL, LauncherError, client, containers, engines, remove,
-                                                sdk_errors, service_of, stack_service)
+from simcluster.launcher.docker.client import (PROJECT_LABEL, STACK_LABEL, Client, LauncherError, sdk_errors, service_of,
+                                               stack_service)
+from simcluster.launcher.docker.container import remove
 
 
-def network(name: str):
+def network(client: Client, name: str):
     """The network called name, or None when there is none. Raises LauncherError: the engine failed."""
     with sdk_errors(f"looking up network {name}", missing_ok=True):
-        return client().networks.get(name)
+        return client.sdk().networks.get(name)
 
 
-def create_network(name: str, labels: dict[str, str] | None = None) -> None:
+def create_network(client: Client, name: str, labels: dict[str, str] | None = None) -> None:
     """Create an internal bridge network called name (no route out), with labels. Raises LauncherError: the engine
     refused (e.g. the name is taken)."""
     with sdk_errors(f"`docker network create --internal {name}`"):
-        client().networks.create(name, driver="bridge", internal=True, labels=labels or {})
+        client.sdk().networks.create(name, driver="bridge", internal=True, labels=labels or {})
 
 
-def remove_network(name: str) -> None:
+def remove_network(client: Client, name: str) -> None:
     """``docker network rm`` the network called name; gone is fine. Raises LauncherError: the engine refused (e.g. a
     container is still on it)."""
     with sdk_errors(f"`docker network rm {name}`", missing_ok=True):
-        client().networks.get(name).remove()
+        client.sdk().networks.get(name).remove()
 
 
-def attach(network: str, container, aliases: list[str]) -> None:
+def attach(client: Client, network: str, container, aliases: list[str]) -> None:
     """Connect container to the network called name under aliases (names it resolves by there), disconnecting it
     first (``docker run --network`` attached it without them). Raises LauncherError: the network or container is
     gone, or the engine refused."""
     with sdk_errors(f"`docker network connect --alias {','.join(aliases)} {network} {container.name}`"):
-        net = client().networks.get(network)
+        net = client.sdk().networks.get(network)
         net.disconnect(container)
         net.connect(container, aliases=aliases)
 
 
-def labelled(label: str) -> tuple[list, list]:
-    """(containers in every state, networks) carrying the label ``KEY=VALUE``, on every engine that answers
-    (each rehearsal host's with docker.use_hosts()). Raises LauncherError: the engine failed."""
+def labelled(client: Client, label: str) -> tuple[list, list]:
+    """(containers in every state, networks) carrying the label ``KEY=VALUE``, on every daemon that answers
+    (each rehearsal host's). Raises LauncherError: the engine failed."""
     found, nets = [], []
     by = {"label": label}
-    for _, c in engines():
+    for _, c in client.sdks():
         with sdk_errors(f"listing what carries {label}"):
             found += c.containers.list(all=True, filters=by, ignore_removed=True)
             nets += c.networks.list(filters=by)
     return found, nets
 
 
-def remove_labelled(label: str) -> None:
+def remove_labelled(client: Client, label: str) -> None:
     """Force-remove every container, then every network, carrying the label; gone meanwhile is fine. Raises
     LauncherError: the engine refused one (the rest are left then)."""
-    found, nets = labelled(label)
+    found, nets = labelled(client, label)
     for c in found:
         remove(c)
     for n in nets:
@@ -72,43 +73,43 @@ def remove_labelled(label: str) -> None:
                 raise
 
 
-def swarm_init(addr: str) -> None:
+def swarm_init(client: Client, addr: str) -> None:
     """Make this engine a one-node swarm manager (``docker swarm init --advertise-addr ADDR``). Raises
     LauncherError: the engine refused (its explanation)."""
     with sdk_errors(f"`docker swarm init --advertise-addr {addr}`"):
-        client().swarm.init(advertise_addr=addr)
+        client.sdk().swarm.init(advertise_addr=addr)
 
 
-def swarm_leave() -> None:
+def swarm_leave(client: Client) -> None:
     """``docker swarm leave --force``. Raises LauncherError: the engine refused."""
     with sdk_errors("`docker swarm leave --force`"):
-        client().swarm.leave(force=True)
+        client.sdk().swarm.leave(force=True)
 
 
-def stack_tasks(stack: str) -> dict[str, list[dict]]:
+def stack_tasks(client: Client, stack: str) -> dict[str, list[dict]]:
     """service (without the ``<stack>_`` prefix) -> its tasks (the engine's dicts: Status, CreatedAt, ..), oldest
     first, of every service of a swarm stack; {} when none is up. Raises LauncherError: the engine failed (e.g. a
     service went away while listed)."""
     with sdk_errors(f"listing the services of stack {stack}"):
         return {stack_service(stack, svc.name) or svc.name: sorted(svc.tasks(), key=lambda t: t["CreatedAt"])
-                for svc in client().services.list(filters={"label": f"{STACK_LABEL}={stack}"})}
+                for svc in client.sdk().services.list(filters={"label": f"{STACK_LABEL}={stack}"})}
 
 
 class Events:
     """Follows the engine's container events of a project (or a swarm stack when stack), on every
-    engine that answers (each rehearsal host's with docker.use_hosts()), one thread a stream:
+    daemon that answers (each rehearsal host's), one thread a stream:
     ``state`` maps service -> the container state after its latest event (running, paused,
     exited), ``on_change`` is set on every change. Seeded from one listing; ``start()``, then
     ``close()``. A host's stream that breaks (its engine killed) just ends."""
 
     STATES = {"start": "running", "unpause": "running", "pause": "paused", "die": "exited", "destroy": "removed"}
 
-    def __init__(self, project: str, stack: bool = False):
+    def __init__(self, client: Client, project: str, stack: bool = False):
         self.project, self.stack = project, stack
         self.on_change = threading.Event()
         label = f"{STACK_LABEL if stack else PROJECT_LABEL}={project}"
-        self._streams = [c.events(decode=True, filters={"type": "container", "label": label}) for _, c in engines()]
-        self.state = {s: c.status for s, c in containers(project, stack).items()}
+        self._streams = [c.events(decode=True, filters={"type": "container", "label": label}) for _, c in client.sdks()]
+        self.state = {s: c.status for s, c in client.containers(project, stack).items()}
 
     def start(self) -> None:
         for stream in self._streams:
