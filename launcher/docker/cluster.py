@@ -17,20 +17,20 @@ from simcluster.launcher.docker.container import remove
 
 
 def network(client: Client, name: str):
-    """The network called name, or None when there is none. Raises LauncherError: the engine failed."""
+    """The network called name, or None when there is none. Raises LauncherError: the daemon failed."""
     with sdk_errors(f"looking up network {name}", missing_ok=True):
         return client.sdk().networks.get(name)
 
 
 def create_network(client: Client, name: str, labels: dict[str, str] | None = None) -> None:
-    """Create an internal bridge network called name (no route out), with labels. Raises LauncherError: the engine
+    """Create an internal bridge network called name (no route out), with labels. Raises LauncherError: the daemon
     refused (e.g. the name is taken)."""
     with sdk_errors(f"`docker network create --internal {name}`"):
         client.sdk().networks.create(name, driver="bridge", internal=True, labels=labels or {})
 
 
 def remove_network(client: Client, name: str) -> None:
-    """``docker network rm`` the network called name; gone is fine. Raises LauncherError: the engine refused (e.g. a
+    """``docker network rm`` the network called name; gone is fine. Raises LauncherError: the daemon refused (e.g. a
     container is still on it)."""
     with sdk_errors(f"`docker network rm {name}`", missing_ok=True):
         client.sdk().networks.get(name).remove()
@@ -39,7 +39,7 @@ def remove_network(client: Client, name: str) -> None:
 def attach(client: Client, network: str, container, aliases: list[str]) -> None:
     """Connect container to the network called name under aliases (names it resolves by there), disconnecting it
     first (``docker run --network`` attached it without them). Raises LauncherError: the network or container is
-    gone, or the engine refused."""
+    gone, or the daemon refused."""
     with sdk_errors(f"`docker network connect --alias {','.join(aliases)} {network} {container.name}`"):
         net = client.sdk().networks.get(network)
         net.disconnect(container)
@@ -48,7 +48,7 @@ def attach(client: Client, network: str, container, aliases: list[str]) -> None:
 
 def labelled(client: Client, label: str) -> tuple[list, list]:
     """(containers in every state, networks) carrying the label ``KEY=VALUE``, on every daemon that answers
-    (each rehearsal host's). Raises LauncherError: the engine failed."""
+    (each rehearsal host's). Raises LauncherError: the daemon failed."""
     found, nets = [], []
     by = {"label": label}
     for _, c in client.sdks():
@@ -60,7 +60,7 @@ def labelled(client: Client, label: str) -> tuple[list, list]:
 
 def remove_labelled(client: Client, label: str) -> None:
     """Force-remove every container, then every network, carrying the label; gone meanwhile is fine. Raises
-    LauncherError: the engine refused one (the rest are left then)."""
+    LauncherError: the daemon refused one (the rest are left then)."""
     found, nets = labelled(client, label)
     for c in found:
         remove(c)
@@ -74,21 +74,21 @@ def remove_labelled(client: Client, label: str) -> None:
 
 
 def swarm_init(client: Client, addr: str) -> None:
-    """Make this engine a one-node swarm manager (``docker swarm init --advertise-addr ADDR``). Raises
-    LauncherError: the engine refused (its explanation)."""
+    """Make this daemon a one-node swarm manager (``docker swarm init --advertise-addr ADDR``). Raises
+    LauncherError: the daemon refused (its explanation)."""
     with sdk_errors(f"`docker swarm init --advertise-addr {addr}`"):
         client.sdk().swarm.init(advertise_addr=addr)
 
 
 def swarm_leave(client: Client) -> None:
-    """``docker swarm leave --force``. Raises LauncherError: the engine refused."""
+    """``docker swarm leave --force``. Raises LauncherError: the daemon refused."""
     with sdk_errors("`docker swarm leave --force`"):
         client.sdk().swarm.leave(force=True)
 
 
 def stack_tasks(client: Client, stack: str) -> dict[str, list[dict]]:
-    """service (without the ``<stack>_`` prefix) -> its tasks (the engine's dicts: Status, CreatedAt, ..), oldest
-    first, of every service of a swarm stack; {} when none is up. Raises LauncherError: the engine failed (e.g. a
+    """service (without the ``<stack>_`` prefix) -> its tasks (the daemon's dicts: Status, CreatedAt, ..), oldest
+    first, of every service of a swarm stack; {} when none is up. Raises LauncherError: the daemon failed (e.g. a
     service went away while listed)."""
     with sdk_errors(f"listing the services of stack {stack}"):
         return {stack_service(stack, svc.name) or svc.name: sorted(svc.tasks(), key=lambda t: t["CreatedAt"])
@@ -96,11 +96,11 @@ def stack_tasks(client: Client, stack: str) -> dict[str, list[dict]]:
 
 
 class Events:
-    """Follows the engine's container events of a project (or a swarm stack when stack), on every
+    """Follows the daemon's container events of a project (or a swarm stack when stack), on every
     daemon that answers (each rehearsal host's), one thread a stream:
     ``state`` maps service -> the container state after its latest event (running, paused,
     exited), ``on_change`` is set on every change. Seeded from one listing; ``start()``, then
-    ``close()``. A host's stream that breaks (its engine killed) just ends."""
+    ``close()``. A host's stream that breaks (its daemon killed) just ends."""
 
     STATES = {"start": "running", "unpause": "running", "pause": "paused", "die": "exited", "destroy": "removed"}
 
@@ -123,12 +123,12 @@ class Events:
                 if new and service:
                     self.state[service] = new
                     self.on_change.set()
-        except Exception:  # noqa: BLE001 - the stream was closed, or its engine went away
+        except Exception:  # noqa: BLE001 - the stream was closed, or its daemon went away
             pass
 
     def close(self) -> None:
         for stream in self._streams:
             try:
                 stream.close()
-            except Exception:  # noqa: BLE001 - its engine is gone
+            except Exception:  # noqa: BLE001 - its daemon is gone
                 pass

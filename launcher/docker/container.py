@@ -15,7 +15,7 @@ from simcluster.launcher.docker.client import LauncherError, sdk_errors
 
 def exec_in(container, cmd: list[str], user: str = "", workdir: str | None = None) -> tuple[int, str]:
     """``docker exec`` cmd in a running container (user "": the container's own); returns (exit code, stdout and
-    stderr as text). Raises LauncherError: the container is not running, is gone, or the engine refused."""
+    stderr as text). Raises LauncherError: the container is not running, is gone, or the daemon refused."""
     with sdk_errors(f"`docker exec {container.name} {cmd[0]}`"):
         rc, out = container.exec_run(cmd, user=user, workdir=workdir)
         return rc, out.decode("utf-8", "replace")
@@ -23,14 +23,14 @@ def exec_in(container, cmd: list[str], user: str = "", workdir: str | None = Non
 
 def wait(container, timeout_s: float) -> int:
     """Wait until the container exits; its exit code. Raises LauncherError: timeout_s passed, the container is gone,
-    or the engine failed."""
+    or the daemon failed."""
     with sdk_errors(f"waiting for {container.name}"):
         return container.wait(timeout=timeout_s)["StatusCode"]
 
 
 def kill(container, strict: bool = False) -> None:
     """Kill a container, unpausing it first (a paused one cannot be stopped); gone is fine. Raises LauncherError:
-    only when strict (chaos): the engine refused, e.g. it is not running."""
+    only when strict (chaos): the daemon refused, e.g. it is not running."""
     try:
         with sdk_errors(f"`docker kill {container.name}`", missing_ok=True):
             container.reload()
@@ -43,7 +43,7 @@ def kill(container, strict: bool = False) -> None:
 
 
 def stop(container, timeout_s: float) -> None:
-    """``docker stop``: SIGTERM, then SIGKILL after timeout_s. Raises LauncherError: the engine refused or the
+    """``docker stop``: SIGTERM, then SIGKILL after timeout_s. Raises LauncherError: the daemon refused or the
     container is gone."""
     with sdk_errors(f"`docker stop {container.name}`"):
         container.stop(timeout=timeout_s)
@@ -63,14 +63,14 @@ def pause(container, attempts: int = 5) -> None:
 
 
 def unpause(container) -> None:
-    """``docker unpause`` a paused container; gone is fine. Raises LauncherError: the engine refused, e.g. it is not
+    """``docker unpause`` a paused container; gone is fine. Raises LauncherError: the daemon refused, e.g. it is not
     paused."""
     with sdk_errors(f"`docker unpause {container.name}`", missing_ok=True):
         container.unpause()
 
 
 def remove(container) -> None:
-    """``docker rm -f``: remove a container, killing it if it runs; gone is fine. Raises LauncherError: the engine
+    """``docker rm -f``: remove a container, killing it if it runs; gone is fine. Raises LauncherError: the daemon
     refused (e.g. a removal already in progress)."""
     with sdk_errors(f"`docker rm -f {container.name}`", missing_ok=True):
         container.remove(force=True)
@@ -78,7 +78,7 @@ def remove(container) -> None:
 
 def disconnect(container) -> list[str]:
     """Disconnect a container from every network it is on; returns their names. Raises LauncherError: the container
-    or a network is gone, or the engine refused."""
+    or a network is gone, or the daemon refused."""
     with sdk_errors(f"`docker network disconnect` of {container.name}"):
         container.reload()
         nets = sorted((container.attrs.get("NetworkSettings") or {}).get("Networks") or {})
@@ -89,7 +89,7 @@ def disconnect(container) -> list[str]:
 
 def log_text(container, tail: int | str = "all") -> str:
     """The container's log so far (stdout and stderr; its last ``tail`` lines) as text; "" when the container is
-    gone. Raises LauncherError: the engine failed."""
+    gone. Raises LauncherError: the daemon failed."""
     with sdk_errors(f"`docker logs {container.name}`", missing_ok=True):
         return container.logs(tail=tail).decode("utf-8", "replace")
     return ""

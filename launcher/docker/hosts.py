@@ -1,14 +1,14 @@
-"""Rehearsal hosts through the Docker SDK: Docker engines in containers of this machine's engine.
+"""Rehearsal hosts through the Docker SDK: Docker daemons in containers of this machine's daemon.
 
     python -c "from simcluster.launcher.docker.hosts import host_containers; print(host_containers())"
 
 One of the modules of launcher/docker/, the folder that alone touches the SDK (tests/test_launcher_edge.py
 test_docker_through_the_sdk_only): each host is a container of HOST_IMAGE (images/host: Debian's
 docker.io, and docker-registry on host-0) on this machine's daemon (``Client()``), started with
-what an engine in a container needs here (../shared/notes/engines-in-containers.md: every capability
+what a daemon in a container needs here (../shared/notes/engines-in-containers.md: every capability
 but SYS_RESOURCE, which this machine's bounding set lacks, so no --privileged; seccomp, AppArmor and
 the kernel's system paths unconfined; /sys/fs/cgroup read-write; /var/lib/docker on a volume of
-its own, so the inner engine uses overlay2). Its API (2375) and host-0's registry (5000) are
+its own, so the inner daemon uses overlay2). Its API (2375) and host-0's registry (5000) are
 published on 127.0.0.1 only. Every object carries HOSTS_LABEL; the volumes (each host's image cache,
 the registry's storage) outlive a rehearsal, as real hosts' disks do.
 """
@@ -28,7 +28,7 @@ HOST_IMAGE = "simcluster/host:latest"
 HOSTS_FILE = "hosts.json"  # RUN_DIR/hosts.json: the record of a run's rehearsal hosts (engines/swarm/hosts.py writes it)
 HOSTS_LABEL = LABEL + "hosts"  # on each host container and the hosts' network: the run folder's path
 API_PORT, REGISTRY_PORT = 2375, 5000
-NETWORK = "simcluster-hosts"  # the rehearsal's private network (a bridge of this machine's engine)
+NETWORK = "simcluster-hosts"  # the rehearsal's private network (a bridge of this machine's daemon)
 PRIVILEGES = dict(cap_add=["ALL"], cap_drop=["SYS_RESOURCE"], tmpfs={"/run": ""},
                   security_opt=["seccomp=unconfined", "apparmor=unconfined"])
 
@@ -43,9 +43,9 @@ def start_host(name: str, run_dir: str, mounts: list[str], registry: bool):
     storage: the run folder, the code, the data); host-0 (registry) also serves the registry. Returns the container.
 
     Raises:
-        ConfigError: this machine's engine cannot start an engine in a container (the capabilities, the
+        ConfigError: this machine's daemon cannot start a daemon in a container (the capabilities, the
             cgroup mount), naming what is missing.
-        LauncherError: the engine refused otherwise.
+        LauncherError: the daemon refused otherwise.
     """
     volumes = {"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "rw"},
                f"simcluster-{name}-engine": {"bind": "/var/lib/docker", "mode": "rw"}}
@@ -93,8 +93,8 @@ def address(container) -> str:
         return container.attrs["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
 
 
-def wait_engine(url: str, container, timeout_s: float) -> docker.DockerClient:
-    """A client of the engine at url once it answers. Raises LauncherError: its container exited (its log's
+def wait_daemon(url: str, container, timeout_s: float) -> docker.DockerClient:
+    """A client of the daemon at url once it answers. Raises LauncherError: its container exited (its log's
     last lines in the message) or timeout_s passed."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -113,7 +113,7 @@ def wait_engine(url: str, container, timeout_s: float) -> docker.DockerClient:
 
 def make_swarm(manager: docker.DockerClient, addr: str, workers: list[docker.DockerClient]) -> None:
     """``docker swarm init --advertise-addr ADDR`` on manager, then ``docker swarm join`` each worker.
-    Raises LauncherError: an engine refused."""
+    Raises LauncherError: a daemon refused."""
     with sdk_errors(f"`docker swarm init --advertise-addr {addr}` on host-0"):
         manager.swarm.init(advertise_addr=addr, listen_addr=f"{addr}:2377")
         manager.swarm.reload()
@@ -178,15 +178,15 @@ def exec_root(container, cmd: list[str]) -> str:
 
 
 def kill_host(container) -> None:
-    """``docker kill`` a host container (its engine and every task container in it die at once). Raises
-    LauncherError: the engine refused (e.g. it is not running)."""
+    """``docker kill`` a host container (its daemon and every task container in it die at once). Raises
+    LauncherError: the daemon refused (e.g. it is not running)."""
     with sdk_errors(f"`docker kill {container.name}`"):
         container.kill()
 
 
 def cut(container) -> None:
     """Disconnect a host container from NETWORK (every link to the other hosts and to this machine's
-    launcher is cut). Raises LauncherError: the engine refused."""
+    launcher is cut). Raises LauncherError: the daemon refused."""
     try:
         with sdk_errors(f"`docker network disconnect {NETWORK} {container.name}`"):
             _here().networks.get(NETWORK).disconnect(container, force=True)

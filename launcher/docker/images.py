@@ -90,7 +90,7 @@ def probe_image(image: str, modules: list[str], volumes: list[str], user: str) -
     with the job's bind mounts (``SRC:DST:MODE``); None when all are found, else what is wrong.
 
     Raises:
-        LauncherError: the engine itself failed.
+        LauncherError: the daemon itself failed.
     """
     if image_created(image) is None:
         return f"image {image} not found (nothing is pulled: build it, or docker pull / docker load it first)"

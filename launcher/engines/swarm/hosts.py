@@ -105,7 +105,7 @@ def _reuse(up: dict, launch: Launch, show) -> Rehearsal:
                           f"storage is {', '.join(mounted)}); use a run folder beside {owner}, or {down}")
     t0 = time.monotonic()
     urls = {n: f"tcp://127.0.0.1:{dh.published(up[n], dh.API_PORT)}" for n in names}
-    clients = {n: dh.wait_engine(urls[n], up[n], ENGINE_TIMEOUT_S) for n in names}
+    clients = {n: dh.wait_daemon(urls[n], up[n], ENGINE_TIMEOUT_S) for n in names}
     reh = Rehearsal(files.host_abspath(launch.run_dir), tuple((n, urls[n]) for n in names),
                     f"127.0.0.1:{dh.published(up[names[0]], dh.REGISTRY_PORT)}")
     show(f"launcher | reusing hosts {', '.join(names)} of {owner} (kept by up --keep)")
@@ -139,7 +139,7 @@ def bring_up(launch: Launch, show) -> Rehearsal:
         registry = f"127.0.0.1:{dh.published(started[names[0]], dh.REGISTRY_PORT)}"
         push = _Push(launch.node.image, registry)  # the registry answers before host-0's engine: push meanwhile
         urls = {n: f"tcp://127.0.0.1:{dh.published(c, dh.API_PORT)}" for n, c in started.items()}
-        clients = {n: dh.wait_engine(urls[n], started[n], ENGINE_TIMEOUT_S) for n in names}
+        clients = {n: dh.wait_daemon(urls[n], started[n], ENGINE_TIMEOUT_S) for n in names}
         for c in clients.values():
             dh.prune(c)
         dh.make_swarm(clients[names[0]], dh.address(started[names[0]]), [clients[n] for n in names[1:]])
