@@ -16,7 +16,7 @@ API for your tests (imported on first use: the ranks never load it): ``simcluste
 ``Pause``, ``Disconnect``, ``Freeze``, ``KillHost``, ``DisconnectHost`` (launcher/drills/faults.py) for
 ``run(chaos=...)``, and the
 errors ``ConfigError`` (bad input: the CLI's exit 2; train/errors.py) and ``LauncherError`` (Docker
-failed; launcher/engines/docker.py). The pytest plugin (``pip install "simcluster[pytest]"``):
+failed; launcher/docker/client.py). The pytest plugin (``pip install "simcluster[pytest]"``):
 launcher/testing/plugin.py.
 """
 

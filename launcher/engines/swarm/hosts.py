@@ -2,7 +2,7 @@
 
     python -m launcher up --target swarm --hosts 2 --mesh 2x1x1 --model tiny --steps 3
 
-``bring_up`` makes what a user has on real machines, here (engines/docker_hosts.py does the SDK calls):
+``bring_up`` makes what a user has on real machines, here (launcher/docker/hosts.py does the SDK calls):
   1. hosts host-0 .. host-N-1, each a Docker engine (images/host, built offline from Debian's
      docker.io when missing) in a container on the private bridge ``simcluster-hosts``;
   2. one swarm: host-0 is the manager (``swarm init --advertise-addr`` its address there), the

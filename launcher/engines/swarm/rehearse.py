@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from simcluster.launcher.docker import hosts as docker_hosts
+from simcluster.launcher.docker.hosts import host_containers
 from simcluster.launcher.docker.client import Client, LauncherError
 from simcluster.launcher.engines.base import UpOptions
 from simcluster.launcher.docker.handle import Handle
@@ -98,7 +98,7 @@ def attach(run_dir: str) -> Client | None:
     reh = rehearsal.read(run_dir)
     if reh is None:
         return None
-    up = docker_hosts.host_containers()
+    up = host_containers()
     if not up:
         raise ConfigError(f"{run_dir}: its rehearsal hosts ({', '.join(reh.names)}) are gone (`up` removes them "
                           f"when it ends; keep them with --keep)")
