@@ -173,8 +173,8 @@ def test_launchers_folders_stand_on_floors_and_import_downward_only():
     assert not unplaced, f"launcher/ files on no floor (place their folder in FLOORS and docs/layout.md): {unplaced}"
     upward = sorted(f"{a} -> {b}" for a, bs in edges.items() for b in bs
                     if a.startswith("launcher/") and b.startswith("launcher/") and _floor(a) > _floor(b))
-    assert not upward, f"upward arrows between launcher/'s floors ({' > '.join(u[0].split('/')[1] for u in FLOORS)}): " \
-                       f"{upward}"
+    order = " > ".join("+".join(u.removeprefix("launcher/") for u in units) for units in FLOORS)
+    assert not upward, f"upward arrows between launcher/'s floors ({order}): {upward}"
     levels = {_floor(f) for f in files}
     assert levels == set(range(len(FLOORS))), "a floor holds no file"  # every floor is real, none stale
     downward = {(_floor(a), _floor(b)) for a, bs in edges.items() for b in bs

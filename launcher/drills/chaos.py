@@ -181,11 +181,12 @@ def owner(engines, handle: Handle):
         if engine.owns(handle):
             return engine
     raise ConfigError(f"chaos: {handle.file} is a run of none of the engines "
-                      f"{', '.join(e.name for e in engines) or '(none given)'}; pass the run folder of `launcher up`")
+                      f"{', '.join(e.name for e in engines)}; pass the run folder of `launcher up`")
 
 
 def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: str | None = None,
-          project: str | None = None, wait_s: float = 3600.0, poll_s: float = 0.5, say=None, engines=()) -> int:
+          project: str | None = None, wait_s: float = 3600.0, poll_s: float = 0.5, say=None, *,
+          engines) -> int:
     """Wait for step at_step of the run, then apply ``kind`` to ``node`` (for ``freeze``, node is
     a global rank: its process is stopped in its node's container); returns the exit code.
 

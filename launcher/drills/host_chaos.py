@@ -61,7 +61,7 @@ def rehearsal(engines, folder: str):
 
 
 def chaos_host(kind: str, host: str, at_step: int, run_dir: str | None = None, wait_s: float = 3600.0,
-               poll_s: float = 0.5, say=None, engines=()) -> int:
+               poll_s: float = 0.5, say=None, *, engines) -> int:
     """Wait for step at_step of the run on rehearsal hosts, then apply kind to host; the exit code.
 
     say: where its lines go, ``say(text, error)`` (default: printed). engines: the engines whose runs it
