@@ -25,6 +25,8 @@ import yaml
 
 from conftest import reference_losses
 
+from simcluster.launcher.container.layout import IMAGE  # SIMCLUSTER_IMAGE's, as the launcher's
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parents[0] / "shared" / "data" / "tinyshakespeare.txt"
 
@@ -108,7 +110,7 @@ def test_two_hosts_rehearsed(trainer_image, tmp_path):
         assert a.returncode == 0, out[-4000:] + a.stderr[-3000:]
         for line in ("node-0       ranks 0-3      exit 0 on host-0", "node-1       ranks 4-7      exit 0 on host-1",
                      "rendezvous                  exit 0 on host-0", "host-1's link to the other hosts limited to 1gbit",
-                     "host-0:5000/simcluster/trainer:latest: pushed to host-0's registry"):
+                     f"host-0:5000/{IMAGE}: pushed to host-0's registry"):
             assert line in out, out[-4000:]
         got, ref = [r["loss"] for r in _rows(run_a)], reference_losses("2x2x2", 3, DATA)
         assert len(got) == 3 and max(abs(x - y) for x, y in zip(got, ref)) < 1e-4, (got, ref)

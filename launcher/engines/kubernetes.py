@@ -1,6 +1,6 @@
 """The Kubernetes engines' one base: a Launch -> one manifest (JobSet, TrainJob), rendered here, run with kubectl.
 
-    python -m launcher generate --mesh 2x2x2 --model tiny --target jobset --stdout
+    python -m launcher generate --mesh 2x2x2 --model tiny --target jobset --image example.com/trainer:1 --stdout
 
 ``Kubernetes`` is a RenderOnly engine (``up``, ``status``, ``logs``, ``down`` refused here) whose
 document is its ``build(launch)`` dict under the generated-file header naming ``module``; the pods
