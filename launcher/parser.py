@@ -215,10 +215,26 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     pj.add_argument("--json", action="store_true", help="print the projection as JSON (seconds)")
     _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
                                  "(exit 1 beyond --rtol)"))
-    for command in ("generate", "up", "compare"):
+    _sweep_args(sub.add_parser("sweep", help="run your code or the trainer on its own node layout, on one node and on "
+                               "one rank per node, the mesh the same; compare a metric step by step (exit 1: differs)"))
+    for command in ("generate", "up", "compare", "sweep"):
         _text_only(sub.choices[command])
     parser.commands = sub.choices  # command -> its subparser (the Python API parses `up`'s keywords with it)
     return parser
+
+
+def _sweep_args(sp: argparse.ArgumentParser) -> None:
+    """`sweep` (launcher/sweep.py): `up`'s job, then the metric and its tolerance."""
+    add_config_args(sp)
+    add_job_args(sp)
+    g = sp.add_argument_group("the comparison (against the job's own layout)")
+    g.add_argument("--metric", default="loss", help="key of the metrics.jsonl rows to compare (default loss)")
+    g.add_argument("--metric-regex", default=None, metavar="REGEX", help="read the metric from what the ranks print "
+                   "instead: one group (the value; n-th match = step n) or named groups step and value")
+    g.add_argument("--rtol", type=float, default=1e-5, metavar="R", help="largest |X - own| / |own| allowed "
+                   "(default 1e-5)")
+    g.add_argument("--quiet", action="store_true", help="runs' lines only in their cluster.log; show the table")
+    add_node_args(sp)
 
 
 def _compare_args(cp: argparse.ArgumentParser) -> None:
