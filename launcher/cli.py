@@ -115,7 +115,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from simcluster.launcher.observe.report import cmd_report as report
 
-    return report(args.run_dir, ROOT)
+    return report(args.run_dir, ROOT, args.metric_regex)
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:

@@ -158,6 +158,10 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     up.add_argument("--wall-timeout-s", type=float, default=None, metavar="S",
                     help="kill the whole run, restarts included, after S seconds; it fails as timed out (default: "
                          "no limit; --timeout-s is the job's own, ending a run whose peers went silent)")
+    up.add_argument("--metric-regex", default=None, metavar="REGEX",
+                    help="how the summary reads a loss your ranks only print: one group (the value; n-th match = "
+                         "step n) or named groups step and value (default: the common formats, 'loss: 1.2', "
+                         "'loss=1.2', 'step 3 | loss 1.2', torchtitan's 'step: 3  loss: 1.2')")
     st = sub.add_parser("status", help="table: node, ranks, state, last step")
     _target_args(st)
     lg = sub.add_parser("logs", help="the cluster's logs (compose logs)")
@@ -191,6 +195,8 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                     "image (version, code, Dockerfile, requirements) for a CI cache of `docker save`")
     rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
     rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
+    rp.add_argument("--metric-regex", default=None, metavar="REGEX",
+                    help="read a loss the ranks only printed (cluster.log) as up does (default: the common formats)")
     pl = sub.add_parser("plan", help="predict per rank memory, traffic per kind and link, and the bubble of a "
                         "trainer run from its shapes and schedule; starts nothing (needs torch)")
     add_config_args(pl)
