@@ -236,3 +236,13 @@ def test_exit_0_without_a_step_or_a_collective_is_no_work(stream, capsys):
     assert summary_of(stream, codes, capsys).startswith(" OK ==")
     (run / "steps" / "rank-3.work.json").unlink()  # a rank without its record: nothing is claimed
     assert summary_of(stream, codes, capsys).startswith(" OK ==")
+
+
+def test_quiet_keeps_rank_0s_step_lines_in_the_log_for_the_printed_loss(stream, capsys):
+    assert stream.quiet
+    for step, loss in ((1, 0.856526), (2, 0.865871)):
+        stream.handle("node-0", f"[rank0]:step {step}/2 loss {loss:.6f}")
+    assert "step 2/2 loss" not in capsys.readouterr().out  # hidden, as --quiet does
+    out = summary_of(stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
+    assert "  final loss   0.865871 after 2 steps (as rank 0 printed it)\n" in out, out
+    assert "node-0 r0 | step 2/2 loss 0.865871" in " ".join(Path(stream.log.name).read_text().split())

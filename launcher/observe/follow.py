@@ -109,8 +109,11 @@ class Stream:
         if done:
             self.progress.done = done
         prefix = f"{service} r{rank}" if rank is not None else service
-        if not (step and self.quiet):
-            self.show(f"{prefix:<{self.width}}| {text}")
+        line = f"{prefix:<{self.width}}| {text}"
+        if step and self.quiet:  # --quiet hides rank 0's step lines; the log keeps them (a printed loss is read there)
+            self.log.write(line + "\n")
+        else:
+            self.show(line)
 
     def on_metrics(self, row: dict) -> None:
         """A new metrics.jsonl row (the schema of train/metrics.py): update and maybe show progress."""
