@@ -101,7 +101,7 @@ def plan(request: JobRequest) -> tuple[Side, ...]:
                           f"drop --target")
     user, base = container_user(), _base(request)
     given = {k: v for k, v in request.given().items() if k != "run_dir"}
-    own, _ = resolve(make_request("up", **given, run_dir=os.path.join(base, "own")), user=user)
+    own, _ = resolve(make_request("up", **given, run_dir=base), user=user)  # its nodes and ranks; nothing written
     sides = []
     for layout in layouts(own.nnodes, own.nproc_per_node):
         run_dir = os.path.join(base, layout.folder)
@@ -219,7 +219,7 @@ def result_text(s: Sweep) -> str:
     return "\n".join([head, s.table(), *s.verdict()])
 
 
-def _series(side: Side, code: int, metric: str, metric_regex: str | None) -> tuple[Series, str]:
+def _series(side: Side, metric: str, metric_regex: str | None) -> tuple[Series, str]:
     """The side's series and, when it has none, why (read_series' message)."""
     try:
         return read_series(side, metric, metric_regex), ""
@@ -258,7 +258,7 @@ def sweep_request(request: JobRequest, *, metric: str = "loss", metric_regex: st
         code = runner(side)
         if code == 130:
             raise KeyboardInterrupt
-        series, missing = _series(side, code, metric, metric_regex)
+        series, missing = _series(side, metric, metric_regex)
         if code == 0 and missing and side is sides[0]:
             raise ConfigError(f"{missing} (the other layouts were not run)")
         runs.append(LayoutRun(side, code, tuple(series), failure_text(side) if code else "",
