@@ -65,8 +65,11 @@ def install(out_dir: str, rank: int) -> None:
     import multiprocessing.util
 
     path = os.path.join(out_dir, STEPS_DIR, f"rank-{rank}{WORK_SUFFIX}")
+    pid = os.getpid()
 
     def write() -> None:
+        if os.getpid() != pid:  # a child the rank forked (os.fork) ends: the rank's own count is not its
+            return
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as fh:
