@@ -246,3 +246,12 @@ def test_quiet_keeps_rank_0s_step_lines_in_the_log_for_the_printed_loss(stream, 
     out = summary_of(stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
     assert "  final loss   0.865871 after 2 steps (as rank 0 printed it)\n" in out, out
     assert "node-0 r0 | step 2/2 loss 0.865871" in " ".join(Path(stream.log.name).read_text().split())
+
+
+def test_a_bad_metric_regex_is_refused_before_anything_starts(tmp_path, capsys):
+    from simcluster.launcher import cli
+
+    run = tmp_path / "run"
+    assert cli.main(["up", "--script", str(ROOT / "examples" / "ddp.py"), "--nodes", "1", "--nproc-per-node", "1",
+                     "--run-dir", str(run), "--metric-regex", "(a)(b)"]) == 2
+    assert "metric_regex: '(a)(b)' has 2 group(s)" in capsys.readouterr().err and not run.exists()
