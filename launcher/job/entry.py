@@ -184,8 +184,13 @@ def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | 
         else:
             code_dir = code_dir or os.path.dirname(path)
             rel = os.path.relpath(path, code_dir)
+            real, real_code = os.path.realpath(path), os.path.realpath(code_dir)
             if rel.startswith(".."):
                 errors.append(f"script: {path} is outside --code {code_dir}; put it inside or drop --code")
+            elif os.path.commonpath([real, real_code]) != real_code:
+                errors.append(f"script: {path} is a link to {real}, outside its code folder {code_dir} (only that "
+                              f"folder is mounted, at {CODE_DIR}: the link would point at nothing in the nodes); "
+                              f"pass the file itself, e.g. --script {real}, or copy it into {code_dir}")
             target_script = f"{CODE_DIR}/{rel.replace(os.sep, '/')}"
     if module is not None:
         if not MODULE_NAME.fullmatch(module):
