@@ -12,6 +12,8 @@ where they would come from. ``rank output`` counts the ranks whose output
 reached the launcher (torchrun prefixes each line of rank R with ``[rankR]:``): a rank that printed
 nothing is named as such, not as missing, and only ranks that printed are checked for their node
 (MISPLACED). A failed rank is named with its exception and last frames (launcher/observe/failures.py).
+A rank that aborted at exit in C++ (gloo's teardown) after its work was done does not fail the run:
+the summary names it, its last step and that its work was done (``_aborted_after_work``).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import posixpath
 from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT
 from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.job.launch import Launch
-from simcluster.train.rundir import METRICS, step_rows
+from simcluster.train.rundir import METRICS, rank_last_steps, step_rows
 from simcluster.train.runlog import write_summary
 from simcluster.launcher.container.layout import RDZV_HOST
 from simcluster.train.layout import format_ranks, node_of, node_ranks
@@ -65,6 +67,9 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     ok = all(codes.get(n) == 0 for n in launch.names) and not (stream.lost or stream.timed_out or stream.lost_hosts)
     _merge_trace(launch, run_dir)
     m = _final_metrics(run_dir, stream.progress.done, since)
+    tracebacks = stream.tracebacks()
+    aborted = {} if ok else _aborted_after_work(stream, launch, run_dir, codes, tracebacks, since)
+    ok = ok or bool(aborted)
     show = stream.show
     show(f"== summary: {'OK' if ok else 'FAILED'} ==")
     show(f"  run folder   {launch.run_dir}")
@@ -112,12 +117,51 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
         show(f"  TIMED OUT    after {stream.timed_out:g}s (--wall-timeout-s): up killed every container")
     elif stream.forced:
         show(f"  killed by up {', '.join(stream.forced)} (lost, or still up after the rendezvous ended)")
-    tracebacks = stream.tracebacks()
+    for rank, step in aborted.items():
+        show(f"  rank {rank} on {launch.names[node_of(rank, launch.nproc_per_node)]} aborted at exit (SIGABRT in gloo "
+             f"teardown: 'terminate called without an active exception', a C++ thread outliving the interpreter) "
+             f"after its last step {step}; its work was done")
     if not ok:
         _show_failures(show, launch, tracebacks)
     stream.log.close()
-    write_summary(run_dir, _record(launch, stream, codes, ok, wall, m, tracebacks))
+    record = _record(launch, stream, codes, ok, wall, m, tracebacks)
+    record["aborted_at_exit"] = [{"rank": r, "node": launch.names[node_of(r, launch.nproc_per_node)], "after_step": s}
+                                 for r, s in aborted.items()]
+    write_summary(run_dir, record)
     return ok
+
+
+TEARDOWN_ABORT = "terminate called without an active exception"  # std::terminate with no exception: a joinable thread
+
+
+def _aborted_after_work(stream: Stream, launch: Launch, run_dir: str, codes: dict, tracebacks: dict,
+                        since: float) -> dict[int, int]:
+    """rank -> its last step, for ranks whose only failure is a C++ abort at exit after their work was done,
+    when they explain the whole failure; {} otherwise (the run failed). The rules: nothing lost or timed out;
+    every rank that failed printed only ``terminate called without an active exception`` (no Python
+    traceback: torch's gloo threads at teardown); each reached the run's last step (its own step record,
+    steps/rank-R.jsonl, at the job's last step: --total-steps, or a "total_steps" it logged; the trainer: rank 0's ``done`` line after every step, which
+    every rank's collectives reached); every node that failed exited 1 (torchrun's child failure) and holds
+    one of them."""
+    if stream.lost or stream.timed_out or stream.lost_hosts or not tracebacks:
+        return {}
+    if any(lines != [TEARDOWN_ABORT] for lines in tracebacks.values()):
+        return {}
+    if launch.train is not None:
+        done = stream.progress.done.get("steps")
+        ended = str(done) == str(launch.train.config.steps)  # the done line's fields are text
+        last = {r: launch.train.config.steps for r in tracebacks} if ended else {}
+    else:
+        steps = rank_last_steps(run_dir, since)
+        logged = [r["total_steps"] for r in step_rows(run_dir, since=since) if isinstance(r.get("total_steps"), int)]
+        end = launch.instruments.total_steps or (logged[-1] if logged else None)  # unknown: no step is the last
+        last = {r: steps[r] for r in tracebacks if r in steps and end is not None and steps[r] >= end}
+    if len(last) != len(tracebacks):
+        return {}
+    nodes = {launch.names[node_of(r, launch.nproc_per_node)] for r in last}
+    if any(codes.get(n) != 0 and (codes.get(n) != 1 or n not in nodes) for n in launch.names):
+        return {}
+    return dict(sorted(last.items()))
 
 
 def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, m: dict,
@@ -204,9 +248,11 @@ def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> No
         show(f"  FAILED rank {rank} on {launch.names[node_of(rank, launch.nproc_per_node)]}{waited}: {lines[-1]}")
         for line in lines[:-1]:
             show(f"      {line}")
-        if lines[-1].startswith("terminate called without an active exception"):
-            show("      (a C++ thread outlived the interpreter: after the last step this is gloo's teardown race; free "
-                 "what holds process groups after destroy_process_group: `del model; gc.collect()`, see README)")
+        if lines[-1].startswith(TEARDOWN_ABORT):
+            show("      (SIGABRT: a C++ thread outlived the interpreter, gloo's teardown race when it comes after the "
+                 "last step; the launcher counts it as done only when it knows the last step: --total-steps N, or "
+                 "a \"total_steps\" your code logs; free what holds process groups after destroy_process_group: "
+                 "`del model; gc.collect()`, see README)")
     after = sorted(set(tracebacks) - set(cause)) if cause else []
     if after:
         show(f"  then failed  rank(s) {', '.join(map(str, after))}: a peer's connection closed")
