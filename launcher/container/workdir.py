@@ -88,9 +88,10 @@ def _skipped(base: str, names: list[str], run_dir: str) -> set[str]:
     return out
 
 
-def _files(code_dir: str, run_dir: str, most: int = MAX_FILES) -> tuple[list[tuple[str, int]], bool]:
+def _files(code_dir: str, run_dir: str, most: int | None = None) -> tuple[list[tuple[str, int]], bool]:
     """((path relative to code_dir, size) of every file below it, sorted; SKIP and run folders left out,
-    links not followed; whether it stopped at ``most`` files)."""
+    links not followed; whether it stopped at ``most`` files, default MAX_FILES)."""
+    most = MAX_FILES if most is None else most
     out = []
     for base, dirs, names in os.walk(code_dir):
         dirs[:] = sorted(set(dirs) - _skipped(base, dirs, run_dir))
