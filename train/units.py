@@ -36,13 +36,13 @@ TC_MAX_BITS = 1e12  # 1tbit: a burst of 2.5 GB, inside tc's 32-bit burst
 
 def tc_rate_problem(flag: str, text: str) -> str | None:
     """Why ``text`` cannot be the rate of ``flag`` (``--inter-node-bandwidth``) that tc tbf applies,
-    naming the flag, the value and a valid example; None when it can (4kbit to 1tbit)."""
+    naming the value and a valid example with the flag; None when it can (4kbit to 1tbit)."""
     bits = rate_bits_per_s(text)
     if bits is None:
-        return (f"{flag} {text!r} is not a tc rate; write a number and a unit of bit, kbit, mbit, gbit (or bps, "
+        return (f"{text!r} is not a tc rate; write a number and a unit of bit, kbit, mbit, gbit (or bps, "
                 f"kbps, mbps, gbps for bytes/s), e.g. {flag} 100mbit")
     if not TC_MIN_BITS <= bits <= TC_MAX_BITS:
         side = "below 4kbit, where tc tbf drops every packet or refuses the rate" if bits < TC_MIN_BITS else \
             "above 1tbit, where tc tbf's 32-bit burst cannot hold 20 ms of it"
-        return f"{flag} {text!r} is {bits:g} bit/s, {side}; give a rate from 4kbit to 1tbit, e.g. {flag} 100mbit"
+        return f"{text!r} is {bits:g} bit/s, {side}; give a rate from 4kbit to 1tbit, e.g. {flag} 100mbit"
     return None

@@ -216,10 +216,11 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
         early = Handle.find(run_dir, file, project)
     except ConfigError:  # not there yet: `up` may be about to make it
         early = None
-    if early is not None and not early.stack and early.run_dir and read_job(early.run_dir) is None:
-        raise ConfigError(f"--run-dir {run_dir or early.run_dir}: holds {os.path.basename(early.file)} but no job.json: "
-                          f"not a run folder of `python -m launcher up` (a file written by `generate`?), so no "
-                          f"container of it will appear; start it with launcher up --run-dir DIR, or for a cluster "
+    if early is not None and not early.stack and early.run_dir and read_job(early.run_dir) is None \
+            and not engine.containers(early.project, early.stack):  # `up` writes job.json before compose.yml
+        raise ConfigError(f"--run-dir {run_dir or early.run_dir}: holds {os.path.basename(early.file)} but no job.json "
+                          f"and no container of it runs: not a run folder of `python -m launcher up` (a file written "
+                          f"by `generate`?), so none will appear; start it with launcher up --run-dir DIR, or for a cluster "
                           f"you started with docker compose pass --file {early.file}")
     checked = early is not None and check_node(kind, str(node), early, {})
     if early is not None:

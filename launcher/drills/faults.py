@@ -144,7 +144,7 @@ def check(faults: tuple, names: tuple[str, ...], world_size: int, hosts: tuple[s
     errors = []
     for f in faults:
         if isinstance(f.at_step, bool) or not isinstance(f.at_step, int) or f.at_step < 1:
-            errors.append(f"chaos: {f}: at_step {f.at_step!r} is not a step (an int >= 1; True is no step); e.g. "
+            errors.append(f"chaos: {f}: at_step must be an int >= 1 (a bool is no step), got {f.at_step!r}; e.g. "
                           f"{type(f).__name__}(..., at_step=3)")
         elif why := (f.problem(names, world_size, hosts) if isinstance(f, HostFault) else f.problem(names, world_size)):
             errors.append(f"chaos: {f}: {why}")
