@@ -126,7 +126,7 @@ def bring_up(launch: Launch, show) -> Rehearsal:
     """
     t0 = time.monotonic()
     run_dir = files.host_abspath(launch.run_dir)
-    os.makedirs(run_dir, exist_ok=True)
+    files.make_run_dir(run_dir, launch.node.user)  # the containers' user's while it is empty: hosts.json goes in next
     if up := dh.host_containers():
         return _reuse(up, launch, show)
     _ensure_host_image(show)
