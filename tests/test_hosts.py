@@ -130,7 +130,10 @@ def test_two_hosts_rehearsed(trainer_image, tmp_path):
 
         chaos: dict = {}
 
-        def kill() -> None:
+        def kill() -> None:  # once `up` made the run folder (chaos refuses a missing one at once)
+            deadline = time.monotonic() + 300
+            while not run_b.is_dir() and time.monotonic() < deadline:
+                time.sleep(0.2)
             chaos["proc"] = launcher("chaos", "--kill-host", "host-1", "--at-step", "3", "--run-dir", str(run_b),
                                      "--wait-s", "300", timeout=400)
         thread = threading.Thread(target=kill)
