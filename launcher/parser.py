@@ -59,7 +59,7 @@ def add_section(parser: argparse.ArgumentParser, section, only: tuple[str, ...] 
                       type={"int": int, "float": float}.get(s.kind) if typed else None)
         if s.door:
             kw["choices"] = _door_choices(s.door)
-        g.add_argument(flag(name), **kw)
+        g.add_argument(s.flag, **kw)
 
 
 def add_trainer_args(parser: argparse.ArgumentParser, only: tuple[str, ...]) -> None:

@@ -73,6 +73,15 @@ def _number(name: str, spec: Spec, value):
     return value
 
 
+def check_values(names, options: dict) -> dict:
+    """Each field of names checked (check_value), its value from options (unset: None), by name.
+
+    Raises:
+        ConfigError: the first field refused (check_value's message).
+    """
+    return {n: check_value(n, options.get(n)) for n in names}
+
+
 def check_value(name: str, value):
     """One field's value, checked and normalised (an int for a float field -> float, a list -> tuple,
     start_late's mapping -> sorted (node, seconds) pairs); None (unset) passes for any field.

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 
 from simcluster.launcher.container.layout import IMAGE_USER
 from simcluster.launcher.job.deps import Requirements
-from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY, MAX_STEPS, UP_ONLY, check_value, flag, from_text
+from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY, MAX_STEPS, UP_ONLY, check_values, flag, from_text
 from simcluster.launcher.job.sections import (EngineOptions, GenerateOptions, JobOptions, NodeOptions,
                                               TrainerOptions, UpOptions)
 from simcluster.train.config import Config
@@ -174,7 +174,7 @@ def make_request(command: str = "up", *, args=(), **options) -> JobRequest:
         if name not in allowed:
             raise unknown(name, allowed)
     argv = _argv(args)
-    values = {n: check_value(n, options.get(n)) for n in allowed}
+    values = check_values(allowed, options)
     check_text(values, argv)
     builtin = values["script"] is None and values["code"] is None and values["module"] in (None, TRAINER_MODULE)
     _combination(values, argv, builtin)

@@ -42,7 +42,8 @@ class Spec:
     """One option: kind (int, float, str, bool, strs: a list of text, pairs: NODE -> seconds), its
     default, an example value, the inclusive range lo..hi of a number (strict_lo: lo itself refused),
     the choices of a text, the unit after a bound, its help, metavar and section (the parser's group);
-    door: the table at the door its value names (``engines``: --target), checked there, not here."""
+    door: the table at the door its value names (``engines``: --target), checked there, not here;
+    flag: its name on the command line."""
 
     kind: str
     default: object = None
@@ -56,6 +57,7 @@ class Spec:
     metavar: str | None = None
     section: str = ""
     door: str = ""
+    flag: str = ""  # on the command line: --name-with-dashes
 
 
 def option(default=None, example=None, help: str = "", **spec):
@@ -65,7 +67,8 @@ def option(default=None, example=None, help: str = "", **spec):
 
 def specs(section) -> dict[str, Spec]:
     """name -> Spec of every field of a section (a class or an instance), in its order."""
-    return {f.name: Spec(KINDS[str(f.type)], f.default, section=section.title, **f.metadata["spec"])
+    return {f.name: Spec(KINDS[str(f.type)], f.default, section=section.title, flag="--" + f.name.replace("_", "-"),
+                         **f.metadata["spec"])
             for f in dataclasses.fields(section) if "spec" in f.metadata}
 
 
