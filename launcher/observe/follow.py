@@ -185,16 +185,16 @@ class Watch:
     rendezvous has exited kills every container of the run still up after KILL_AFTER_RDZV_S.
     Container states come from the engine's event stream (docker_cluster.Events), not from polling."""
 
-    def __init__(self, target: Handle, late: dict[str, float], run_dir: str, since: float,
-                 total_steps: int | None = None, deadline: tuple[float, float] | None = None):
+    def __init__(self, target: Handle, run_dir: str, since: float, total_steps: int | None, opts, t0: float):
         """since: UNIX time the containers were started (an older metrics.jsonl is a previous run's);
         total_steps: the job's steps when the launcher knows them (--total-steps), for the ETA;
-        deadline: (time.monotonic() by which the whole `up` must end, the --wall-timeout-s it comes
-        from): past it every container of the run is killed and the run fails as timed out."""
+        opts: `up`'s UpOptions (job/sections.py): start_late (service -> seconds after start), and
+        wall_timeout_s, from t0 (the command's time.monotonic()): past it every container of the run
+        is killed and the run fails as timed out."""
         self.target, self.t0 = target, time.monotonic()
-        self.deadline = deadline
+        self.deadline = opts.deadline(t0)
         self.metrics = StepsTail(run_dir, since=since, total_steps=total_steps)
-        self.late = dict(late)  # service -> seconds after start
+        self.late = dict(opts.start_late)  # service -> seconds after start
         self.rdzv_gone: float | None = None
         self.nodes_gone: float | None = None
         self.events = Events(target.project, target.stack)

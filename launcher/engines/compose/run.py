@@ -112,7 +112,7 @@ def _attempt(launch: Launch, target: Handle, run_dir: str, opts: UpOptions, t0: 
         if launch.node.inter_node_bandwidth:  # the nodes wait for their marker before starting ranks
             shaping.apply(launch, engine.containers(target.project), run_dir, stream.show)
         return follow_and_summarise(stream, launch, target, engine.containers(target.project), run_dir, since, t0,
-                                    start_late, opts.deadline(t0))
+                                    opts)
     except KeyboardInterrupt:
         print("\nlauncher: interrupted; stopping the cluster", file=sys.stderr, flush=True)
         kill_all(target)
