@@ -64,9 +64,11 @@ class Engine(abc.ABC):
         return None
 
     def up_problems(self, launch: Launch, opts: UpOptions) -> list[str]:
-        """What this engine's ``up`` refuses of opts: each option of ``unsupported`` given, with why."""
+        """What this engine's ``up`` refuses of opts: each option of ``unsupported`` set to other than its
+        default, with why."""
+        defaults = type(opts)()
         return [f"--{k.replace('_', '-')}: {why}" for k, why in self.unsupported.items()
-                if getattr(opts, k) not in (False, 0, (), {}, None)]
+                if getattr(opts, k) != getattr(defaults, k)]
 
     def check(self, launch: Launch, opts: UpOptions | None = None) -> None:
         """Refuse, before anything is written or started, what this engine cannot do with launch.
