@@ -167,3 +167,20 @@ def test_a_target_no_engine_has_is_refused_at_the_door(tmp_path):
     with pytest.raises(SystemExit) as e:  # the command line's door: argparse's choices, the same table
         cli.main(["generate", "--mesh", "1x1x1", "--target", "kubernetes", "--stdout"])
     assert e.value.code == 2
+
+
+def test_exit_grace_s_one_field_every_door(tmp_path):
+    """--exit-grace-s is declared once (job/sections.py UpOptions): the request types and bounds it, the
+    command line has the flag, an engine that cannot honour it refuses it, generate does not take it."""
+    script = str(ROOT / "examples" / "ddp.py")
+    req = make_request("up", script=script, nodes=1, nproc_per_node=1, exit_grace_s=30)
+    assert req.exit_grace_s == 30.0 and make_request("up", model="tiny").exit_grace_s == 10.0
+    with pytest.raises(ConfigError, match=r"exit_grace_s: must be > 0 and <= 3600 \(a finite number\), got 0.0; "
+                                          r"e.g. exit_grace_s=30.0 \(--exit-grace-s 30.0\)"):
+        make_request("up", model="tiny", exit_grace_s=0)
+    with pytest.raises(ConfigError, match="unknown keyword argument 'exit_grace_s'"):
+        make_request("generate", model="tiny", exit_grace_s=30)
+    with pytest.raises(ConfigError, match=r"--exit-grace-s: Slurm ends a job's steps itself"):
+        simcluster.run(model="tiny", mesh="1x1x1", target="slurm", exit_grace_s=30, run_dir=str(tmp_path / "r"))
+    assert cli.main(["up", "--model", "tiny", "--exit-grace-s", "x", "--run-dir", str(tmp_path / "r")]) == 2
+    assert not (tmp_path / "r").exists()

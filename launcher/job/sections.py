@@ -188,6 +188,10 @@ class UpOptions:
     wall_timeout_s: float | None = option(None, 600.0, metavar="S", help="kill the whole run, restarts included, "
                                           "after S seconds; it fails as timed out (default: no limit; "
                                           "--timeout-s is the job's own, ending a run whose peers went silent)")
+    exit_grace_s: float = option(10.0, 30.0, lo=0, hi=3600, strict_lo=True, metavar="S", help="once the "
+                                 "rendezvous has ended, seconds a node still up gets to exit by itself (a rank "
+                                 "writing its last checkpoint or records) before it is killed; likewise the "
+                                 "rendezvous after every node exited")
 
     def deadline(self, t0: float) -> tuple[float, float] | None:
         """(the time.monotonic() by which `up`, started at t0, must end, wall_timeout_s), or None."""
