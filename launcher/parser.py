@@ -24,6 +24,7 @@ from simcluster.train.config import Config
 def _help(s) -> str:
     """A field's help, its door's words filled in, its default named."""
     text = s.help.format(**_door_words()) if s.door else s.help
+    text += f"; one of {', '.join(s.choices)}" if s.choices else ""
     return text + (f" (default {s.default})" if s.default not in (None, False, ()) else "")
 
 
