@@ -148,6 +148,13 @@ def up(args: JobRequest, chaos: tuple = (), chaos_lines: list[str] | None = None
     from simcluster.launcher.engines.registry import ENGINES, engine_named
     from simcluster.train.layout import host_names
 
+    from simcluster.train.series import metric_pattern
+
+    if args.metric_regex is not None:
+        try:
+            metric_pattern(args.metric_regex)
+        except ValueError as e:
+            raise ConfigError(f"metric_regex: {e}") from None
     engine = engine_named(args.target)
     launch, command = resolve(args, user=container_user())
     opts = args.section(UpOptions)

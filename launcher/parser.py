@@ -14,9 +14,9 @@ import os
 import sys
 
 from simcluster.launcher.job.fields import FIELDS, flag
-from simcluster.launcher.job.sections import (COMPARE_RUN, COMPARE_TRAINER, CompareOptions, EngineOptions,
-                                              GenerateOptions, JobOptions, NodeOptions, TrainerOptions, UpOptions,
-                                              specs)
+from simcluster.launcher.job.sections import (COMPARE_RUN, COMPARE_TRAINER, SWEEP_COMPARE, CompareOptions,
+                                              EngineOptions, GenerateOptions, JobOptions, NodeOptions,
+                                              TrainerOptions, UpOptions, specs)
 from simcluster.train.cli import add_config_args, field_docs
 from simcluster.train.config import Config
 
@@ -41,12 +41,14 @@ def _door_choices(door: str) -> list[str]:
     return {"engines": list(ENGINES)}[door]
 
 
-def add_section(parser: argparse.ArgumentParser, section, only: tuple[str, ...] = (), typed: bool = False) -> None:
+def add_section(parser: argparse.ArgumentParser, section, only: tuple[str, ...] = (), typed: bool = False,
+                title: str = "") -> None:
     """One flag per field of a section (job/sections.py), in a group of its title: a switch for a bool, a
     repeatable flag for a list, else a value; ``only``: these fields alone. The request's values stay text
     (default None: the request applies the field's default); ``typed``: argparse types them and the
-    field's default is the flag's (compare's own options, which no request takes)."""
-    g = parser.add_argument_group(section.title)
+    field's default is the flag's (compare's own options, which no request takes); ``title``: the group's,
+    instead of the section's."""
+    g = parser.add_argument_group(title or section.title)
     for name, s in specs(section).items():
         if only and name not in only:
             continue
@@ -140,6 +142,8 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                     "image (version, code, Dockerfile, requirements) for a CI cache of `docker save`")
     rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
     rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
+    rp.add_argument("--metric-regex", default=None, metavar="REGEX",
+                    help="read a loss the ranks only printed (cluster.log) as up does (default: the common formats)")
     pl = sub.add_parser("plan", help="predict per rank memory, traffic per kind and link, and the bubble of a "
                         "trainer run from its shapes and schedule; starts nothing (needs torch)")
     add_config_args(pl)
@@ -164,10 +168,23 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     pj.add_argument("--json", action="store_true", help="print the projection as JSON (seconds)")
     _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
                                  "(exit 1 beyond --rtol)"))
-    for command in ("generate", "up", "compare"):
+    _sweep_args(sub.add_parser("sweep", help="run your code or the trainer on its own node layout, on one node and on "
+                               "one rank per node, the mesh the same; compare a metric step by step (exit 1: differs)"))
+    for command in ("generate", "up", "compare", "sweep"):
         _text_only(sub.choices[command])
     parser.commands = sub.choices  # command -> its subparser (the Python API parses `up`'s keywords with it)
     return parser
+
+
+def _sweep_args(sp: argparse.ArgumentParser) -> None:
+    """`sweep` (launcher/sweep.py): `up`'s job (the trainer's flags, your code's, the node options), then the
+    metric and its tolerance (compare's fields, against the job's own layout) and --quiet."""
+    add_config_args(sp)
+    add_section(sp, JobOptions)
+    add_section(sp, CompareOptions, only=SWEEP_COMPARE, typed=True, title="the comparison (against the job's own "
+                "layout)")
+    add_section(sp, UpOptions, only=COMPARE_RUN)
+    add_section(sp, NodeOptions)
 
 
 def _compare_args(cp: argparse.ArgumentParser) -> None:

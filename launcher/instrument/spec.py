@@ -23,6 +23,7 @@ TRAFFIC, TRACE_STEPS, TOTAL_STEPS, CPU_BRIDGES = ("SIMCLUSTER_TRAFFIC", "SIMCLUS
                                                   "SIMCLUSTER_TOTAL_STEPS", "SIMCLUSTER_CPU_BRIDGES")
 BOOT_DIR = "boot"  # beside this file: the folder whose sitecustomize.py starts the instruments in a rank
 STEPS_DIR = "steps"  # RUN_DIR/steps/rank-R.jsonl: {"step", "step_time_s", "rss_mb", "time"} per step
+WORK_SUFFIX = ".work.json"  # RUN_DIR/steps/rank-R.work.json: {"collectives": N} at the rank's end (instrument/work.py)
 
 
 @dataclass(frozen=True)

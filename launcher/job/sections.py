@@ -188,6 +188,11 @@ class UpOptions:
     wall_timeout_s: float | None = option(None, 600.0, metavar="S", help="kill the whole run, restarts included, "
                                           "after S seconds; it fails as timed out (default: no limit; "
                                           "--timeout-s is the job's own, ending a run whose peers went silent)")
+    metric_regex: str | None = option(None, r"^step (?P<step>\d+) loss (?P<value>\S+)", metavar="REGEX",
+                                      help="how the summary reads a loss your ranks only print: one group (the "
+                                      "value; n-th match = step n) or named groups step and value (default: the "
+                                      "common formats, 'loss: 1.2', 'loss=1.2', 'step 3 | loss 1.2', torchtitan's "
+                                      "'step: 3  loss: 1.2')")
     exit_grace_s: float = option(10.0, 30.0, lo=0, hi=3600, strict_lo=True, metavar="S", help="once the "
                                  "rendezvous has ended, seconds a node still up gets to exit by itself (a rank "
                                  "writing its last checkpoint or records) before it is killed; likewise the "
@@ -228,7 +233,8 @@ class CompareOptions:
 
 
 COMPARE_TRAINER = ("mesh", "run_dir", "timeout_s", "traffic", "trace_steps")  # the trainer's flags compare takes
-COMPARE_RUN = ("quiet",)  # and the run options
+COMPARE_RUN = ("quiet",)  # and the run options (sweep too)
+SWEEP_COMPARE = ("metric", "metric_regex", "rtol")  # CompareOptions' fields sweep takes (its layouts are its own)
 
 
 _CONFIG_EXAMPLES = {"mesh": "2x2x2", "model": "tiny", "dim": 64, "n_layers": 4, "n_heads": 4, "ffn_dim": 128,
