@@ -5,8 +5,9 @@ constructor from Python values; simcluster.run, compare, the pytest fixture and 
 
 ``make_request(command, args=..., **options)`` checks every field once (fields.py: type, range,
 finiteness; the mesh's text is parsed once, by options.resolve, which every path runs before it
-writes anything; --target's engine is looked up at the door, engines/registry.py), the paths the containers read (the script, the code folder and the YAML config
-exist and are readable by the containers' user), and the fields against each other: a field
+writes anything; --target's engine is looked up at the door, engines/registry.py), the paths the
+containers read (the script, the code folder and the YAML config exist and are readable by the
+containers' user), and the fields against each other: a field
 that would have no effect in this combination is an error saying why. Every error is a
 ConfigError naming the field, the value and a valid example, raised before anything is written.
 ``cli_values`` types the command line's text (argparse only splits it: launcher/parser.py).

@@ -33,8 +33,8 @@ MAX_NODES = 64  # nodes (containers) of one simulated cluster
 MAX_RANKS = 64  # ranks per node
 MAX_RESTARTS = 100
 RDZV_BACKENDS = ("c10d", "static")
-KINDS = {"int | None": "int", "bool | None": "bool", "float | None": "float", "str | None": "str", "str": "str", "bool": "bool",
-         "int": "int", "float": "float", "tuple[str, ...]": "strs", "tuple[tuple[str, float], ...]": "pairs"}
+KINDS = {"int | None": "int", "int": "int", "float | None": "float", "float": "float", "str | None": "str",
+         "str": "str", "bool | None": "bool", "bool": "bool", "tuple[str, ...]": "strs", "tuple[tuple[str, float], ...]": "pairs"}
 
 
 @dataclass(frozen=True)
@@ -109,17 +109,17 @@ class NodeOptions:
     """Container-level options, the same for every node (a Launch's ``node``)."""
 
     title: ClassVar[str] = "node options"
-    cpus_per_node: float | None = option(None, 1.0, lo=MIN_CPUS, unit=" CPUs", metavar="CPUS", help="CPU limit per node "
-                                         "container (compose cpus; default: none)")
-    memory_per_node: str | None = option(None, "3g", metavar="SIZE", help="memory limit per node container, e.g. 3g (compose "
-                                         "mem_limit; default: none); the built-in trainer's predicted tensors per "
-                                         "node are checked against it (a warning)")
+    cpus_per_node: float | None = option(None, 1.0, lo=MIN_CPUS, unit=" CPUs", metavar="CPUS", help="CPU limit "
+                                         "per node container (compose cpus; default: none)")
+    memory_per_node: str | None = option(None, "3g", metavar="SIZE", help="memory limit per node container, e.g. "
+                                         "3g (compose mem_limit; default: none); the built-in trainer's predicted "
+                                         "tensors per node are checked against it (a warning)")
     strict_memory: bool = option(False, True, help="refuse (exit 2) instead of warning when a node's predicted "
                                  "memory exceeds --memory-per-node")
     image: str = option(IMAGE, IMAGE, help="image of every container; needs Python, torch and this project's "
                         "launcher package (built locally by images/build.sh; services carry pull_policy: never)")
-    rdzv_backend: str = option("c10d", "c10d", choices=RDZV_BACKENDS, metavar="NAME", help="torchrun rendezvous backend (see "
-                               "launcher/container/node.py)")
+    rdzv_backend: str = option("c10d", "c10d", choices=RDZV_BACKENDS, metavar="NAME", help="torchrun rendezvous "
+                               "backend (see launcher/container/node.py)")
     mount_code: bool = option(False, True, help="bind-mount this checkout's train/ and launcher/ over /app (no "
                               "image rebuild)")
     join_timeout_s: float = option(JOIN_TIMEOUT_S, 120.0, lo=0, strict_lo=True, metavar="S", help="every node "
