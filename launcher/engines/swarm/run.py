@@ -147,8 +147,7 @@ def up(launch: Launch, command: str, opts: UpOptions, client: Client | None = No
         stack_cli(client, "deploy", "--resolve-image", "never", "-c", handle.file, handle.project)
         found = _task_containers(client, handle.project, ["rendezvous", *launch.names])
         stream.show(f"launcher: stack deployed, {len(found)} tasks started after {time.monotonic() - t0:.1f}s")
-        code, _ = follow_and_summarise(client, stream, launch, handle, found, run_dir, since, t0,
-                                       deadline=opts.deadline(t0))
+        code, _ = follow_and_summarise(client, stream, launch, handle, found, run_dir, since, t0, opts)
     except KeyboardInterrupt:
         print("\nlauncher: interrupted; removing the stack", file=sys.stderr, flush=True)
         kill_all(client, handle)  # at once, then the stack
