@@ -6,6 +6,7 @@ to run, and no module outside launcher/engines/ branches on an engine's name.
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,11 @@ def test_chaos_asks_the_engine_it_is_handed(tmp_path):
     from simcluster.launcher.drills.chaos import chaos
 
     (tmp_path / "compose.yml").write_text("services: {}\n")
+    with pytest.raises(ConfigError, match="no job.json and no container of it runs"):  # asked the engine: none
+        chaos("kill", "node-1", 3, run_dir=str(tmp_path), wait_s=0.2, say=lambda *a: None, engines=(_Owned(),))
+    assert _Owned.asked == [("attach", Handle.for_run(str(tmp_path)).project), ("nodes", _Owned.client)]
+    (tmp_path / "job.json").write_text(json.dumps({"nodes": {"node-0": "0", "node-1": "1"}, "nproc_per_node": 1,
+                                                   "world_size": 2, "image": "x"}))  # a run folder of `up`
     lines = []
     code = chaos("kill", "node-1", 3, run_dir=str(tmp_path), wait_s=0.2, poll_s=0.05,
                  say=lambda text, error=False: lines.append(text), engines=(_Owned(),))
