@@ -60,14 +60,21 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     """
     from simcluster.train.config import parse_steps
 
+    from simcluster.train.preflight_values import RULES, stall_errors
+
     if cfg.traffic not in (0, 1):
         raise ConfigError(f"--traffic: 0 or 1, got {cfg.traffic}; e.g. --traffic 1")
+    ok, need, fix = RULES["stall_s"]
+    if not ok(cfg.stall_s):
+        raise ConfigError(f"--stall-s: must be {need}, got {cfg.stall_s}; {fix}")
+    if errors := stall_errors(cfg):
+        raise ConfigError("--" + errors[0].replace("_", "-", 1))
     last = req.total_steps or 10**7
     steps = set(parse_steps(cfg.trace_steps, last))
     if cfg.profile_step:
         steps |= set(parse_steps(str(cfg.profile_step), last))
     return Instruments(traffic=bool(cfg.traffic), trace_steps=tuple(sorted(steps)), total_steps=req.total_steps,
-                       cpu_bridges=not req.no_cpu_bridges)
+                       cpu_bridges=not req.no_cpu_bridges, stall_s=float(cfg.stall_s))
 
 
 def config_of(req: JobRequest) -> Config:

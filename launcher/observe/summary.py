@@ -11,7 +11,8 @@ steps are merged into trace.json here; a job that logged no step gets one ``metr
 where they would come from. ``rank output`` counts the ranks whose output
 reached the launcher (torchrun prefixes each line of rank R with ``[rankR]:``): a rank that printed
 nothing is named as such, not as missing, and only ranks that printed are checked for their node
-(MISPLACED). A failed rank is named with its exception and last frames (launcher/observe/failures.py).
+(MISPLACED). A stall (train/stallwatch.py) shows its diagnosis from RUN_DIR/hang.json in
+``HANG`` rows. A failed rank is named with its exception and last frames (launcher/observe/failures.py).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from simcluster.train.runlog import write_summary
 from simcluster.launcher.container.layout import RDZV_HOST
 from simcluster.train.layout import format_ranks, node_of, node_ranks
 from simcluster.train.metrics import host_links, traffic_text
+from simcluster.train.stallwatch import HANG_FILE, STACKS_DIR, read_hang
 
 
 def _final_metrics(run_dir: str, done: dict, since: float) -> dict:
@@ -112,11 +114,18 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
         show(f"  TIMED OUT    after {stream.timed_out:g}s (--wall-timeout-s): up killed every container")
     elif stream.forced:
         show(f"  killed by up {', '.join(stream.forced)} (lost, or still up after the rendezvous ended)")
+    hang = read_hang(run_dir, since) if not ok else None
+    for i, line in enumerate(hang["diagnosis"] if hang else []):
+        show(f"  {'HANG' if i == 0 else '':<12} {line.removeprefix('HANG ')}")
+    if hang:
+        show(f"  {'':<12} every rank's stack: {launch.run_dir}/{STACKS_DIR}/rank-N.txt; records: "
+             f"{launch.run_dir}/{HANG_FILE}")
     tracebacks = stream.tracebacks()
     if not ok:
         _show_failures(show, launch, tracebacks)
     stream.log.close()
-    write_summary(run_dir, _record(launch, stream, codes, ok, wall, m, tracebacks))
+    write_summary(run_dir, {**_record(launch, stream, codes, ok, wall, m, tracebacks),
+                            "hang": hang["diagnosis"] if hang else None})
     return ok
 
 
