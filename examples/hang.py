@@ -30,6 +30,8 @@ def main() -> None:
     half = world // 2
     tp = [dist.new_group([2 * i, 2 * i + 1]) for i in range(world // 2)]
     my_tp = tp[rank // 2]
+    w = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.SGD([w], lr=0.0)  # one optimizer step per step: the instruments' step clock
     first = rank < half
     peer = rank + half if first else rank - half  # the same position in the other pipeline stage
     for step in range(1, a.steps + 1):
@@ -55,6 +57,8 @@ def main() -> None:
                 sum(i * i for i in range(1000))
         else:
             dist.all_reduce(x)
+        w.grad = torch.zeros(1)
+        opt.step()
         if rank == 0:
             print(f"step {step} done", flush=True)
         time.sleep(0.05)

@@ -206,6 +206,7 @@ def install(rank: int) -> Record:
     import torch.distributed.distributed_c10d as c10d
 
     record = RECORD = Record(rank)
+    inside = threading.local()
 
     def peer_and_group(peer, group, group_peer):
         g = group if group is not None else c10d._get_default_group()
@@ -218,6 +219,8 @@ def install(rank: int) -> Record:
         original = getattr(c10d, name)
 
         def call(tensor, *args, **kw):
+            if getattr(inside, "on", False):  # torch's send is isend(...).wait(): one call, one entry
+                return original(tensor, *args, **kw)
             try:
                 peer = args[0] if args else kw.get(peer_kw)
                 group = args[1] if len(args) > 1 else kw.get("group")
@@ -225,7 +228,11 @@ def install(rank: int) -> Record:
                 entry = record.enter(op, tensor, p, ranks)
             except Exception:  # noqa: BLE001 - the record never stops the call
                 entry = None
-            result = original(tensor, *args, **kw)
+            inside.on = True
+            try:
+                result = original(tensor, *args, **kw)
+            finally:
+                inside.on = False
             if entry is not None:
                 if blocking:
                     record.done(entry)

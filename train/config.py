@@ -187,6 +187,8 @@ class Config:
     """steps to trace, e.g. 3,4 or 3-5: RUN_DIR/trace.json, one Chrome/Perfetto trace of every rank (one process per node, one track per rank), each rank's time breakdown in RUN_DIR/profile/, and the measured pipeline bubble."""
     traffic: int = 0
     """1: count the bytes and messages of every communication per step and rank, by kind and node link, into RUN_DIR/traffic/rank-R.jsonl and a "traffic" key of metrics.jsonl."""
+    check_collectives: int = 0
+    """1: torch's TORCH_DISTRIBUTED_DEBUG=DETAIL in every rank: each collective's op, shapes and dtypes checked across its group before it runs, so a mismatch (which gloo answers with an abort or garbage) is named on both sides at once (cost: BENCHMARKS.md, bench/stallwatch.py)."""
     device: str = "cpu"
     """cpu | cuda. cuda: the nccl backend, the device mesh on cuda, rank on GPU LOCAL_RANK (see train/device.py)."""
     rank_metrics: int = 0

@@ -7,10 +7,10 @@ thread's innermost frame outside torch) in, lines out. The cases, in the order t
 
 - a collective whose op, shapes or dtypes differ across its group at one sequence number: both
   sides named (``MISMATCH``);
+- two ranks that both receive from each other first;
 - ranks waiting in collective #k of a group that other ranks of the group never entered: the
   waiting ranks, and what each missing rank does instead (its own pending call, or its top frame);
-- a point-to-point call with no partner: a recv (or send) whose peer waits elsewhere, two ranks
-  that both receive from each other first;
+- a point-to-point call with no partner: a recv (or send) whose peer waits elsewhere;
 - no rank in any call: each rank's top frame (busy or stuck in Python);
 - ranks whose record never came (died, or stuck holding the interpreter's lock).
 
@@ -18,6 +18,8 @@ The first line starts ``HANG at step S after N s:``; S is the first step not yet
 slowest rank (1-based), N the seconds without progress on any rank.
 """
 from __future__ import annotations
+
+import re
 
 
 def _ranks(rs) -> str:
@@ -88,11 +90,12 @@ def _missing(records: dict) -> str | None:
                 (waiting if mine else absent).append(q)
             if absent:
                 others = "; ".join(f"{_ranks([q])} never entered it, it {doing(records[q])}" for q in absent)
-                return f"{_ranks(waiting)} wait in {_coll(e)} ({e.get('where', '?')}); {others}"
+                verb = "waits" if len(waiting) == 1 else "wait"
+                return f"{_ranks(waiting)} {verb} in {_coll(e)} ({e.get('where', '?')}); {others}"
     return None
 
 
-def _unmatched(records: dict) -> str | None:
+def _unmatched(records: dict, cycles_only: bool = False) -> str | None:
     for r in sorted(records):
         for kind, e in pending(records[r]):
             if kind != "p2p" or e.get("peer") is None or e["peer"] not in records:
@@ -104,6 +107,8 @@ def _unmatched(records: dict) -> str | None:
             if partner:
                 continue
             theirs = [x for k, x in pending(peer) if k == "p2p" and x["op"] == e["op"] and x.get("peer") == r]
+            if cycles_only and not (theirs and e["op"] == "recv"):
+                continue
             if theirs and e["op"] == "recv":
                 return (f"ranks {r} and {e['peer']} both receive first: rank {r} waits in {_p2p(e)} "
                         f"({e.get('where', '?')}), rank {e['peer']} in {_p2p(theirs[0])} ({theirs[0].get('where', '?')}); "
@@ -123,7 +128,7 @@ def diagnose(records: dict, world_size: int, idle_s: float) -> list[str]:
     steps = [int(v.get("step") or 0) for v in records.values()]
     head = f"HANG at step {min(steps) + 1 if steps else '?'} after {idle_s:.0f} s: "
     lines = []
-    found = _mismatch(records) or _missing(records) or _unmatched(records)
+    found = _mismatch(records) or _unmatched(records, cycles_only=True) or _missing(records) or _unmatched(records)
     if found is None:
         busy = [r for r in sorted(records) if not pending(records[r])]
         if busy and len(busy) < len(records):
@@ -140,3 +145,24 @@ def diagnose(records: dict, world_size: int, idle_s: float) -> list[str]:
     if missing:
         lines.append(f"{_ranks(missing)} sent no record (died, or stuck in C code holding the interpreter's lock)")
     return lines
+
+
+_FP = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), OpType=(\w+), "
+                 r"TensorShape=\[([^\]]*)\], TensorDtypes=(\w+)")
+
+
+def fingerprint_mismatch(text: str, rank: int) -> str | None:
+    """torch's TORCH_DISTRIBUTED_DEBUG=DETAIL error (``Detected mismatch between collectives on
+    ranks. Rank 0 is running collective: CollectiveFingerPrint(...), but Rank 1 is running ...``,
+    its ranks counted in the group) as one line naming both sides; None for any other text.
+    rank: the global rank that raised it (torch names it first)."""
+    sides = _FP.findall(text or "")
+    if len(sides) < 2 or "Detected mismatch between collectives" not in text:
+        return None
+    (mine, seq, op, shape, dtype), (other, _, op2, shape2, dtype2) = sides[:2]
+
+    def call(o: str, s: str, d: str) -> str:
+        return f"{o.lower().replace('allreduce', 'all_reduce').replace('allgather', 'all_gather')} [{s}] {d.lower()}"
+
+    return (f"MISMATCH in collective #{int(seq) + 1} of rank {rank}'s group: rank {rank} (group rank {mine}) runs "
+            f"{call(op, shape, dtype)}, group rank {other} runs {call(op2, shape2, dtype2)}")

@@ -38,6 +38,7 @@ RULES: dict[str, tuple] = {
     "ckpt_keep": (lambda v: v >= 0, ">= 0", "0 keeps every checkpoint"),
     "profile_step": (lambda v: v >= 0, ">= 0", "0: no profiling"),
     "traffic": (lambda v: v in (0, 1), "0 or 1", "1 counts bytes per step, kind and link into RUN_DIR/traffic/"),
+    "check_collectives": (lambda v: v in (0, 1), "0 or 1", "1 checks every collective across its group (TORCH_DISTRIBUTED_DEBUG=DETAIL)"),
     "rank_metrics": (lambda v: v in (0, 1), "0 or 1", "1 writes RUN_DIR/ranks/rank-R.jsonl"),
     "memory_probe": (lambda v: v in (0, 1), "0 or 1", "1 writes RUN_DIR/memory/rank-R.jsonl"),
     "microbatches": (lambda v: v >= 0, ">= 0", "0: the fewest the schedule takes"),

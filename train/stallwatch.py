@@ -9,8 +9,11 @@ group exists it opens its own client of that group's store (a connection of its 
 blocking store call of the rank never holds it) and, every second, publishes when it last made
 progress: a collective completed (Flight Recorder's count), a point-to-point call completed
 (train/commrecord.py) or a step ended (``note_step``). Rank 0 also watches: once every rank has
-published (the stall clock starts after the rendezvous and each rank's process group, so a long
-start-up is no stall) and no rank has made progress for ``stall_s`` seconds, it sets DUMP. Every
+published, and no rank has made progress for ``stall_s`` seconds, it sets DUMP. A rank publishes
+from its first completed call or step on, so the clock starts once every rank has completed one:
+a start-up, however long (256 ranks importing and building on 2 cores), is over by then, since
+the first collective completes only when its slowest rank reaches it. A hang before every rank's
+first completed call is left to the process group's timeout. Every
 rank then writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler: every thread's Python stack) and
 publishes its record (commrecord.Record.snapshot with its step and its main thread's top frame);
 rank 0 waits for them (at most COLLECT_S), writes ``RUN_DIR/hang.json`` (the diagnosis,
@@ -137,7 +140,7 @@ class Watch(threading.Thread):
 
     def _beat(self) -> None:
         progress = (STEPS[0], commrecord.RECORD.poll() if commrecord.RECORD else 0, commrecord.fr_completed())
-        if progress != self.fingerprint:
+        if progress != self.fingerprint and any(progress):  # from its first completed call or step on
             self.fingerprint = progress
             self.store.set(f"{PREFIX}progress/{self.rank}", repr(time.time()))
         if self.rank == 0 and not self.store.check([DUMP]):

@@ -260,6 +260,9 @@ def run(job: TrainRun) -> int:
     tune_malloc()
     freeze_imports()  # the teardown's gc.collect() below then walks this run's objects only
     memprobe.on(cfg.run_dir, cfg.memory_probe)  # off (0): every mark returns at once
+    if cfg.check_collectives:  # torch reads it when torch.distributed is imported: a forked rank re-reads it here
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+        torch._C._distributed_c10d.set_debug_level_from_env()
     rank, local_rank, _ = init_distributed(cfg)
     if "RANK" in os.environ:  # under torchrun: the stall watch and the communication record
         stallwatch.start(cfg.stall_s, cfg.run_dir, rank)

@@ -12,6 +12,7 @@ default except the CPU bridges (``instrument/bridges.py``).
     SIMCLUSTER_TRACE_STEPS=2,3    profile these steps into one Perfetto trace (instrument/trace.py)
     SIMCLUSTER_TOTAL_STEPS=N      the run's steps, for progress and ETA (else the logging API's)
     SIMCLUSTER_CPU_BRIDGES=0      leave torch's CPU-only DTensor gaps unbridged
+    TORCH_DISTRIBUTED_DEBUG=DETAIL  --check-collectives 1: torch checks each collective across its group
     SIMCLUSTER_STALL_S=10         the stall watch and communication record (train/stallwatch.py); 0: off (unset: 60)
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ ENABLE = "SIMCLUSTER_INSTRUMENT"  # set to "1" by the node wrapper for user code
 OWNER = "SIMCLUSTER_INSTRUMENT_PID"  # the pid that installed them: a child interpreter (spawn) is not a rank
 TRAFFIC, TRACE_STEPS, TOTAL_STEPS, CPU_BRIDGES = ("SIMCLUSTER_TRAFFIC", "SIMCLUSTER_TRACE_STEPS",
                                                   "SIMCLUSTER_TOTAL_STEPS", "SIMCLUSTER_CPU_BRIDGES")
+DEBUG = "TORCH_DISTRIBUTED_DEBUG"  # torch's own: DETAIL checks each collective across its group (--check-collectives 1)
 STALL_S = "SIMCLUSTER_STALL_S"  # seconds; unset: STALL_DEFAULT_S (the trainer's own --stall-s default)
 BOOT_DIR = "boot"  # beside this file: the folder whose sitecustomize.py starts the instruments in a rank
 STEPS_DIR = "steps"  # RUN_DIR/steps/rank-R.jsonl: {"step", "step_time_s", "rss_mb", "time"} per step
@@ -38,6 +40,7 @@ class Instruments:
     total_steps: the run's step count, for progress and ETA (None: unknown unless logged).
     cpu_bridges: register DTensor sharding strategies torch lacks on CPU (on by default).
     stall_s: seconds without progress on any rank that end the job as a hang (0: off; train/stallwatch.py).
+    check_collectives: torch's TORCH_DISTRIBUTED_DEBUG=DETAIL (each collective checked across its group).
     """
 
     traffic: bool = False
@@ -45,6 +48,7 @@ class Instruments:
     total_steps: int | None = None
     cpu_bridges: bool = True
     stall_s: float = STALL_DEFAULT_S
+    check_collectives: bool = False
 
     def env(self) -> dict[str, str]:
         """The environment variables that carry these instruments (only those not at their default)."""
@@ -57,6 +61,8 @@ class Instruments:
             out[TOTAL_STEPS] = str(self.total_steps)
         if not self.cpu_bridges:
             out[CPU_BRIDGES] = "0"
+        if self.check_collectives:
+            out[DEBUG] = "DETAIL"
         if self.stall_s != STALL_DEFAULT_S:
             out[STALL_S] = f"{self.stall_s:g}"
         return out
@@ -68,7 +74,8 @@ class Instruments:
         total = env.get(TOTAL_STEPS, "")
         return cls(traffic=env.get(TRAFFIC) == "1", trace_steps=steps,
                    total_steps=int(total) if total.isdigit() and int(total) > 0 else None,
-                   cpu_bridges=env.get(CPU_BRIDGES) != "0", stall_s=_seconds(env.get(STALL_S)))
+                   cpu_bridges=env.get(CPU_BRIDGES) != "0", stall_s=_seconds(env.get(STALL_S)),
+                   check_collectives=env.get(DEBUG) == "DETAIL")
 
 
 def _seconds(text: str | None) -> float:

@@ -64,6 +64,8 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
 
     if cfg.traffic not in (0, 1):
         raise ConfigError(f"--traffic: 0 or 1, got {cfg.traffic}; e.g. --traffic 1")
+    if cfg.check_collectives not in (0, 1):
+        raise ConfigError(f"--check-collectives: 0 or 1, got {cfg.check_collectives}; e.g. --check-collectives 1")
     ok, need, fix = RULES["stall_s"]
     if not ok(cfg.stall_s):
         raise ConfigError(f"--stall-s: must be {need}, got {cfg.stall_s}; {fix}")
@@ -74,7 +76,8 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     if cfg.profile_step:
         steps |= set(parse_steps(str(cfg.profile_step), last))
     return Instruments(traffic=bool(cfg.traffic), trace_steps=tuple(sorted(steps)), total_steps=req.total_steps,
-                       cpu_bridges=not req.no_cpu_bridges, stall_s=float(cfg.stall_s))
+                       cpu_bridges=not req.no_cpu_bridges, stall_s=float(cfg.stall_s),
+                       check_collectives=bool(cfg.check_collectives))
 
 
 def config_of(req: JobRequest) -> Config:

@@ -28,7 +28,7 @@ from simcluster.train.layout import TRAINER_MODULE
 
 COMMANDS = ("up", "generate")
 SHARED = ("mesh", "run_dir", "timeout_s", "stall_s")  # Config fields that are launcher options for any job
-INSTRUMENTS = ("traffic", "trace_steps", "profile_step")  # trainer flags that instrument the user's code too
+INSTRUMENTS = ("traffic", "trace_steps", "profile_step", "check_collectives")  # trainer flags that instrument the user's code too
 _TYPES = {"int": "int | None", "float": "float | None", "str": "str | None", "bool": "bool",
           "strs": "tuple[str, ...]", "pairs": "tuple[tuple[str, float], ...]"}
 

@@ -28,6 +28,9 @@ from simcluster.launcher.container.layout import RDZV_HOST
 from simcluster.train.layout import format_ranks, node_of, node_ranks
 from simcluster.train.metrics import host_links, traffic_text
 from simcluster.train.stallwatch import HANG_FILE, STACKS_DIR, read_hang
+from simcluster.train.hang_diagnosis import fingerprint_mismatch
+
+GLOO_MISMATCH = "Received data size doesn't match expected size"
 
 
 def _final_metrics(run_dir: str, done: dict, since: float) -> dict:
@@ -122,6 +125,7 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
              f"{launch.run_dir}/{HANG_FILE}")
     tracebacks = stream.tracebacks()
     if not ok:
+        _show_mismatch(show, tracebacks)
         _show_failures(show, launch, tracebacks)
     stream.log.close()
     write_summary(run_dir, {**_record(launch, stream, codes, ok, wall, m, tracebacks),
@@ -154,6 +158,18 @@ def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, 
             "hosts": dict(stream.placed), "lost_hosts": dict(stream.lost_hosts),
             "host_traffic": host_links(m["traffic"], launch.node_hosts) if m["traffic"] and launch.node_hosts else None,
             "inter_host_bandwidth": launch.engine.inter_host_bandwidth}
+
+
+def _show_mismatch(show, tracebacks: dict[int, list[str]]) -> None:
+    """A collective's mismatch, named on both sides (--check-collectives 1: torch's DETAIL check), or
+    gloo's own answer to one (an abort: 'Received data size doesn't match') with the flag that names it."""
+    for rank, lines in sorted(tracebacks.items()):
+        if lines and (line := fingerprint_mismatch(lines[-1], rank)):
+            show(f"  MISMATCH     {line.removeprefix('MISMATCH ')}")
+            return
+    if any(GLOO_MISMATCH in line for lines in tracebacks.values() for line in lines):
+        show(f"  MISMATCH?    gloo saw a collective's sizes differ across ranks ({GLOO_MISMATCH!r}); rerun with "
+             f"--check-collectives 1 to name both sides")
 
 
 def _no_metrics(launch: Launch, run_dir: str) -> list[str]:
