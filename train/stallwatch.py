@@ -40,7 +40,7 @@ STACKS_DIR = "stacks"
 PREFIX = "simcluster/stall/"
 DUMP, EXIT, DUMPED = PREFIX + "dump", PREFIX + "exit", PREFIX + "dumped"
 GRACE_S = 30.0  # with the watch on, the trainer's process-group timeout is at least stall_s + this
-COLLECT_S = 15.0  # rank 0 waits this long at most for every rank's record
+COLLECT_S = 20.0  # rank 0 waits this long at most for every rank's record (the first snapshot symbolizes up to 2000 Flight Recorder stacks: about 1.4 s of CPU per rank)
 POLL_S = 1.0
 
 STEPS = [0]  # steps this process ended (note_step)
