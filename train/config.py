@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from simcluster.train.errors import ConfigError
 from simcluster.train.layout import node_of
-from simcluster.train.stallwatch import STALL_DEFAULT_S
 
 DEVICES = ("cpu", "cuda")  # --device: gloo on CPU, or nccl with one GPU per rank
 MESH_EXAMPLES = "valid examples: 2x2x2, 4x1x2, 1x1x1, pp=2,dp=2,tp=2"
@@ -169,8 +168,8 @@ class Config:
     """folder for config.yaml, metrics.jsonl and checkpoints (default: runs/mesh-PPxDPxTP, see default_run_dir)."""
     timeout_s: float = 60.0
     """process-group and pipeline timeout (s): a lost, frozen or cut-off peer ends the job after this."""
-    stall_s: float = STALL_DEFAULT_S
-    """a stall: no rank completes a collective, a send or recv, or a step for this long (s) after every rank's process group exists: each rank's stack and communication record are collected, RUN_DIR/hang.json names where they disagree, the job exits 4 (0: off; at most timeout_s; the process-group timeout becomes at least stall_s + 30 s so that the diagnosis comes first). docs/faults.md."""
+    stall_s: float | None = None
+    """default 60 (off when --timeout-s is shorter, which ends a hang first). A stall: no rank completes a collective, a send or recv, or a step for this long (s), counted from every rank's first completed call: each rank's stack and communication record are collected, RUN_DIR/hang.json names where they disagree, the job exits 4 (0: off; at most timeout_s; the process-group timeout becomes at least stall_s + 30 s so that the diagnosis comes first). docs/faults.md."""
     threads: int = 0
     """torch intra-op threads per rank (0: OMP_NUM_THREADS or 1)."""
     gc_every: int = 50

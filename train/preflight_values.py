@@ -26,7 +26,7 @@ RULES: dict[str, tuple] = {
     "max_norm": (lambda v: _finite(v) and v >= 0, "a finite number >= 0", "e.g. --max-norm 1.0 (0: no clipping)"),
     "timeout_s": (lambda v: _finite(v) and 0 < v <= TIMEOUT_LIMIT_S, f"a finite number of seconds in (0, {TIMEOUT_LIMIT_S:g}]",
                   "e.g. --timeout-s 60 (the default)"),
-    "stall_s": (lambda v: _finite(v) and 0 <= v <= TIMEOUT_LIMIT_S, f"a finite number of seconds in [0, {TIMEOUT_LIMIT_S:g}]",
+    "stall_s": (lambda v: v is None or _finite(v) and 0 <= v <= TIMEOUT_LIMIT_S, f"a finite number of seconds in [0, {TIMEOUT_LIMIT_S:g}]",
                 "e.g. --stall-s 60 (the default; 0: off)"),
     "val_fraction": (lambda v: _finite(v) and 0 < v < 1, "in (0, 1)", "e.g. --val-fraction 0.05 (the default)"),
     "seed": (lambda v: 0 <= v < SEED_LIMIT, "in [0, 2**63)", "e.g. --seed 0"),
@@ -50,7 +50,7 @@ MODEL_OVERRIDES = ("dim", "n_layers", "n_heads", "ffn_dim")
 def stall_errors(cfg: Config) -> list[str]:
     """--stall-s against the job's own timeout (a stall longer than it would never be seen: the
     process group's timeout or the lost-node verdict ends the job first)."""
-    if _finite(cfg.stall_s) and _finite(cfg.timeout_s) and cfg.stall_s > cfg.timeout_s:
+    if cfg.stall_s is not None and _finite(cfg.stall_s) and _finite(cfg.timeout_s) and cfg.stall_s > cfg.timeout_s:
         return [f"stall_s: must be at most the job's timeout ({cfg.timeout_s:g} s), got {cfg.stall_s:g}; "
                 f"e.g. --stall-s {cfg.timeout_s:g}, or raise --timeout-s"]
     return []

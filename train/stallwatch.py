@@ -47,6 +47,14 @@ STEPS = [0]  # steps this process ended (note_step)
 WATCH: "Watch | None" = None
 
 
+def stall_limit(stall_s: float | None, timeout_s: float) -> float:
+    """The stall limit in force (s; 0: off): --stall-s when given, else STALL_DEFAULT_S when the
+    job's timeout is at least that long (a shorter timeout ends a hang before the watch could)."""
+    if stall_s is not None:
+        return float(stall_s)
+    return STALL_DEFAULT_S if timeout_s >= STALL_DEFAULT_S else 0.0
+
+
 def read_hang(run_dir: str, since: float = 0.0) -> dict | None:
     """RUN_DIR/hang.json when this run wrote it (modified at or after ``since``, UNIX time), else
     None: {"diagnosis": [lines], "stall_s", "idle_s", "world_size", "missing", "records"}."""

@@ -50,7 +50,8 @@ def init_distributed(cfg: Config) -> tuple[int, int, int]:
     Returns (rank, local_rank, world_size).
     """
     # with the stall watch on, a collective's timeout leaves it time to collect and name the hang first
-    timeout = timedelta(seconds=max(cfg.timeout_s, cfg.stall_s + stallwatch.GRACE_S) if cfg.stall_s else cfg.timeout_s)
+    stall = stallwatch.stall_limit(cfg.stall_s, cfg.timeout_s)
+    timeout = timedelta(seconds=max(cfg.timeout_s, stall + stallwatch.GRACE_S) if stall else cfg.timeout_s)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device.bind(cfg.device, local_rank)  # cuda: this rank's GPU, before the group exists
     bound = device.process_group_device(cfg.device, local_rank)
@@ -265,7 +266,7 @@ def run(job: TrainRun) -> int:
         torch._C._distributed_c10d.set_debug_level_from_env()
     rank, local_rank, _ = init_distributed(cfg)
     if "RANK" in os.environ:  # under torchrun: the stall watch and the communication record
-        stallwatch.start(cfg.stall_s, cfg.run_dir, rank)
+        stallwatch.start(stallwatch.stall_limit(cfg.stall_s, cfg.timeout_s), cfg.run_dir, rank)
     memprobe.mark("process group")
     trainer, together = None, False  # together: every rank ends at the same step (done, or diverged)
     try:

@@ -61,6 +61,7 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     from simcluster.train.config import parse_steps
 
     from simcluster.train.preflight_values import RULES, stall_errors
+    from simcluster.train.stallwatch import stall_limit
 
     if cfg.traffic not in (0, 1):
         raise ConfigError(f"--traffic: 0 or 1, got {cfg.traffic}; e.g. --traffic 1")
@@ -80,7 +81,7 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     if cfg.profile_step:
         steps |= set(parse_steps(str(cfg.profile_step), last))
     return Instruments(traffic=bool(cfg.traffic), trace_steps=tuple(sorted(steps)), total_steps=req.total_steps,
-                       cpu_bridges=not req.no_cpu_bridges, stall_s=float(cfg.stall_s),
+                       cpu_bridges=not req.no_cpu_bridges, stall_s=stall_limit(cfg.stall_s, cfg.timeout_s),
                        check_collectives=bool(cfg.check_collectives))
 
 
