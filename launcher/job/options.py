@@ -70,8 +70,10 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     ok, need, fix = RULES["stall_s"]
     if not ok(cfg.stall_s):
         raise ConfigError(f"--stall-s: must be {need}, got {cfg.stall_s}; {fix}")
-    if req.target == "slurm" and req.stall_s:
-        raise ConfigError(f"--stall-s {req.stall_s:g}: on the slurm target your code's ranks run without the "
+    from simcluster.launcher.engines.registry import ENGINES
+
+    if req.stall_s and not ENGINES[req.target].instruments_user_code:
+        raise ConfigError(f"--stall-s {req.stall_s:g}: on the {req.target} target your code's ranks run without the "
                           f"instruments (no node wrapper), so nothing would watch them; drop --stall-s there (the "
                           f"built-in trainer watches itself), or rehearse the hang with --target compose")
     if errors := stall_errors(cfg):
