@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import need_torch
+
 from simcluster.launcher.instrument.spec import Instruments
 from simcluster.train.hang_diagnosis import diagnose, fingerprint_mismatch
 
@@ -102,8 +104,9 @@ def test_trainer_refuses_a_stall_beyond_its_timeout():
     assert proc.returncode == 2 and "stall_s: must be at most the job's timeout (20 s), got 30" in proc.stderr
 
 
-def test_a_busy_rank_is_named_on_the_host(tmp_path, need_torch):
+def test_a_busy_rank_is_named_on_the_host(tmp_path):
     """torchrun, 4 ranks, the instruments as the cluster loads them, rank 1 spinning at step 3."""
+    need_torch()
     env = {**os.environ, "PYTHONPATH": f"{BOOT}{os.pathsep}{ROOT}", "SIMCLUSTER_INSTRUMENT": "1",
            "SIMCLUSTER_OUTPUT_DIR": str(tmp_path), "SIMCLUSTER_STALL_S": "3", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(["torchrun", "--standalone", "--nproc-per-node", "4", str(ROOT / "examples" / "hang.py"),

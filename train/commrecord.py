@@ -19,7 +19,7 @@ So this record adds: every point-to-point call (op, peer, group, its sequence nu
 ``torch.distributed``'s send, recv, isend and irecv, which batch_isend_irecv and torch's
 pipelining call), the ranks of each group (torch's own group table) and each collective's caller
 (the first frame of Flight Recorder's stack outside torch and the standard library).
-``Record.snapshot`` joins both into one JSON-able dict (launcher/../docs/faults.md names its fields).
+``Record.snapshot`` joins both into one JSON-able dict (docs/faults.md names its fields).
 """
 from __future__ import annotations
 
