@@ -8,6 +8,7 @@
   shape       rank 1's all_reduce in its tensor-parallel group [0, 1] has another shape
   microbatch  the last pipeline stage (upper half of the ranks) runs one microbatch fewer
   busy        rank 1 spins in a Python loop while the others wait in the all_reduce
+--start-delay S: the last rank sleeps S seconds before step 1, as a slow start-up would.
 Every step: microbatches flow from the first stage (lower half of the ranks) to the last (send,
 recv) and back, then a world all_reduce; rank pairs (2i, 2i+1) are tensor-parallel peers.
 """
@@ -24,6 +25,8 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--at", type=int, default=3)
     p.add_argument("--microbatches", type=int, default=2)
+    p.add_argument("--start-delay", type=float, default=0.0, help="the last rank sleeps this long before step 1 "
+                   "(a slow start-up, which is no stall)")
     a = p.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -33,6 +36,8 @@ def main() -> None:
     w = torch.zeros(1, requires_grad=True)
     opt = torch.optim.SGD([w], lr=0.0)  # one optimizer step per step: the instruments' step clock
     first = rank < half
+    if rank == world - 1:
+        time.sleep(a.start_delay)
     peer = rank + half if first else rank - half  # the same position in the other pipeline stage
     for step in range(1, a.steps + 1):
         bad = step == a.at

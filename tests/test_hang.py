@@ -29,15 +29,14 @@ DATA = Path(__file__).resolve().parent / "data" / "hang"
 BOOT = ROOT / "launcher" / "instrument" / "boot"
 
 EXPECTED = {
-    "skip": "HANG at step 3 after 6 s: ranks 0, 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:59); "
-            "rank 1 never entered it, it waits in recv #1 from rank 0 (hang.py:54)",
-    "recv-first": "HANG at step 3 after 6 s: ranks 0 and 1 both receive first: rank 0 waits in recv #1 from rank 1 "
-                  "(hang.py:51), rank 1 in recv #1 from rank 0 (hang.py:51); neither sends",
-    "microbatch": "HANG at step 3 after 5 s: ranks 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:59); "
-                  "rank 0 never entered it, it waits in send #6 to rank 2 (hang.py:45); rank 1 never entered it, "
-                  "it waits in send #6 to rank 3 (hang.py:45)",
-    "busy": "HANG at step 3 after 5 s: ranks 0, 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:59); "
-            "rank 1 never entered it, it is in no collective: busy in Python at hang.py:57 (<genexpr>)",
+    "skip": "HANG at step 3 after 5 s: ranks 0, 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:64); "
+            "rank 1 never entered it, it waits in recv #1 from rank 0 (hang.py:59)",
+    "recv-first": "HANG at step 3 after 5 s: ranks 0 and 1 both receive first: rank 0 waits in recv #1 from rank 1 "
+                  "(hang.py:56), rank 1 in recv #1 from rank 0 (hang.py:56); neither sends",
+    "microbatch": "HANG at step 3 after 5 s: ranks 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:64); "
+                  "ranks 0, 1 never entered it, each waits in send #6 to rank 2, 3 in turn (hang.py:50)",
+    "busy": "HANG at step 3 after 6 s: ranks 0, 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:64); "
+            "rank 1 never entered it, it is in no collective: busy in Python at hang.py:62 (<genexpr>)",
 }
 
 
@@ -55,11 +54,11 @@ def test_a_mismatch_at_one_sequence_number_names_both_sides_and_a_silent_rank_is
     doc = load("skip")
     records = doc["records"]
     last = [e for e in records["1"]["collectives"] if e["group"] == [0, 1]][-1]
-    last.update(op="broadcast", shapes=[[16]], where="hang.py:41")  # rank 1's TP collective #3 differs
+    last.update(op="broadcast", shapes=[[16]], where="hang.py:46")  # rank 1's TP collective #3 differs
     del records["3"]
     lines = diagnose(records, 4, 60.4)
-    assert lines == ["HANG at step 3 after 60 s: MISMATCH in collective #3 of group [0, 1]: rank 0 run all_reduce "
-                     "[8] float (hang.py:40); rank 1 run broadcast [16] float (hang.py:41)",
+    assert lines == ["HANG at step 3 after 60 s: MISMATCH in collective #3 of group [0, 1]: rank 0 runs all_reduce "
+                     "[8] float (hang.py:45); rank 1 runs broadcast [16] float (hang.py:46)",
                      "rank 3 sent no record (died, or stuck in C code holding the interpreter's lock)"]
 
 
@@ -105,20 +104,21 @@ def test_trainer_refuses_a_stall_beyond_its_timeout():
 
 
 def test_a_busy_rank_is_named_on_the_host(tmp_path):
-    """torchrun, 4 ranks, the instruments as the cluster loads them, rank 1 spinning at step 3."""
+    """torchrun, 4 ranks, the instruments as the cluster loads them (fresh interpreters), rank 1
+    spinning at step 3; rank 3 starts 9 s late (3 stall limits): a slow start-up is no stall."""
     need_torch()
     env = {**os.environ, "PYTHONPATH": f"{BOOT}{os.pathsep}{ROOT}", "SIMCLUSTER_INSTRUMENT": "1",
            "SIMCLUSTER_OUTPUT_DIR": str(tmp_path), "SIMCLUSTER_STALL_S": "3", "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(["torchrun", "--standalone", "--nproc-per-node", "4", str(ROOT / "examples" / "hang.py"),
-                           "--kind", "busy"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                           "--kind", "busy", "--start-delay", "9"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "exitcode  : 4" in proc.stdout + proc.stderr
     hang = json.loads((tmp_path / "hang.json").read_text())
     assert hang["diagnosis"][0].startswith("HANG at step 3 after ")
-    assert ("ranks 0, 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:59); rank 1 never entered it, it is "
-            "in no collective: busy in Python at hang.py:57") in hang["diagnosis"][0]
+    assert ("ranks 0, 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:64); rank 1 never entered it, it is "
+            "in no collective: busy in Python at hang.py:62") in hang["diagnosis"][0]
     assert sorted(hang["records"]) == ["0", "1", "2", "3"] and hang["missing"] == []
     stack = (tmp_path / "stacks" / "rank-1.txt").read_text()
-    assert "every thread's Python stack" in stack and 'hang.py", line 57' in stack
+    assert "every thread's Python stack" in stack and 'hang.py", line 62' in stack
 
 
 @pytest.mark.docker
@@ -132,8 +132,9 @@ def test_a_short_pipeline_stage_on_a_2x2x2_mesh_is_named(tmp_path, trainer_image
                          run_dir=str(tmp_path / "hang"), quiet=True, args=["--kind", "microbatch"])
     assert run.exit_code == 4 and not run.ok, run.summary
     assert run.hang and run.hang[0].startswith("HANG at step 3 after "), run.summary
-    assert ("ranks 4, 5, 6, 7 wait in all_reduce #3 of group [0, 1, 2, 3, 4, 5, 6, 7] (hang.py:59); rank 0 never "
-            "entered it, it waits in send #6 to rank 4 (hang.py:45)") in run.hang[0], run.hang
+    assert run.hang[0].endswith("ranks 4, 5, 6, 7 wait in all_reduce #3 of group [0, 1, 2, 3, 4, 5, 6, 7] (hang.py:64); "
+                                "ranks 0, 1, 2, 3 never entered it, each waits in send #6 to rank 4, 5, 6, 7 in turn "
+                                "(hang.py:50)"), run.hang
     assert "HANG         at step 3" in run.summary
     assert sorted(os.listdir(tmp_path / "hang" / "stacks")) == [f"rank-{r}.txt" for r in range(8)]
     report = subprocess.run([sys.executable, "-m", "launcher", "report", "--run-dir", str(tmp_path / "hang")],

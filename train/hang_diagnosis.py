@@ -59,6 +59,26 @@ def doing(rec: dict) -> str:
     return f"is in no collective: busy in Python at {rec.get('top', '?')}"
 
 
+_PEER = re.compile(r"(to|from) rank (\d+)")
+
+
+def _together(states: list[tuple[int, str]], what: str) -> list[str]:
+    """``rank 1 never entered it, it waits in ...`` per rank; ranks doing the same (their peers
+    aside) joined: ``ranks 0, 1 never entered it, each waits in send #6 to rank 2, 3 in turn (x.py:9)``."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for q, text in states:
+        groups.setdefault(_PEER.sub(r"\1 rank R", text), []).append((q, text))
+    out = []
+    for key, members in groups.items():
+        if len(members) == 1:
+            out.append(f"{_ranks([members[0][0]])} {what}, it {members[0][1]}")
+            continue
+        peers = [m.group(2) for _, text in members if (m := _PEER.search(text))]
+        text = key.replace("rank R", f"rank {', '.join(peers)} in turn", 1) if len(peers) == len(members) else key
+        out.append(f"{_ranks([q for q, _ in members])} {what}, each {text}")
+    return out
+
+
 def _mismatch(records: dict) -> str | None:
     seen: dict[tuple, dict[int, dict]] = {}
     for r, rec in records.items():
@@ -69,7 +89,7 @@ def _mismatch(records: dict) -> str | None:
         for r, e in by_rank.items():
             kinds.setdefault((e["op"], _shape(e)), []).append(r)
         if len(kinds) > 1:
-            sides = [f"{_ranks(rs)} run {op} {shape} ({by_rank[rs[0]].get('where', '?')})"
+            sides = [f"{_ranks(rs)} {'runs' if len(rs) == 1 else 'run'} {op} {shape} ({by_rank[rs[0]].get('where', '?')})"
                      for (op, shape), rs in sorted(kinds.items(), key=lambda x: min(x[1]))]
             return f"MISMATCH in collective #{seq} of group {list(group)}: " + "; ".join(sides)
     return None
@@ -89,7 +109,7 @@ def _missing(records: dict) -> str | None:
                 mine = [x for x in rec.get("collectives", []) if x.get("group") == group and x.get("seq") == seq]
                 (waiting if mine else absent).append(q)
             if absent:
-                others = "; ".join(f"{_ranks([q])} never entered it, it {doing(records[q])}" for q in absent)
+                others = "; ".join(_together([(q, doing(records[q])) for q in absent], "never entered it"))
                 verb = "waits" if len(waiting) == 1 else "wait"
                 return f"{_ranks(waiting)} {verb} in {_coll(e)} ({e.get('where', '?')}); {others}"
     return None
