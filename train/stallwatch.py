@@ -42,6 +42,7 @@ DUMP, EXIT, DUMPED = PREFIX + "dump", PREFIX + "exit", PREFIX + "dumped"
 GRACE_S = 30.0  # with the watch on, the trainer's process-group timeout is at least stall_s + this
 COLLECT_S = 20.0  # rank 0 waits this long at most for every rank's record (the first snapshot symbolizes up to 2000 Flight Recorder stacks: about 1.4 s of CPU per rank)
 POLL_S = 1.0
+EXIT_LAG_S = 1.5  # rank 0 exits this long after EXIT is set (the others poll for it every 0.2 s)
 
 STEPS = [0]  # steps this process ended (note_step)
 WATCH: "Watch | None" = None
@@ -188,6 +189,7 @@ class Watch(threading.Thread):
         self.store.add(DUMPED, 1)
         if self.rank == 0:
             self._conclude(trigger)
+            time.sleep(EXIT_LAG_S)  # the others leave first: none sees its peer's socket close and raises
         deadline = time.monotonic() + COLLECT_S + 15
         while time.monotonic() < deadline and not self.store.check([EXIT]):
             time.sleep(0.2)

@@ -126,7 +126,8 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     tracebacks = stream.tracebacks()
     if not ok:
         _show_mismatch(show, tracebacks)
-        _show_failures(show, launch, tracebacks)
+        if not hang:  # after a hang, ranks' errors are its consequences (their peers left): cluster.log has them
+            _show_failures(show, launch, tracebacks)
     stream.log.close()
     write_summary(run_dir, {**_record(launch, stream, codes, ok, wall, m, tracebacks),
                             "hang": hang["diagnosis"] if hang else None})
