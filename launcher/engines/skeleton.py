@@ -25,7 +25,7 @@ from simcluster.train.stallwatch import EXIT_HANG, read_hang
 
 def open_stream(launch: Launch, run_dir: str, opts: UpOptions) -> Stream:
     """The follower of one attempt: lines shown and appended to RUN_DIR/cluster.log."""
-    return Stream(launch, os.path.join(run_dir, CLUSTER_LOG), opts.quiet, opts.progress_every)
+    return Stream(launch, os.path.join(run_dir, CLUSTER_LOG), opts.quiet, opts.progress_every, opts.metric_regex)
 
 
 def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: dict, run_dir: str, since: float,

@@ -29,6 +29,7 @@ DEBUG = "TORCH_DISTRIBUTED_DEBUG"  # torch's own: DETAIL checks each collective 
 STALL_S = "SIMCLUSTER_STALL_S"  # seconds; unset: STALL_DEFAULT_S (the trainer's own --stall-s default)
 BOOT_DIR = "boot"  # beside this file: the folder whose sitecustomize.py starts the instruments in a rank
 STEPS_DIR = "steps"  # RUN_DIR/steps/rank-R.jsonl: {"step", "step_time_s", "rss_mb", "time"} per step
+WORK_SUFFIX = ".work.json"  # RUN_DIR/steps/rank-R.work.json: {"collectives": N} at the rank's end (instrument/work.py)
 
 
 @dataclass(frozen=True)
