@@ -208,9 +208,13 @@ def install(rank: int) -> Record:
     record = RECORD = Record(rank)
     inside = threading.local()
 
+    known: dict = {}  # group -> its global ranks (groups live as long as the job)
+
     def peer_and_group(peer, group, group_peer):
         g = group if group is not None else c10d._get_default_group()
-        ranks = group_table().get(c10d._world.pg_names.get(g, ""), [])
+        ranks = known.get(g)
+        if ranks is None:
+            ranks = known[g] = group_table().get(c10d._world.pg_names.get(g, ""), [])
         if peer is None and group_peer is not None:
             peer = dist.get_global_rank(g, group_peer)
         return peer, ranks
