@@ -182,6 +182,9 @@ def check_value(name: str, value):
         if not isinstance(node, str) or not node or sec is None or isinstance(sec, bool) \
                 or not isinstance(sec, (int, float)) or not math.isfinite(sec) or sec < 0 or sec > 86400:
             raise _bad(name, value, "a mapping NODE -> seconds in 0..86400")
+        if any(node == seen for seen, _ in out):
+            raise _bad(name, value, f"each node once ({node} is given twice: one start-late per node, e.g. "
+                                    f"--start-late {node}={sec:g})")
         out.append((node, float(sec)))
     return tuple(sorted(out))
 
