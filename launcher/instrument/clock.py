@@ -26,6 +26,7 @@ import time
 import weakref
 
 from simcluster.launcher.instrument.spec import STEPS_DIR
+from simcluster.train.stallwatch import STEPS
 
 
 class Clock:
@@ -69,6 +70,7 @@ class Clock:
         rec = {"step": self.step, "step_time_s": round(now - self._t, 6),
                "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                "time": round(time.time(), 3), "restart": self.restart}
+        STEPS[0] += 1  # the stall watch's progress (train/stallwatch.py)
         for listener in self.listeners:
             listener.end(self.step)
         if self.path:

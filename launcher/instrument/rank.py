@@ -8,7 +8,8 @@ rank's step clock (instrument/clock.py) and, once the user's code imports torch 
 instrument/lazy.py), registers the clock as torch's global optimizer-step hook, pushes the
 traffic mode (``--traffic 1``), starts the profiler of a traced first step (``--trace-steps``)
 and, once ``torch.distributed.tensor`` is imported, the CPU bridges (on unless
-``--no-cpu-bridges``). Outside a rank of the cluster (no SIMCLUSTER_OUTPUT_DIR) nothing is written.
+``--no-cpu-bridges``) and, once ``torch.distributed`` is imported, the stall watch and the
+communication record (``--stall-s``, train/stallwatch.py). Outside a rank of the cluster (no SIMCLUSTER_OUTPUT_DIR) nothing is written.
 """
 from __future__ import annotations
 
@@ -82,7 +83,16 @@ def install(env=os.environ) -> Clock:
         except Exception as e:  # noqa: BLE001
             _warn("CPU bridges", e)
 
+    def on_distributed(_mod) -> None:
+        try:
+            from simcluster.train.stallwatch import start
+            start(inst.stall_s, out_dir, rank)
+        except Exception as e:  # noqa: BLE001
+            _warn("stall watch", e)
+
     when_imported("torch", on_torch)
+    if inst.stall_s and out_dir:
+        when_imported("torch.distributed", on_distributed)
     if inst.cpu_bridges:
         when_imported("torch.distributed.tensor", on_dtensor)
     return CLOCK
