@@ -5,7 +5,7 @@ several tc rates, then the pipeline's send/recv time per step against bytes / ba
     python -m bench.netshape --pipeline --model small --rates none,100mbit,50mbit   # launcher up 2x1x1 runs
 
 Microbenchmark: two containers of the trainer image (hardened like the nodes) on a fresh
-internal network; each eth0 is limited with the launcher's own helper (``engine.run_in_netns``
+internal network; each eth0 is limited with the launcher's own helper (``Client.run_in_netns``
 + ``layout.tbf_command``), then rank 0 sends ``--mbytes`` MB to rank 1 with gloo
 (bench/p2p_worker.py). Prints the achieved Mbit/s against the set rate.
 Pipeline: ``launcher up --mesh 2x1x1 --model MODEL --traffic 1 --trace-steps 3-5`` at each rate;
@@ -25,8 +25,9 @@ import sys
 import tempfile
 import time
 
-from simcluster.launcher.engines import docker as engine
-from simcluster.launcher.engines import docker_cluster as cluster
+from simcluster.launcher.docker.client import Client
+from simcluster.launcher.docker.container import log_text, remove, wait
+from simcluster.launcher.docker import cluster
 from simcluster.launcher.drills.shaping import NETTOOLS_IMAGE, tbf_command
 from simcluster.train.units import rate_bits_per_s
 from simcluster.launcher.container.layout import IMAGE
@@ -39,13 +40,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def microbench(rate: str | None, mbytes: float, repeats: int) -> dict:
     """One rate: {"rate", "set_mbit", "mbit_s": [per repeat]} from two fresh containers."""
     tag = f"netshape-{os.getpid()}-{int(time.time())}"
-    cluster.create_network(tag)
+    client = Client()  # this machine's daemon
+    cluster.create_network(client, tag)
     made = []
     try:
         with tempfile.TemporaryDirectory() as out:
             os.chmod(out, 0o755)
             for rank, name in enumerate((f"{tag}-a", f"{tag}-b")):
-                made.append(engine.run_container(
+                made.append(client.run_container(
                     IMAGE, ["python", "/bench/p2p_worker.py", "--rank", str(rank), "--master", f"{tag}-a",
                             "--mbytes", str(mbytes), "--repeats", str(repeats), "--wait-for", "/out/ready"],
                     name=name, hostname=name, network=tag, user=f"{os.getuid()}:{os.getgid()}",
@@ -53,17 +55,17 @@ def microbench(rate: str | None, mbytes: float, repeats: int) -> dict:
                     volumes=[f"{ROOT}/bench:/bench:ro", f"{out}:/out:ro"]))
             if rate:
                 for c in made:
-                    engine.run_in_netns(NETTOOLS_IMAGE, tbf_command(rate), c)
+                    client.run_in_netns(NETTOOLS_IMAGE, tbf_command(rate), c)
             with open(os.path.join(out, "ready"), "w") as fh:
                 fh.write(rate or "unshaped")
             for c in made:
-                engine.wait(c, 600)
-            lines = engine.log_text(made[0]).strip().splitlines()
+                wait(c, 600)
+            lines = log_text(made[0]).strip().splitlines()
             res = json.loads(lines[-1])
     finally:
         for c in made:
-            engine.remove(c)
-        cluster.remove_network(tag)
+            remove(c)
+        cluster.remove_network(client, tag)
     return {"rate": rate or "none", "set_mbit": rate_bits_per_s(rate) / 1e6 if rate else None, **res}
 
 

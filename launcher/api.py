@@ -174,8 +174,8 @@ def up(args: JobRequest, chaos: tuple = (), chaos_lines: list[str] | None = None
         raise ConfigError(f"chaos: faults are applied to {', '.join(takers)} runs; drop chaos or use "
                           f"target={takers[0]!r}")
     wait_s = opts.wall_timeout_s or 3600.0
-    threads = [_faults.start(f, host_abspath(launch.run_dir), wait_s, chaos_lines if chaos_lines is not None else [])
-               for f in chaos]
+    lines = chaos_lines if chaos_lines is not None else []
+    threads = [_faults.start(f, host_abspath(launch.run_dir), wait_s, lines, engine) for f in chaos]
     try:
         return launch, engine.up(launch, command, opts)
     finally:

@@ -29,7 +29,7 @@ import re
 import sys
 
 from simcluster.launcher.job.checks import out_problem
-from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.job.files import ROOT, container_user, repo_path, write_atomic
 from simcluster.launcher.container.layout import IMAGE_USER
 from simcluster.launcher.parser import build_parser as _build_parser
@@ -122,14 +122,16 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_chaos(args: argparse.Namespace) -> int:
     from simcluster.launcher.drills.chaos import FAULTS, chaos
     from simcluster.launcher.drills.host_chaos import HOST_FAULTS, chaos_host
+    from simcluster.launcher.engines.registry import ENGINES
 
     if host_kind := next((k for k in HOST_FAULTS if getattr(args, k.replace("-", "_")) is not None), None):
         if args.file or args.project:
             raise ConfigError(f"--{host_kind}: acts on a run folder (--run-dir), not on --file/--project")
         return chaos_host(host_kind, getattr(args, host_kind.replace("-", "_")), args.at_step, args.run_dir,
-                          wait_s=args.wait_s)
+                          wait_s=args.wait_s, engines=tuple(ENGINES.values()))
     kind = next(k for k in FAULTS if getattr(args, k) is not None)
-    return chaos(kind, str(getattr(args, kind)), args.at_step, args.run_dir, args.file, args.project, wait_s=args.wait_s)
+    return chaos(kind, str(getattr(args, kind)), args.at_step, args.run_dir, args.file, args.project, wait_s=args.wait_s,
+                 engines=tuple(ENGINES.values()))
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -203,7 +205,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def _run_of(args: argparse.Namespace):
     """(the handle of --run-dir/--file/--project, the engine that owns it: engines/registry.py engine_of)."""
-    from simcluster.launcher.engines.handle import Handle
+    from simcluster.launcher.docker.handle import Handle
     from simcluster.launcher.engines.registry import engine_of
 
     handle = Handle.find(args.run_dir, args.file, args.project)

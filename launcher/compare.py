@@ -21,7 +21,7 @@ import re
 import shutil
 from dataclasses import dataclass, fields
 
-from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.job.files import ROOT, host_abspath, repo_path
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.job.sections import (COMPARE_RUN, COMPARE_TRAINER, CompareOptions, JobOptions, NodeOptions,
@@ -180,14 +180,14 @@ class ComposeRun:
             ConfigError: naming the folder and `launcher down`.
         """
         from simcluster.launcher.drills import shaping
-        from simcluster.launcher.engines import docker as engine
-        from simcluster.launcher.engines.handle import Handle
+        from simcluster.launcher.docker.handle import Handle
         from simcluster.launcher.engines.registry import DEFAULT, ENGINES
 
+        engine = ENGINES[DEFAULT]
         for side in sides:
-            shaping.check(side.launch, "up", ENGINES[DEFAULT], {})
-            project = Handle.for_run(side.run_dir).project
-            if any(c.status != "exited" for c in engine.containers(project).values()):
+            shaping.check(side.launch, "up", engine, {})
+            handle = Handle.for_run(side.run_dir)
+            if any(c.status != "exited" for c in engine.nodes(handle, engine.attach(handle)).values()):
                 raise ConfigError(f"--run-dir: the cluster of {side.name}'s folder {repo_path(side.run_dir)} is still "
                                   f"up; stop it with python -m launcher down --run-dir {repo_path(side.run_dir)}")
 

@@ -16,7 +16,7 @@ API for your tests (imported on first use: the ranks never load it): ``simcluste
 ``Pause``, ``Disconnect``, ``Freeze``, ``KillHost``, ``DisconnectHost`` (launcher/drills/faults.py) for
 ``run(chaos=...)``, and the
 errors ``ConfigError`` (bad input: the CLI's exit 2; train/errors.py) and ``LauncherError`` (Docker
-failed; launcher/engines/docker.py). The pytest plugin (``pip install "simcluster[pytest]"``):
+failed; launcher/docker/client.py). The pytest plugin (``pip install "simcluster[pytest]"``):
 launcher/testing/plugin.py.
 """
 
@@ -36,7 +36,7 @@ def __getattr__(name):
     elif name == "ConfigError":
         from simcluster.train import errors as home
     elif name == "LauncherError":
-        from simcluster.launcher.engines import docker as home
+        from simcluster.launcher.docker import client as home
     else:
         raise AttributeError(f"module 'simcluster' has no attribute {name!r}")
     return getattr(home, name)

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import COMPOSE_V1, assert_ends_quietly, compose_env, need_torch, noise, reference_losses
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.handle import Handle
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import noise
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.handle import Handle
 from test_user_code import instrumented, one_process, pipeline_bytes
 
 ROOT = Path(__file__).resolve().parent.parent

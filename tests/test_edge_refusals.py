@@ -125,9 +125,9 @@ def test_host_chaos_refuses_at_once(capsys, tmp_path):
 
 
 def test_node_chaos_refuses_a_folder_made_by_generate_and_a_step_after_the_last(capsys, tmp_path, monkeypatch):
-    from simcluster.launcher.engines import docker as engine
+    from simcluster.launcher.docker.client import Client
 
-    monkeypatch.setattr(engine, "containers", lambda project, stack=False: {})  # nothing of it runs
+    monkeypatch.setattr(Client, "containers", lambda self, project, stack=False: {})  # nothing of it runs
     folder = tmp_path / "gen"
     assert main(["generate", "--mesh", "2x1x1", "--model", "tiny", "--out", str(folder / "compose.yml")]) == 0
     refused(capsys, ["chaos", "--kill", "node-9", "--run-dir", str(folder)], "no job.json", "generate",

@@ -6,12 +6,13 @@ to run, and no module outside launcher/engines/ branches on an engine's name.
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
 
 from simcluster.launcher.engines.base import Engine, UpOptions
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.engines.registry import ENGINES
 from simcluster.launcher.job.entry import resolve_training
 from simcluster.launcher.job.launch import NodeOptions
@@ -73,3 +74,90 @@ def test_no_branch_on_an_engine_name_outside_engines():
             continue
         found = _engine_name_comparisons(ast.parse(path.read_text()))
         assert not found, f"{path.relative_to(ROOT)} compares with an engine's name at {found}: ask the engine"
+
+
+def test_one_kubernetes_base_and_one_node_service():
+    """JobSet and TrainJob render through one base (kubernetes.py: neither defines render), and the node
+    services of Compose and Swarm come from one home (compose/render.py node_service): their shared keys
+    are equal, Swarm's volumes are Compose's plus the /tmp tmpfs."""
+    import yaml
+
+    from simcluster.launcher.engines.kubernetes import Kubernetes
+    from simcluster.launcher.engines.swarm.render import TMP
+
+    for name in ("jobset", "trainjob"):
+        engine = ENGINES[name]
+        assert isinstance(engine, Kubernetes) and "render" not in vars(type(engine)), name
+        text = engine.render(_launch(), "python -m launcher generate", "k8s/x.yaml", "..")
+        assert f"(launcher/engines/{name}.py)" in text.splitlines()[0] and yaml.safe_load(text)["kind"]
+    launch = _launch()
+    docs = {name: yaml.safe_load(ENGINES[name].render(launch, "python -m launcher generate", f"{name}/x.yml", ".."))
+            for name in ("compose", "swarm")}
+    for node in launch.names:
+        compose, swarm = docs["compose"]["services"][node], docs["swarm"]["services"][node]
+        for key in ("image", "hostname", "command", "environment", "networks", "labels"):
+            assert compose[key] == swarm[key], (node, key)
+        assert swarm["volumes"] == [*compose["volumes"], TMP]
+        assert list(compose)[:2] == ["image", "pull_policy"] and list(swarm)[-1] == "deploy"
+
+
+class _RunClient:
+    """The Docker client _Owned hands out: one daemon (no rehearsal hosts)."""
+
+    hosts = ()
+
+
+class _Owned(Engine):
+    """An engine asked by the drills: it owns every handle; its client and nodes are recorded."""
+
+    name = "owned"
+    asked: list = []
+    client = _RunClient()
+
+    def render(self, launch, command, out_path, project_dir):
+        return ""
+
+    def up(self, launch, command, opts):
+        return 0
+
+    def status(self, handle):
+        return 0
+
+    def logs(self, handle, services, follow=False, tail="all"):
+        return 0
+
+    def down(self, handle):
+        return 0
+
+    def owns(self, handle):
+        return True
+
+    def attach(self, handle):
+        self.asked.append(("attach", handle.project))
+        return self.client
+
+    def nodes(self, handle, client):
+        self.asked.append(("nodes", client))
+        return {}
+
+
+def test_chaos_asks_the_engine_it_is_handed(tmp_path):
+    """drills/chaos.py reaches the run's containers only through the Engine handed to it (attach: the
+    Docker client, nodes: the containers), and refuses a run no handed engine owns."""
+    from simcluster.launcher.drills.chaos import chaos
+
+    (tmp_path / "compose.yml").write_text("services: {}\n")
+    with pytest.raises(ConfigError, match="no job.json and no container of it runs"):  # asked the engine: none
+        chaos("kill", "node-1", 3, run_dir=str(tmp_path), wait_s=0.2, say=lambda *a: None, engines=(_Owned(),))
+    assert _Owned.asked == [("attach", Handle.for_run(str(tmp_path)).project), ("nodes", _Owned.client)]
+    (tmp_path / "job.json").write_text(json.dumps({"nodes": {"node-0": "0", "node-1": "1"}, "nproc_per_node": 1,
+                                                   "world_size": 2, "image": "x"}))  # a run folder of `up`
+    lines = []
+    code = chaos("kill", "node-1", 3, run_dir=str(tmp_path), wait_s=0.2, poll_s=0.05,
+                 say=lambda text, error=False: lines.append(text), engines=(_Owned(),))
+    project = Handle.for_run(str(tmp_path)).project
+    assert code == 1 and ("attach", project) in _Owned.asked and ("nodes", _Owned.client) in _Owned.asked, lines
+    assert "no container of project" in lines[-1], lines
+    with pytest.raises(ConfigError, match="is a run of none of the engines swarm; pass the run folder"):
+        chaos("kill", "node-1", 3, run_dir=str(tmp_path), wait_s=0.2, poll_s=0.05, say=lambda *a: None,
+              engines=(ENGINES["swarm"],))

@@ -122,3 +122,17 @@ def test_k8s_command_runs(trainer_image, tmp_path, target):
         for c in made:
             c.remove(force=True)
         net.remove()
+
+
+def test_two_docker_clients_side_by_side():
+    """No process-wide Docker switch: a Client of rehearsal hosts (here one whose daemon is gone) and this
+    machine's Client answer side by side, each for its own daemons."""
+    from simcluster.launcher.docker import client as client_module
+    from simcluster.launcher.docker.client import Client
+
+    gone, here = Client((("host-0", "tcp://127.0.0.1:9"),)), Client()
+    assert gone.silent_hosts() == ["host-0"] and gone.sdks() == [] and gone.containers("sc-nothing") == {}
+    assert gone.cli_env()["DOCKER_HOST"] == "tcp://127.0.0.1:9" and here.cli_env() is None
+    assert here.silent_hosts() == [] and [name for name, _ in here.sdks()] == [""]
+    assert re.fullmatch(r"\d+\.\d+\.\d+.*", here.info()["ServerVersion"])  # this machine's daemon, unaffected
+    assert not hasattr(client_module, "HOSTS") and not hasattr(client_module, "use_hosts")

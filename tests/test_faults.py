@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import need_torch, reference_losses
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.handle import Handle
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"

@@ -25,6 +25,8 @@ import yaml
 
 from conftest import reference_losses
 
+from simcluster.launcher.container.layout import IMAGE  # SIMCLUSTER_IMAGE's, as the launcher's
+
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parents[0] / "shared" / "data" / "tinyshakespeare.txt"
 
@@ -70,7 +72,7 @@ def test_an_engine_without_the_privileges_is_named(monkeypatch, tmp_path):
     """A host container the engine refuses to start (here: runc's 'unable to apply caps') is one ConfigError naming
     what a host needs; nothing is left (start_host made nothing)."""
     import docker
-    from simcluster.launcher.engines import docker_hosts
+    from simcluster.launcher.docker import hosts as docker_hosts
     from simcluster.train.errors import ConfigError
 
     class Refusing:
@@ -79,7 +81,7 @@ def test_an_engine_without_the_privileges_is_named(monkeypatch, tmp_path):
             def run(*args, **kwargs):
                 raise docker.errors.APIError("500", explanation="OCI runtime create failed: unable to apply caps: "
                                                                 "operation not permitted")
-    monkeypatch.setattr(docker_hosts, "outer", lambda: Refusing)
+    monkeypatch.setattr(docker_hosts, "_here", lambda: Refusing)
     with pytest.raises(ConfigError, match=r"cannot run an engine in a container: .*operation not permitted.*every "
                                           r"capability but SYS_RESOURCE.*/sys/fs/cgroup"):
         docker_hosts.start_host("host-0", str(tmp_path), [], registry=True)
@@ -108,7 +110,7 @@ def test_two_hosts_rehearsed(trainer_image, tmp_path):
         assert a.returncode == 0, out[-4000:] + a.stderr[-3000:]
         for line in ("node-0       ranks 0-3      exit 0 on host-0", "node-1       ranks 4-7      exit 0 on host-1",
                      "rendezvous                  exit 0 on host-0", "host-1's link to the other hosts limited to 1gbit",
-                     "host-0:5000/simcluster/trainer:latest: pushed to host-0's registry"):
+                     f"host-0:5000/{IMAGE}: pushed to host-0's registry"):
             assert line in out, out[-4000:]
         got, ref = [r["loss"] for r in _rows(run_a)], reference_losses("2x2x2", 3, DATA)
         assert len(got) == 3 and max(abs(x - y) for x, y in zip(got, ref)) < 1e-4, (got, ref)
@@ -128,7 +130,10 @@ def test_two_hosts_rehearsed(trainer_image, tmp_path):
 
         chaos: dict = {}
 
-        def kill() -> None:
+        def kill() -> None:  # once `up` made the run folder (chaos refuses a missing one at once)
+            deadline = time.monotonic() + 300
+            while not run_b.is_dir() and time.monotonic() < deadline:
+                time.sleep(0.2)
             chaos["proc"] = launcher("chaos", "--kill-host", "host-1", "--at-step", "3", "--run-dir", str(run_b),
                                      "--wait-s", "300", timeout=400)
         thread = threading.Thread(target=kill)

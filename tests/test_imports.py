@@ -6,7 +6,8 @@ entry point loaded it (no Docker).
 The static half reads the source alone, as an import-graph tool or an IDE would, with no mapping
 rule: every first-party import (function-level ones too) resolves to a path in the checkout
 (``simcluster.launcher.job.launch`` -> simcluster/launcher/job/launch.py, through the link to
-launcher/), the graph of modules has no cycle, and nothing under train/ imports launcher/. The
+launcher/), the graph of modules has no cycle, nothing under train/ imports launcher/, and launcher/'s
+folders stand on floors (FLOORS, drawn in docs/layout.md) whose arrows point down only. The
 dynamic half starts each entry point (``python -m launcher``, ``python -m simcluster``,
 ``python -m train``, ``python -m train.parity``, torchrun's ``-m train``, the pytest plugin),
 imports every module of the project in that process at its exit, and finds no file loaded twice.
@@ -139,6 +140,46 @@ def test_the_import_graph_has_no_cycle_and_train_imports_nothing_of_launcher():
     upward = sorted(f"{a} -> {b}" for a, bs in edges.items() for b in bs
                     if a.startswith("train/") and b.startswith("launcher/"))
     assert not upward, f"train/ (the lower floor) imports launcher/: {upward}"
+
+
+# launcher/'s floors, the top first (docs/layout.md draws them): a module imports its own floor's or a lower
+# floor's modules only. A folder (or a top-level file) that is on no floor fails the test until it is placed.
+FLOORS = (
+    ("launcher/__main__.py", "launcher/cli.py", "launcher/parser.py"),  # the door: the command line
+    ("launcher/testing",),  # the pytest plugin: the API's fixture
+    ("launcher/api.py", "launcher/compare.py", "launcher/compare_read.py", "launcher/sweep.py"),  # the Python API
+    ("launcher/engines",),  # one class per engine: render, up, status, logs, down; attach, nodes, hosts
+    ("launcher/drills",),  # faults and shaping, asking the Engine they are handed
+    ("launcher/observe",),  # following a run, its summary, its report
+    ("launcher/docker",),  # the Docker floor: the SDK's Client, containers, images, hosts; the Compose CLI; Handle
+    ("launcher/job",),  # the job's one frozen description
+    ("launcher/container",),  # the programs inside the containers
+    ("launcher/instrument",),  # what is loaded into the ranks of the user's code
+)
+
+
+def _floor(path: str) -> int | None:
+    """The floor (0: the top) of a file under launcher/; None when it is on none."""
+    for level, units in enumerate(FLOORS):
+        if any(path == u or path.startswith(u + "/") for u in units):
+            return level
+    return None
+
+
+def test_launchers_folders_stand_on_floors_and_import_downward_only():
+    edges, _ = _graph()
+    files = [str(p.resolve().relative_to(ROOT)) for p in _sources("launcher")]
+    unplaced = sorted({f for f in files if _floor(f) is None})
+    assert not unplaced, f"launcher/ files on no floor (place their folder in FLOORS and docs/layout.md): {unplaced}"
+    upward = sorted(f"{a} -> {b}" for a, bs in edges.items() for b in bs
+                    if a.startswith("launcher/") and b.startswith("launcher/") and _floor(a) > _floor(b))
+    order = " > ".join("+".join(u.removeprefix("launcher/") for u in units) for units in FLOORS)
+    assert not upward, f"upward arrows between launcher/'s floors ({order}): {upward}"
+    levels = {_floor(f) for f in files}
+    assert levels == set(range(len(FLOORS))), "a floor holds no file"  # every floor is real, none stale
+    downward = {(_floor(a), _floor(b)) for a, bs in edges.items() for b in bs
+                if a.startswith("launcher/") and b.startswith("launcher/") and _floor(a) < _floor(b)}
+    assert len(downward) > 20, downward  # the graph was read across the floors
 
 
 def test_the_checkout_holds_no_second_name_for_its_packages():

@@ -88,16 +88,18 @@ def test_launcher_import_graph_has_no_cycle():
     assert importers == {"launcher.__main__"}  # nobody else imports the door (simcluster/__main__.py too)
 
 
-# What only launcher/engines/docker.py (and docker_cluster.py) may do with the Docker SDK (test_docker_through_the_sdk_only).
+# What only launcher/docker/ (client.py, container.py, images.py, cluster.py, hosts.py) may do with the Docker SDK
+# (test_docker_through_the_sdk_only).
 SDK_METHODS = {"exec_run", "unpause", "pause", "tasks", "connect", "disconnect", "reload"}  # obj.NAME(...)
 SDK_METHODS_WITH = {"remove": "force", "stop": "timeout", "wait": "timeout"}  # obj.NAME(KEYWORD=...): a common name
 SDK_COLLECTIONS = {"swarm", "networks", "containers", "images", "services", "volumes", "configs", "secrets"}  # x.NAME.y
 
 
 def sdk_uses(tree: ast.AST) -> list[str]:
-    """What a module does with the SDK that only engine.py may: import docker, call ``client()``,
-    reach ``engine.docker``, call a method of an SDK object (SDK_METHODS, SDK_METHODS_WITH; a
-    function of the ``engine`` module of that name is fine) or a client's collection
+    """What a module does with the SDK that only launcher/docker/ may: import docker, call ``client()``,
+    reach an SDK client (``Client.sdk()``, ``.sdks()``, ``sdk_client()``), call a method of an SDK object
+    (SDK_METHODS, SDK_METHODS_WITH; a function of launcher/docker/container.py of that name, called by
+    its bare name, is fine) or a client's collection
     (``client().containers.list``)."""
     found = []
     for node in ast.walk(tree):
@@ -106,37 +108,37 @@ def sdk_uses(tree: ast.AST) -> list[str]:
             found += [f"{where}: import {a.name}" for a in node.names if a.name.split(".")[0] == "docker"]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "docker":
             found.append(f"{where}: from {node.module} import")
-        elif isinstance(node, ast.Attribute) and node.attr == "docker" and getattr(node.value, "id", None) == "engine":
-            found.append(f"{where}: engine.docker")
+        elif isinstance(node, ast.Attribute) and node.attr in ("sdk", "sdks"):
+            found.append(f"{where}: .{node.attr}")
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
                 and node.value.attr in SDK_COLLECTIONS:
             found.append(f"{where}: .{node.value.attr}.{node.attr}")
         elif isinstance(node, ast.Call):
             func = node.func
             name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
-            on_engine = isinstance(func, ast.Attribute) and getattr(func.value, "id", None) == "engine"
             keywords = {k.arg for k in node.keywords}
-            if name == "client":
-                found.append(f"{where}: client()")
-            elif isinstance(func, ast.Attribute) and not on_engine and (
+            if name in ("client", "sdk_client"):
+                found.append(f"{where}: {name}()")
+            elif isinstance(func, ast.Attribute) and (
                     name in SDK_METHODS or name in SDK_METHODS_WITH and SDK_METHODS_WITH[name] in keywords):
                 found.append(f"{where}: .{name}(")
     return sorted(found, key=lambda f: int(f.split()[1].rstrip(":")))
 
 
 def test_sdk_uses_are_seen():
-    """The guard below sees each kind of SDK use that once leaked out of engine.py, and none of
-    the engine's own functions or the standard library's look-alikes."""
-    leaks = ["import docker", "from docker.errors import NotFound", "engine.client().info()", "dc = client()",
+    """The guard below sees each kind of SDK use that once leaked out of launcher/docker/, and none of
+    its own functions or the standard library's look-alikes."""
+    leaks = ["import docker", "from docker.errors import NotFound", "Client().sdk().info()", "dc = client()",
+             "for _, c in Client(hosts).sdks(): pass", "sdk_client(None)",
              "client().swarm.init(advertise_addr='127.0.0.1')", "dc.swarm.leave(force=True)", "dc.services.list()",
              "svc.tasks()", "dc.networks.get('n').remove()", "dc.containers.get(cid)", "dc.images.build(path='.')",
              "c.exec_run(['true'])", "c.unpause()", "c.pause()", "c.reload()", "c.remove(force=True)",
              "c.stop(timeout=10)", "c.wait(timeout=600)", "net.connect(c, aliases=['a'])", "net.disconnect(c)",
-             "try:\n    pass\nexcept engine.docker.errors.APIError:\n    pass"]
+             "try:\n    pass\nexcept docker.errors.APIError:\n    pass\nimport docker"]
     for leak in leaks:
         assert sdk_uses(ast.parse(leak)), leak
-    fine = ["engine.unpause(c)", "engine.disconnect(c)", "engine.containers('p')", "engine.exec_in(c, ['true'])",
-            "engine.remove(c)", "engine.stop(c, 10)", "proc.wait()", "proc.kill()", "os.remove(path)",
+    fine = ["unpause(c)", "disconnect(c)", "Client().containers('p')", "client.exit_code(c)", "exec_in(c, ['true'])",
+            "remove(c)", "stop(c, 10)", "cluster.attach(client, 'n', c, ['a'])", "Client(hosts).silent_hosts()", "proc.wait()", "proc.kill()", "os.remove(path)",
             "names.remove('x')", "halt.wait(1.0)", "runner.logs(target, [], follow=True, tail='all')",
             "text.replace(**kw)", "launch.node.image"]
     for ok in fine:
@@ -144,22 +146,21 @@ def test_sdk_uses_are_seen():
 
 
 def test_docker_through_the_sdk_only():
-    """launcher/engines/docker.py, docker_images.py, docker_cluster.py and docker_hosts.py are the only modules that touch the Docker SDK,
-    compose_cli.py the only one that runs `docker stack` (tests' helpers are exempt)."""
-    engines = ROOT / "launcher" / "engines"
-    sdk_homes = {engines / "docker.py", engines / "docker_images.py", engines / "docker_cluster.py",
-                 engines / "docker_hosts.py"}
+    """launcher/docker/ (client.py, container.py, images.py, cluster.py, hosts.py) alone touches the Docker SDK,
+    its compose_cli.py alone runs `docker stack` (tests' helpers are exempt)."""
+    floor = ROOT / "launcher" / "docker"
+    sdk_homes = {floor / name for name in ("client.py", "container.py", "images.py", "cluster.py", "hosts.py")}
     sources = {p: p.read_text() for folder in ("launcher", "bench") for p in (ROOT / folder).rglob("*.py")}
     for home in sdk_homes:
-        assert "import docker" in sources[home] or "client()" in sources[home]
+        assert "import docker" in sources[home] or ".sdk()" in sources[home] or "container." in sources[home]
         assert sdk_uses(ast.parse(sources[home]))
     for path, text in sources.items():
         if path not in sdk_homes:
             assert not sdk_uses(ast.parse(text)), f"{path.relative_to(ROOT)} touches the Docker SDK (only " \
-                                                  f"launcher/engines/docker.py, docker_images.py, docker_cluster.py and docker_hosts.py may): " \
+                                                  f"launcher/docker/ may): " \
                                                   f"{sdk_uses(ast.parse(text))}"
         # the CLIs without an SDK: compose (v2), and `docker stack` (deploy, rm) in compose_cli.stack_cli only
-        allowed = "compose|stack" if path == engines / "compose_cli.py" else "compose"
+        allowed = "compose|stack" if path == floor / "compose_cli.py" else "compose"
         assert not re.search(rf"""\[["']docker["'],(?!\s*["']({allowed})["'])""", text), f"{path} runs the docker CLI"
         assert "yaml.safe_load" not in text, f"{path} parses a YAML file"
 

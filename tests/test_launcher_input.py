@@ -205,13 +205,13 @@ def _run_folder(tmp_path: Path, capsys) -> Path:
 
 def test_chaos_on_a_run_where_nothing_runs_says_so_and_exits_1(capsys, tmp_path, monkeypatch):
     """A run folder of `up` (job.json first) where no container runs yet: chaos waits for them, then says so."""
-    from simcluster.launcher.engines import docker as engine
+    from simcluster.launcher.docker.client import Client
     from simcluster.launcher.drills import chaos
 
     run = _run_folder(tmp_path, capsys)
     (run / "job.json").write_text(json.dumps({"nodes": {"node-0": "0", "node-1": "1"}, "nproc_per_node": 1,
                                               "world_size": 2, "image": "x"}))
-    monkeypatch.setattr(engine, "containers", lambda project, stack=False: {})
+    monkeypatch.setattr(Client, "containers", lambda self, project, stack=False: {})
     monkeypatch.setattr(chaos, "START_WAIT_S", 0.3)
     code, out, err = main(capsys, "chaos", "--kill", "node-1", "--at-step", "5", "--run-dir", str(run))
     assert code == 1, out + err
@@ -223,21 +223,21 @@ def test_chaos_on_a_run_where_nothing_runs_says_so_and_exits_1(capsys, tmp_path,
 
 def test_chaos_on_a_folder_made_by_generate_refuses_at_once(capsys, tmp_path, monkeypatch):
     """compose.yml, no job.json, no container: never a run of `up`, so nothing to wait for (node-9 or any)."""
-    from simcluster.launcher.engines import docker as engine
+    from simcluster.launcher.docker.client import Client
 
     run = _run_folder(tmp_path, capsys)
-    monkeypatch.setattr(engine, "containers", lambda project, stack=False: {})
+    monkeypatch.setattr(Client, "containers", lambda self, project, stack=False: {})
     code, out, err = main(capsys, "chaos", "--kill", "node-9", "--at-step", "5", "--run-dir", str(run))
     assert code == 2 and "no job.json and no container of it runs" in err and "generate" in err, out + err
 
 
 def test_chaos_on_an_ended_run_exits_1_at_once(capsys, tmp_path, monkeypatch):
-    from simcluster.launcher.engines import docker as engine
+    from simcluster.launcher.docker.client import Client
 
     run = _run_folder(tmp_path, capsys)
     found = {"rendezvous": FakeContainer("rendezvous", "exited", 1), "node-0": FakeContainer("node-0", "exited", 0, 0),
              "node-1": FakeContainer("node-1", "exited", 137, 1)}
-    monkeypatch.setattr(engine, "containers", lambda project, stack=False: found)
+    monkeypatch.setattr(Client, "containers", lambda self, project, stack=False: found)
     code, out, err = main(capsys, "chaos", "--kill", "node-1", "--at-step", "5", "--run-dir", str(run))
     assert code == 1 and "chaos: node-1 is exited before step 5; nothing done" in err, out + err
 
@@ -252,11 +252,11 @@ def test_chaos_without_a_compose_file_names_up(capsys, tmp_path, monkeypatch):
 
 
 def test_status_of_an_ended_run(capsys, tmp_path, monkeypatch):
-    from simcluster.launcher.engines import docker as engine
+    from simcluster.launcher.docker.client import Client
 
     run = _run_folder(tmp_path, capsys)
     found: dict = {}
-    monkeypatch.setattr(engine, "containers", lambda project, stack=False: found)
+    monkeypatch.setattr(Client, "containers", lambda self, project, stack=False: found)
     code, out, _ = main(capsys, "status", "--run-dir", str(run))
     assert code == 0 and "not running: no container of project" in out and "python -m launcher up" in out
     (run / "cluster.log").write_text("== summary: OK ==\n  run folder x\n== summary: FAILED ==\n  LOST node-1\n")

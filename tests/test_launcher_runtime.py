@@ -24,7 +24,7 @@ from simcluster.launcher.container.node import torchrun_command
 from simcluster.launcher.container.workdir import check_writable
 from simcluster.launcher.container.rendezvous import summary
 from simcluster.launcher.observe.progress import Progress, format_duration, parse_done, parse_step, split_rank
-from simcluster.launcher.engines.handle import sanitize_project
+from simcluster.launcher.docker.handle import sanitize_project
 
 ROOT = Path(__file__).resolve().parent.parent
 STEP = "step 12/300 loss 3.2145 grad_norm 1.2300 lr 3.00e-03 step_time 0.512s tokens_per_s 4000 rss_mb 312"
@@ -317,7 +317,7 @@ def test_code_digest_follows_content_not_mtimes(tmp_path):
 
 def test_run_folders_of_one_name_are_two_projects(tmp_path):
     """a/run and b/run get their own compose projects (one `up` never touches the other's)."""
-    from simcluster.launcher.engines.handle import Handle
+    from simcluster.launcher.docker.handle import Handle
 
     a, b = Handle.for_run(str(tmp_path / "a" / "run")), Handle.for_run(str(tmp_path / "b" / "run"))
     assert a.project != b.project and a.project.startswith("sc-run-") and b.project.startswith("sc-run-")

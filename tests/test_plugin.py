@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.handle import Handle
 
 ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "simcluster.launcher.testing.plugin"
@@ -51,13 +51,13 @@ def inner_env(**extra: str) -> dict[str, str]:
 
 def leftovers(basetemp: Path) -> dict[str, list]:
     """project -> its containers and networks still there, for every run folder under basetemp."""
-    from simcluster.launcher.engines.docker import PROJECT_LABEL
-    from simcluster.launcher.engines.docker_cluster import labelled
+    from simcluster.launcher.docker.client import PROJECT_LABEL, Client
+    from simcluster.launcher.docker.cluster import labelled
 
     out = {}
     for compose_file in basetemp.rglob("compose.yml"):
         project = Handle.for_run(str(compose_file.parent)).project
-        containers, networks = labelled(f"{PROJECT_LABEL}={project}")
+        containers, networks = labelled(Client(), f"{PROJECT_LABEL}={project}")
         out[project] = [c.name for c in containers] + [n.name for n in networks]
     return out
 

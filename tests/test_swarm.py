@@ -105,19 +105,19 @@ def test_stack_file_passes_the_v3_schema(docker_available, tmp_path):
     ({"LocalNodeState": "inactive"}, "simcluster/trainer:latest", None),
 ])
 def test_swarm_checks(monkeypatch, info, image, problem):
-    from simcluster.launcher.engines import docker as engine
-    from simcluster.launcher.engines import docker_cluster as cluster
+    from simcluster.launcher.docker import cluster
+    from simcluster.launcher.docker.client import Client
     from simcluster.launcher.engines.swarm import run as swarm_run
 
-    # an engine answering docker info with this Swarm section, and no stack up
-    monkeypatch.setattr(engine, "info", lambda: {} if info is None else {"Swarm": info})
-    monkeypatch.setattr(cluster, "stack_tasks", lambda stack: {})
+    # a daemon answering docker info with this Swarm section, and no stack up
+    monkeypatch.setattr(Client, "info", lambda self: {} if info is None else {"Swarm": info})
+    monkeypatch.setattr(cluster, "stack_tasks", lambda client, stack: {})
     launch = resolve_training(Config(mesh="2x2x2", model="tiny"), NodeOptions(image=image))
     if problem is None:
-        swarm_run.check_engine(launch, "sc-swarm-x")
+        swarm_run.check_engine(Client(), launch, "sc-swarm-x")
     else:
         with pytest.raises(ConfigError, match=problem):
-            swarm_run.check_engine(launch, "sc-swarm-x")
+            swarm_run.check_engine(Client(), launch, "sc-swarm-x")
 
 
 @pytest.mark.parametrize("extra,problem", [

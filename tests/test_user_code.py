@@ -28,7 +28,7 @@ import pytest
 
 import warm
 from conftest import COMPOSE_V1, assert_ends_quietly, compose_env, need_torch, noise
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.handle import Handle
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("trainer_image")]

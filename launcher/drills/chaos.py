@@ -26,16 +26,14 @@ import sys
 import time
 from datetime import datetime
 
-from simcluster.launcher.engines import docker as engine
-from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.docker.client import LauncherError
+from simcluster.launcher.docker.container import disconnect, exec_in, kill, log_text, pause, stop
 from simcluster.launcher.observe.progress import parse_step, split_rank
 from simcluster.launcher.container.layout import LABEL, RDZV_HOST
 from simcluster.train.layout import node_names, rank_range
 from simcluster.train.rundir import METRICS, last_step
 from simcluster.train.runlog import read_job
-from simcluster.launcher.engines.handle import Handle
-from simcluster.launcher.engines.swarm.hosts import HOSTS_FILE
-from simcluster.launcher.engines.swarm.rehearse import attach
+from simcluster.launcher.docker.handle import Handle
 from simcluster.train.errors import ConfigError
 
 FAULTS = ("kill", "stop", "pause", "disconnect", "freeze")
@@ -57,7 +55,7 @@ def _started_at(container) -> float:
 def log_step(container) -> int | None:
     """The newest ``step N/M`` line of rank 0 in a container's log."""
     step = None
-    for line in engine.log_text(container, tail=300).splitlines():
+    for line in log_text(container, tail=300).splitlines():
         rank, text = split_rank(line)
         parsed = parse_step(text) if rank == 0 else None
         if parsed:
@@ -65,7 +63,7 @@ def log_step(container) -> int | None:
     return step
 
 
-def _find_target(run_dir, file, project, deadline: float) -> Handle:
+def _find_handle(run_dir, file, project, deadline: float) -> Handle:
     while True:
         try:
             return Handle.find(run_dir, file, project)
@@ -93,21 +91,21 @@ def apply_fault(kind: str, container, rank: int | None = None) -> str:
     """
     if kind == "freeze":
         first = container.labels[LABEL + "ranks"].split("-")[0]
-        rc, text = engine.exec_in(container, ["python", "-m", "simcluster.launcher.container.ranks", "--rank",
-                                              str(rank), "--first-rank", first, "--signal", "STOP"])
+        rc, text = exec_in(container, ["python", "-m", "simcluster.launcher.container.ranks", "--rank",
+                                       str(rank), "--first-rank", first, "--signal", "STOP"])
         if rc != 0:
             raise LauncherError(f"freeze of rank {rank} failed: {text.strip()}")
         return text.strip()
     if kind == "kill":
-        engine.kill(container, strict=True)
+        kill(container, strict=True)
         return "kill"
     if kind == "stop":
-        engine.stop(container, 10)
+        stop(container, 10)
         return "stop (SIGTERM, then SIGKILL after 10 s)"
     if kind == "pause":
-        engine.pause(container)  # retried: runc's freeze can fail transiently while a process forks
+        pause(container)  # retried: runc's freeze can fail transiently while a process forks
         return "pause"
-    nets = engine.disconnect(container)
+    nets = disconnect(container)
     if not nets:
         raise LauncherError(f"container {container.short_id} is on no network")
     return "network disconnect " + ", ".join(nets)
@@ -151,11 +149,11 @@ def check_step(at_step: int, run_dir: str | None, flag: str) -> None:
                           f"would never be reached; e.g. {flag} --at-step {last}")
 
 
-def cluster_nodes(target: Handle, found: dict) -> tuple[dict[str, str], int] | None:
+def cluster_nodes(handle: Handle, found: dict) -> tuple[dict[str, str], int] | None:
     """({node: its ranks "4-7"}, world size) of the run: its record (RUN_DIR/job.json, written by
     `up`), else its rendezvous container's labels (nnodes, nproc-per-node) once found; None for a
     cluster that names neither (another compose file's)."""
-    if (job := read_job(target.run_dir)) is not None:
+    if (job := read_job(handle.run_dir)) is not None:
         return job["nodes"], job["world_size"]
     labels = found[RDZV_HOST].labels if RDZV_HOST in found else {}
     nnodes, nproc = labels.get(LABEL + "nnodes", ""), labels.get(LABEL + "nproc-per-node", "")
@@ -165,31 +163,45 @@ def cluster_nodes(target: Handle, found: dict) -> tuple[dict[str, str], int] | N
     return nodes, int(nnodes) * int(nproc)
 
 
-def check_node(kind: str, node: str, target: Handle, found: dict) -> bool:
+def check_node(kind: str, node: str, handle: Handle, found: dict) -> bool:
     """Whether the cluster's nodes are known yet (cluster_nodes); when they are, the node (or, for
     freeze, the rank) must be one of them.
 
     Raises:
         ConfigError: it is not, listing the cluster's nodes (and their ranks).
     """
-    known = cluster_nodes(target, found)
+    known = cluster_nodes(handle, found)
     if known is None:
         return False
     nodes, world = known
     listing = ", ".join(f"{n} (ranks {r})" for n, r in nodes.items())
     if kind == "freeze":
         if not int(node) < world:
-            raise ConfigError(f"freeze: --freeze {node}: the cluster of {target.run_dir or target.file} has ranks "
+            raise ConfigError(f"freeze: --freeze {node}: the cluster of {handle.run_dir or handle.file} has ranks "
                               f"0-{world - 1} ({listing}); e.g. --freeze {world - 1}")
         return True
     if node not in nodes:
-        raise ConfigError(f"{kind}: --{kind} {node}: the cluster of {target.run_dir or target.file} has no such node; "
+        raise ConfigError(f"{kind}: --{kind} {node}: the cluster of {handle.run_dir or handle.file} has no such node; "
                           f"its nodes: {listing}; e.g. --{kind} {list(nodes)[-1]}")
     return True
 
 
+def owner(engines, handle: Handle):
+    """The engine among engines (launcher/engines/base.py Engine) whose run handle is.
+
+    Raises:
+        ConfigError: none of them owns it, naming them.
+    """
+    for engine in engines:
+        if engine.owns(handle):
+            return engine
+    raise ConfigError(f"chaos: {handle.file} is a run of none of the engines "
+                      f"{', '.join(e.name for e in engines)}; pass the run folder of `launcher up`")
+
+
 def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: str | None = None,
-          project: str | None = None, wait_s: float = 3600.0, poll_s: float = 0.5, say=None) -> int:
+          project: str | None = None, wait_s: float = 3600.0, poll_s: float = 0.5, say=None, *,
+          engines) -> int:
     """Wait for step at_step of the run, then apply ``kind`` to ``node`` (for ``freeze``, node is
     a global rank: its process is stopped in its node's container); returns the exit code.
 
@@ -200,7 +212,9 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
     container has not ended, and exits 1 when it ends, or all containers go, before the step.
 
     say: where its lines go, ``say(text, error)`` (default: printed, errors to stderr; simcluster.run
-    keeps them in Run.chaos).
+    keeps them in Run.chaos). engines: the engines whose runs it may act on (the table's, or the one
+    running the job); the one that owns the run is asked for its Docker client (``attach``, the
+    rehearsal hosts' on a run of ``up --hosts``) and its containers (``nodes``).
 
     Raises:
         ConfigError: no compose.yml in the run folder after that start window (or no --file).
@@ -217,7 +231,7 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
     except ConfigError:  # not there yet: `up` may be about to make it
         early = None
     if early is not None and not early.stack and early.run_dir and read_job(early.run_dir) is None \
-            and not engine.containers(early.project, early.stack):  # `up` writes job.json before compose.yml
+            and not (runner := owner(engines, early)).nodes(early, runner.attach(early)):  # `up` writes job.json first
         raise ConfigError(f"--run-dir {run_dir or early.run_dir}: holds {os.path.basename(early.file)} but no job.json "
                           f"and no container of it runs: not a run folder of `python -m launcher up` (a file written "
                           f"by `generate`?), so none will appear; start it with launcher up --run-dir DIR, or for a cluster "
@@ -227,36 +241,37 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
         check_step(at_step, early.run_dir, f"--{kind} {node}")
     say(f"chaos: waiting for step {at_step} of {named} to {kind} {node}; giving up at {until} (--wait-s "
           f"{wait_s:g})", False)
-    target = _find_target(run_dir, file, project, appear_by)
-    checked = checked or check_node(kind, str(node), target, {})  # from the run's record, before any wait
-    say(f"chaos: that is project {target.project} (run folder {target.run_dir or '?'})", False)
-    ever_running = seen = said = said_node = on_hosts = False
+    handle = _find_handle(run_dir, file, project, appear_by)
+    checked = checked or check_node(kind, str(node), handle, {})  # from the run's record, before any wait
+    say(f"chaos: that is project {handle.project} (run folder {handle.run_dir or '?'})", False)
+    engine, client = owner(engines, handle), None
+    ever_running = seen = said = said_node = False
     while True:
-        if target.stack and not on_hosts and os.path.isfile(os.path.join(target.run_dir or "", HOSTS_FILE)):
-            try:  # a run on rehearsal hosts (up --hosts): their engines hold the task containers
-                on_hosts = attach(target.run_dir)
+        if client is None or not client.hosts and handle.run_dir and engine.hosts(handle.run_dir) is not None:
+            try:  # a run on rehearsal hosts (up --hosts): their daemons hold the task containers
+                client = engine.attach(handle)
             except ConfigError:
-                pass  # not up (yet, or any more)
-        found = engine.containers(target.project, target.stack)
-        target = target.with_labels(found)
+                client = None  # its hosts are not up (yet, or any more)
+        found = engine.nodes(handle, client) if client is not None else {}
+        handle = handle.with_labels(found)
         if not found:
             if seen:
-                say(f"chaos: the containers of project {target.project} are gone before step {at_step} (the run "
+                say(f"chaos: the containers of project {handle.project} are gone before step {at_step} (the run "
                       f"ended); nothing done", True)
                 return 1
             if time.monotonic() > appear_by:
-                say(f"chaos: no container of project {target.project} appeared within {appear_by - t0:g} s: "
-                      f"nothing runs in {target.run_dir or target.file}; start it with `python -m launcher up "
-                      f"--run-dir {target.run_dir or 'DIR'} ...` and run chaos while it runs; nothing done", True)
+                say(f"chaos: no container of project {handle.project} appeared within {appear_by - t0:g} s: "
+                      f"nothing runs in {handle.run_dir or handle.file}; start it with `python -m launcher up "
+                      f"--run-dir {handle.run_dir or 'DIR'} ...` and run chaos while it runs; nothing done", True)
                 return 1
             if not said:
-                say(f"chaos: no container of project {target.project} exists yet; waiting up to "
+                say(f"chaos: no container of project {handle.project} exists yet; waiting up to "
                       f"{appear_by - t0:g} s for `python -m launcher up` to start it", False)
                 said = True
             time.sleep(poll_s)
             continue
         if not checked:
-            checked = check_node(kind, str(rank) if rank is not None else node, target, found)
+            checked = check_node(kind, str(rank) if rank is not None else node, handle, found)
         seen = True
         if rank is not None:
             node = node_of_rank(found, rank) or f"the node of rank {rank}"
@@ -264,12 +279,12 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
         nodes = sorted(s for s in found if s.startswith("node-"))
         first = found[nodes[0]] if nodes else None
         if victim is None and not said_node:  # not created yet (--start-late), or no such node
-            say(f"chaos: no container {node} in project {target.project} yet (it has {', '.join(nodes) or 'no node'})"
+            say(f"chaos: no container {node} in project {handle.project} yet (it has {', '.join(nodes) or 'no node'})"
                   f"; waiting", False)
             said_node = True
         if victim is not None and victim.status == "running":
             ever_running = True
-            step = last_step(target.run_dir, _started_at(victim) - 1)
+            step = last_step(handle.run_dir, _started_at(victim) - 1)
             source = METRICS
             if step is None and first is not None:
                 step, source = log_step(first), "the log of " + nodes[0]

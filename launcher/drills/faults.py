@@ -151,9 +151,10 @@ def check(faults: tuple, names: tuple[str, ...], world_size: int, hosts: tuple[s
     return errors
 
 
-def start(fault, run_dir: str, wait_s: float, lines: list[str]) -> threading.Thread:
-    """Run ``launcher chaos`` for the fault against the run folder in a daemon thread, appending
-    what it says to lines; the thread ends once the fault is applied, the run ended, or wait_s passed."""
+def start(fault, run_dir: str, wait_s: float, lines: list[str], engine) -> threading.Thread:
+    """Run ``launcher chaos`` for the fault against the run folder of engine's job (launcher/engines/base.py
+    Engine: asked for the run's Docker client, nodes and hosts) in a daemon thread, appending what it says to
+    lines; the thread ends once the fault is applied, the run ended, or wait_s passed."""
     from simcluster.launcher.drills.chaos import chaos
     from simcluster.launcher.drills.host_chaos import chaos_host
 
@@ -162,9 +163,10 @@ def start(fault, run_dir: str, wait_s: float, lines: list[str]) -> threading.Thr
             say = lambda text, error=False: lines.append(text)  # noqa: E731
             if isinstance(fault, HostFault):  # its run folder is made by the `up` starting beside it
                 chaos_host(fault.kind, fault.target, fault.at_step, run_dir=run_dir, wait_s=wait_s, say=say,
-                           starting=True)
+                           starting=True, engines=(engine,))
             else:
-                chaos(fault.kind, fault.target, fault.at_step, run_dir=run_dir, wait_s=wait_s, say=say)
+                chaos(fault.kind, fault.target, fault.at_step, run_dir=run_dir, wait_s=wait_s, say=say,
+                      engines=(engine,))
         except Exception as e:  # noqa: BLE001 - a fault that could not be applied is reported, not raised
             lines.append(f"chaos: {fault} failed: {type(e).__name__}: {e}")
 

@@ -21,9 +21,8 @@ import glob
 import os
 import time
 
+from simcluster.launcher.docker.hosts import HOSTS_FILE, cut, host_containers, kill_host
 from simcluster.launcher.drills.chaos import check_step
-from simcluster.launcher.engines import docker_hosts
-from simcluster.launcher.engines.swarm import hosts as rehearsal
 from simcluster.launcher.job.files import ROOT, host_abspath
 from simcluster.train.errors import ConfigError
 from simcluster.train.rundir import last_step
@@ -41,7 +40,7 @@ def _run_dir(run_dir: str | None, starting: bool) -> str:
             raise ConfigError(f"--run-dir {run_dir}: no such folder; start the run first (python -m launcher up "
                               f"--target swarm --hosts 2 --run-dir {run_dir} ...), then run chaos while it runs")
         return host_abspath(run_dir)
-    found = sorted(glob.glob(os.path.join(ROOT, "runs", "*", rehearsal.HOSTS_FILE)), key=os.path.getmtime)
+    found = sorted(glob.glob(os.path.join(ROOT, "runs", "*", HOSTS_FILE)), key=os.path.getmtime)
     if not found:
         raise ConfigError("chaos: no run with rehearsal hosts under runs/; pass --run-dir of a `launcher up --target "
                           "swarm --hosts N` run")
@@ -59,12 +58,20 @@ def check_host(kind: str, host: str, names: list[str], where: str) -> None:
                           f"{names[-1]}" + (f", or cut it off: --disconnect-host {host}" if len(names) > 1 else ""))
 
 
+def rehearsal(engines, folder: str):
+    """The record of folder's rehearsal hosts, from the engine among engines that ran it on hosts (Engine.hosts),
+    or None (none yet, or a run on one daemon)."""
+    return next((reh for engine in engines if (reh := engine.hosts(folder)) is not None), None)
+
+
 def chaos_host(kind: str, host: str, at_step: int, run_dir: str | None = None, wait_s: float = 3600.0,
-               poll_s: float = 0.5, say=None, starting: bool = False) -> int:
+               poll_s: float = 0.5, say=None, starting: bool = False, *, engines) -> int:
     """Wait for step at_step of the run on rehearsal hosts, then apply kind to host; the exit code.
 
     say: where its lines go, ``say(text, error)`` (default: printed). starting: the run is being started
     beside it (simcluster.run's faults), so its folder may not exist yet; else a missing one is refused.
+    engines: the engines whose runs it may act on (the table's, or the one running the job), asked for
+    the run's hosts (Engine.hosts).
 
     Raises:
         ConfigError: an unknown kind or host, a step below 1 or after the run's last (its job.json), a
@@ -80,7 +87,7 @@ def chaos_host(kind: str, host: str, at_step: int, run_dir: str | None = None, w
         raise ConfigError(f"wait_s: --wait-s {wait_s!r} must be a finite number of seconds > 0; e.g. --wait-s 600")
     folder = _run_dir(run_dir, starting)
     check_step(at_step, folder if os.path.isdir(folder) else None, f"--{kind} {host}")
-    if (early := rehearsal.read(folder)) is not None:
+    if (early := rehearsal(engines, folder)) is not None:
         check_host(kind, host, early.names, folder)
     elif os.path.isfile(os.path.join(folder, "compose.yml")):
         raise ConfigError(f"{kind}: {folder} is a Compose run, which has no hosts; use --kill NODE there, or run the "
@@ -89,20 +96,20 @@ def chaos_host(kind: str, host: str, at_step: int, run_dir: str | None = None, w
     say(f"chaos: waiting for step {at_step} of {folder} to {kind} {host}", False)
     checked = since = None
     while True:
-        found = docker_hosts.host_containers()
-        reh = rehearsal.read(folder)
+        found = host_containers()
+        reh = rehearsal(engines, folder)
         if found and reh is not None:
             if not checked:
                 check_host(kind, host, reh.names, folder)
                 checked = True
-            since = since or os.path.getmtime(os.path.join(folder, rehearsal.HOSTS_FILE))  # written as the run starts
+            since = since or os.path.getmtime(reh.record)  # written as the run starts
             step = last_step(folder, since)
             if step is not None and step >= at_step:
                 victim = found[host]
                 if kind == "kill-host":
-                    docker_hosts.kill_host(victim)
+                    kill_host(victim)
                 else:
-                    docker_hosts.cut(victim)
+                    cut(victim)
                 say(f"chaos: {kind} {host} (container {victim.name}) at step {step} t={time.time():.3f}", False)
                 return 0
         elif since is not None:

@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 
-from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.container.layout import SHAPED_DIR, shaped_marker
 from simcluster.train.errors import ConfigError
 from simcluster.train.units import rate_bits_per_s
@@ -59,7 +59,7 @@ def check(launch, action: str, engine, start_late: dict) -> None:
     if start_late:
         raise ConfigError("--start-late cannot be combined with --inter-node-bandwidth (a late node's network "
                           "would not be shaped); drop one of them")
-    from simcluster.launcher.engines import docker_images as images
+    from simcluster.launcher.docker import images
 
     if images.image_created(NETTOOLS_IMAGE) is None:
         raise LauncherError(f"--inter-node-bandwidth needs the helper image {NETTOOLS_IMAGE} (iproute2); build it "
@@ -71,22 +71,21 @@ def clear(run_dir: str) -> None:
     shutil.rmtree(os.path.join(run_dir, SHAPED_DIR), ignore_errors=True)
 
 
-def apply(launch, containers: dict, run_dir: str, show) -> dict[str, str]:
+def apply(client, launch, containers: dict, run_dir: str, show) -> dict[str, str]:
     """Limit each node's eth0 to the launch's rate, then write its marker; returns node -> the
-    ``tc -s qdisc show dev eth0`` readback. ``containers``: service -> container (the SDK's).
+    ``tc -s qdisc show dev eth0`` readback. ``containers``: service -> container, of client's daemon
+    (launcher/docker/client.py Client), which runs the helpers.
 
     Raises:
         LauncherError: a node container is missing or its helper failed.
     """
-    from simcluster.launcher.engines import docker as engine
-
     rate = launch.node.inter_node_bandwidth
     os.makedirs(os.path.join(run_dir, SHAPED_DIR), exist_ok=True)
     out = {}
     for name in launch.names:
         if name not in containers:
             raise LauncherError(f"cannot shape {name}: its container is not there")
-        text = engine.run_in_netns(NETTOOLS_IMAGE, tbf_command(rate), containers[name])
+        text = client.run_in_netns(NETTOOLS_IMAGE, tbf_command(rate), containers[name])
         marker = shaped_marker(run_dir, name)
         with open(marker + ".tmp", "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -1,5 +1,5 @@
-"""The engines: one class each behind base.py's contract, the table ENGINES (registry.py), and the one door to
-Docker (docker.py, docker_images.py, docker_cluster.py: the SDK; compose_cli.py: the Compose and stack CLIs).
+"""The engines: one class each behind base.py's contract, and the table ENGINES (registry.py). Docker itself is
+the floor below (launcher/docker/: the SDK's Client, the Compose and stack CLIs).
 
     python -c "from simcluster.launcher.engines.registry import ENGINES; print(list(ENGINES))"
 """

@@ -11,7 +11,10 @@ An ``Engine`` does, for one Launch (launcher/job/launch.py):
   ``up(launch, command, opts) -> int``  start, follow, summarise, take down: 0 every node exited 0,
       1 the run failed, 130 interrupted;
   ``status(handle)``, ``logs(handle, services, follow, tail)``, ``down(handle)``  a run of it
-      (launcher/engines/handle.py), for the handles it ``owns``.
+      (launcher/docker/handle.py), for the handles it ``owns``;
+  ``attach(handle) -> Client``, ``nodes(handle, client)``, ``hosts(run_dir)``  what the drills ask
+      of a run: the Docker client that reaches its containers (launcher/docker/client.py), its
+      containers by service, its rehearsal hosts (None: one daemon).
 What the doors ask of an engine is an attribute: ``runs_here`` (``up`` runs it on this machine),
 ``supports_chaos`` (drills/faults.py), ``supports_shaping`` (drills/shaping.py),
 ``instruments_user_code`` (--stall-s on your code, job/options.py), ``bind_mounts``
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import abc
 
+from simcluster.launcher.docker.client import Client
 from simcluster.launcher.engines.checks import common_problems, refuse
 from simcluster.launcher.job.files import project_dir_for
 from simcluster.launcher.job.launch import Launch
@@ -102,8 +106,25 @@ class Engine(abc.ABC):
         """
 
     def owns(self, handle) -> bool:
-        """True when handle (launcher/engines/handle.py) is a run of this engine."""
+        """True when handle (launcher/docker/handle.py) is a run of this engine."""
         return False
+
+    def attach(self, handle) -> Client:
+        """The Docker client that reaches the containers of handle's run: this machine's daemon.
+
+        Raises:
+            ConfigError: the run's daemons are gone (an engine on rehearsal hosts).
+        """
+        return Client()
+
+    def nodes(self, handle, client: Client) -> dict:
+        """service -> container (every state) of handle's run, through client (attach's)."""
+        return client.containers(handle.project, handle.stack)
+
+    def hosts(self, run_dir: str):
+        """The record of run_dir's rehearsal hosts (``.names``, host-0 first; ``.record``, the file that holds
+        them), or None: the run is on one daemon (every engine but Swarm with --hosts)."""
+        return None
 
     @abc.abstractmethod
     def status(self, handle) -> int:

@@ -30,7 +30,7 @@ import sys
 import tempfile
 
 from simcluster.launcher.container.layout import IMAGE, IMAGE_USER, LABEL
-from simcluster.launcher.engines import docker_images as images
+from simcluster.launcher.docker import images
 from simcluster.launcher.job.deps import WHEEL, Requirements
 from simcluster.launcher.job.launch import Launch
 from simcluster.train.errors import ConfigError

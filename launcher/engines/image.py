@@ -12,10 +12,9 @@ import os
 import subprocess
 import sys
 
-from simcluster.launcher.engines import docker as engine
-from simcluster.launcher.engines import docker_images as images
+from simcluster.launcher.docker import images
 from simcluster.launcher.job import files
-from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import IMAGE, LABEL
 from simcluster.train.errors import ConfigError

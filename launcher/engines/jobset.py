@@ -14,9 +14,9 @@ a failed node fails the set (a torchrun job cannot lose a rank); raise it togeth
 """
 from __future__ import annotations
 
-from simcluster.launcher.engines.base import RenderOnly
+from simcluster.launcher.engines.document import k8s_name, kubelet_literal, torchrun_argv
+from simcluster.launcher.engines.kubernetes import Kubernetes, pod_env
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.engines.document import HEADER, dump, k8s_name, kubelet_literal, node_env, torchrun_argv
 from simcluster.launcher.engines.pod import pod_spec
 
 JOB = "node"  # the replicated job's name: pods are NAME-node-K-0
@@ -35,9 +35,7 @@ def command(launch: Launch) -> list[str]:
 
 def build(launch: Launch) -> dict:
     name = k8s_name(launch)
-    env = {**node_env(launch), "MASTER_ADDR": master_addr(name)}
-    if launch.train is None or launch.train.config.device == "cpu":
-        env["GLOO_SOCKET_IFNAME"] = "eth0"
+    env = pod_env(launch, MASTER_ADDR=master_addr(name))
     labels = {"app.kubernetes.io/name": "simcluster", "app.kubernetes.io/instance": name}
     pod = pod_spec(launch, command(launch), env, {"NODE_RANK": JOB_INDEX, "SIMCLUSTER_NODE": JOB_INDEX}, subdomain=name)
     return {
@@ -58,21 +56,10 @@ def build(launch: Launch) -> dict:
     }
 
 
-def render(launch: Launch, command_line: str, file: str | None = None, project_dir: str | None = None) -> str:
-    """The manifest's text under a header naming command_line (file, project_dir: unused, no bind mounts)."""
-    return HEADER.format(module="jobset", command=command_line) + dump(build(launch))
-
-
-class JobSet(RenderOnly):
+class JobSet(Kubernetes):
     """The JobSet engine: rendered here (``generate --target jobset``), run with kubectl on a cluster."""
 
     name = "jobset"
     default_path = "k8s/{job}-jobset.yaml"
-
-    def registry_image(self, launch: Launch, local: bool) -> tuple[str, str] | None:
-        """--image: the pods pull it on the cluster's nodes."""
-        return None if local else ("--image", launch.node.image)
-
-    def render(self, launch: Launch, command: str, out_path: str, project_dir: str) -> str:
-        """The manifest (render() above)."""
-        return render(launch, command, out_path, project_dir)
+    module = "jobset"
+    build = staticmethod(build)

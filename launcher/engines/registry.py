@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from simcluster.launcher.engines.base import Engine
 from simcluster.launcher.engines.compose.engine import Compose
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.engines.jobset import JobSet
 from simcluster.launcher.engines.slurm.engine import Slurm
 from simcluster.launcher.engines.swarm.engine import Swarm

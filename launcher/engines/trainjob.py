@@ -13,9 +13,9 @@ go through ``runtimePatches`` (the TrainJob has no pod template of its own).
 """
 from __future__ import annotations
 
-from simcluster.launcher.engines.base import RenderOnly
+from simcluster.launcher.engines.document import entry, k8s_name, kubelet_literal
+from simcluster.launcher.engines.kubernetes import Kubernetes, pod_env
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.engines.document import HEADER, dump, entry, k8s_name, kubelet_literal, node_env
 from simcluster.launcher.engines.pod import CONTAINER, pod_security_context, resources, security_context, volume_mounts, volumes
 
 RUNTIME = "torch-distributed"
@@ -38,9 +38,7 @@ def master_addr(name: str) -> str:
 
 def build(launch: Launch) -> dict:
     name = k8s_name(launch)
-    env = node_env(launch)
-    if launch.train is None or launch.train.config.device == "cpu":
-        env["GLOO_SOCKET_IFNAME"] = "eth0"
+    env = pod_env(launch)
     trainer = {"image": launch.node.image, "command": command(launch),
                "env": [{"name": k, "value": v} for k, v in env.items()],
                "numNodes": launch.nnodes, "numProcPerNode": launch.nproc_per_node}
@@ -62,21 +60,10 @@ def build(launch: Launch) -> dict:
     }
 
 
-def render(launch: Launch, command_line: str, file: str | None = None, project_dir: str | None = None) -> str:
-    """The manifest's text under a header naming command_line (file, project_dir: unused, no bind mounts)."""
-    return HEADER.format(module="trainjob", command=command_line) + dump(build(launch))
-
-
-class TrainJob(RenderOnly):
+class TrainJob(Kubernetes):
     """The TrainJob engine: rendered here (``generate --target trainjob``), run with kubectl on a cluster."""
 
     name = "trainjob"
     default_path = "k8s/{job}-trainjob.yaml"
-
-    def registry_image(self, launch: Launch, local: bool) -> tuple[str, str] | None:
-        """--image: the pods pull it on the cluster's nodes."""
-        return None if local else ("--image", launch.node.image)
-
-    def render(self, launch: Launch, command: str, out_path: str, project_dir: str) -> str:
-        """The manifest (render() above)."""
-        return render(launch, command, out_path, project_dir)
+    module = "trainjob"
+    build = staticmethod(build)

@@ -20,17 +20,17 @@ import sys
 import threading
 import time
 
-from simcluster.launcher.engines import docker as engine
-from simcluster.launcher.engines import docker_hosts
-from simcluster.launcher.engines.compose_cli import compose
-from simcluster.launcher.engines.docker_cluster import Events
+from simcluster.launcher.docker.client import Client
+from simcluster.launcher.docker.compose_cli import compose
+from simcluster.launcher.docker.container import kill, log_lines
+from simcluster.launcher.docker.cluster import Events
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import RDZV_HOST
 from simcluster.train.layout import node_of
 from simcluster.launcher.observe.failures import RankTrace
 from simcluster.train.rundir import StepsTail
 from simcluster.launcher.observe.progress import Bar, Progress, parse_done, parse_step, split_rank
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.handle import Handle
 
 EXITED = re.compile(r"^rendezvous: (\S+) \(ranks [^)]*\) exited -?\d+(?: \((.*)\))?$")
 HOST_CHECK_S = 2.0  # with rehearsal hosts (up --hosts), each host's engine is pinged this often
@@ -38,7 +38,7 @@ HOST_CHECK_S = 2.0  # with rehearsal hosts (up --hosts), each host's engine is p
 
 def _pump(service: str, container, out: queue.Queue) -> None:
     try:
-        for line in engine.log_lines(container):
+        for line in log_lines(container):
             out.put((service, line))
     except Exception as e:  # noqa: BLE001 - the container went away under the stream
         out.put((service, f"(log stream ended: {e})"))
@@ -190,22 +190,24 @@ class Watch:
     rendezvous declared lost (it is frozen or cut off, if not dead already), and once the
     rendezvous has exited kills every container of the run still up after up's --exit-grace-s (nodes
     leave by themselves about 3 s after it); a rendezvous still up as long after every node exited too.
-    Container states come from the engine's event stream (docker_cluster.Events), not from polling."""
+    Container states come from the daemons' event stream (launcher/docker/cluster.py Events), not from polling."""
 
-    def __init__(self, target: Handle, run_dir: str, since: float, total_steps: int | None, opts, t0: float):
-        """since: UNIX time the containers were started (an older metrics.jsonl is a previous run's);
+    def __init__(self, client: Client, handle: Handle, run_dir: str, since: float, total_steps: int | None, opts,
+                 t0: float):
+        """client: the Docker client of the run's containers (launcher/docker/client.py); since: UNIX time the
+        containers were started (an older metrics.jsonl is a previous run's);
         total_steps: the job's steps when the launcher knows them (--total-steps), for the ETA;
         opts: `up`'s UpOptions (job/sections.py): start_late (service -> seconds after start),
         exit_grace_s, and wall_timeout_s, from t0 (the command's time.monotonic()): past it every
         container of the run is killed and the run fails as timed out."""
-        self.target, self.t0 = target, time.monotonic()
+        self.client, self.handle, self.t0 = client, handle, time.monotonic()
         self.deadline = opts.deadline(t0)
         self.metrics = StepsTail(run_dir, since=since, total_steps=total_steps)
         self.late = dict(opts.start_late)  # service -> seconds after start
         self.grace_s = opts.exit_grace_s
         self.rdzv_gone: float | None = None
         self.nodes_gone: float | None = None
-        self.events = Events(target.project, target.stack)
+        self.events = Events(client, handle.project, handle.stack)
         self.events.start()
         self.next_host_check = 0.0
 
@@ -228,14 +230,14 @@ class Watch:
                 del self.late[service]
             elif now - self.t0 >= delay:
                 stream.show(f"{'launcher':<{stream.width}}| starting {service} {now - self.t0:.0f}s late (--start-late)")
-                compose(self.target.project, self.target.file, "up", "-d", "--no-deps", service, capture_output=True)
+                compose(self.handle.project, self.handle.file, "up", "-d", "--no-deps", service, capture_output=True)
                 del self.late[service]
-                container = engine.containers(self.target.project).get(service)
+                container = self.client.containers(self.handle.project).get(service)
                 if container is not None:
                     started[service] = container
-        if engine.HOSTS and now >= self.next_host_check:
+        if self.client.hosts and now >= self.next_host_check:
             self.next_host_check = now + HOST_CHECK_S
-            for host in docker_hosts.silent_hosts():
+            for host in self.client.silent_hosts():
                 if host not in stream.lost_hosts and host in stream.placed.values():  # a host this attempt uses
                     stream.host_lost(host)
         gone_with_hosts = {s for nodes in stream.lost_hosts.values() for s in nodes}
@@ -252,17 +254,17 @@ class Watch:
             stream.timed_out = self.deadline[1]
             stream.show(f"{'launcher':<{stream.width}}| --wall-timeout-s {self.deadline[1]:g} passed; killing every "
                         f"container of the run")
-            for container in engine.containers(self.target.project, self.target.stack).values():
-                engine.kill(container)
+            for container in self.client.containers(self.handle.project, self.handle.stack).values():
+                kill(container)
         victims = sorted(svc for svc, st in state.items()
                          if st in ("running", "paused") and svc not in stream.forced and (late_kill or svc in lost))
         if victims:
-            found = engine.containers(self.target.project, self.target.stack)
+            found = self.client.containers(self.handle.project, self.handle.stack)
             for service in victims:
                 why = ("the rendezvous declared it lost" if service in lost else "the rendezvous ended"
                        if self.rdzv_gone is not None else "every node has exited")
                 stream.show(f"{'launcher':<{stream.width}}| {service} is {state[service]} but {why}; killing it")
                 stream.forced.append(service)
                 if service in found:
-                    engine.kill(found[service])
+                    kill(found[service])
         return started

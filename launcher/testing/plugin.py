@@ -72,12 +72,11 @@ def _missing_docker(config: pytest.Config) -> str:
 def simcluster_docker(pytestconfig: pytest.Config) -> None:
     """A Docker engine and a Compose CLI answer; otherwise the test is skipped (or fails, see the
     module docstring) naming what is missing."""
-    from simcluster.launcher.engines import docker as engine
-    from simcluster.launcher.engines.compose_cli import compose_cli
-    from simcluster.launcher.engines.docker import LauncherError
+    from simcluster.launcher.docker.compose_cli import compose_cli
+    from simcluster.launcher.docker.client import Client, LauncherError
 
     try:
-        engine.info()  # raises LauncherError naming the fix when no engine answers
+        Client().info()  # raises LauncherError naming the fix when no daemon answers
         compose_cli()
     except LauncherError as e:
         if _missing_docker(pytestconfig) == "fail":
@@ -192,13 +191,13 @@ def _folders(path: str) -> list[str]:
 
 def _teardown(path: str) -> None:
     """Remove every container and network of the run folder's compose project(s); a missing engine is fine."""
-    from simcluster.launcher.engines.docker import PROJECT_LABEL, LauncherError
-    from simcluster.launcher.engines.docker_cluster import remove_labelled
-    from simcluster.launcher.engines.handle import Handle
+    from simcluster.launcher.docker.client import PROJECT_LABEL, Client, LauncherError
+    from simcluster.launcher.docker.cluster import remove_labelled
+    from simcluster.launcher.docker.handle import Handle
 
     for folder in _folders(path):
         try:
-            remove_labelled(f"{PROJECT_LABEL}={Handle.for_run(folder).project}")
+            remove_labelled(Client(), f"{PROJECT_LABEL}={Handle.for_run(folder).project}")
         except LauncherError:
             pass
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from simcluster.launcher.engines.base import Engine, UpOptions
 from simcluster.launcher.engines.compose import run, status
 from simcluster.launcher.engines.compose.render import render
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.job.launch import Launch
 
 
@@ -47,7 +47,7 @@ class Compose(Engine):
 
     def status(self, handle: Handle) -> int:
         """The nodes' table and how the run ended (status.py); 0."""
-        return status.status(handle)
+        return status.status(self.attach(handle), handle)
 
     def logs(self, handle: Handle, services: list[str], follow: bool = False, tail: str = "all") -> int:
         """``compose logs``; its exit code."""

@@ -106,6 +106,36 @@ def node_env(launch: Launch, k: int) -> dict[str, str]:
     return env
 
 
+def node_volumes(launch: Launch, project_dir: str, code: list) -> list:
+    """A node's bind mounts (``SRC:DST:MODE``, sources under project_dir): the run folder, the job's mounts,
+    then code (this checkout's code with --mount-code, read-only)."""
+    volumes = [f"{host_path(project_dir, launch.run_dir)}:{launch.output_dir}:rw"]
+    volumes += [f"{host_path(project_dir, m.source)}:{m.target}:{m.mode}" for m in launch.mounts]
+    return volumes + list(code)
+
+
+def node_service(launch: Launch, k: int, volumes: list, head: dict, middle: dict, tail: dict) -> dict:
+    """Node k's service, the one home of what Compose and Swarm (swarm/render.py) both write: image,
+    hostname, command, environment, volumes, the cluster network, labels (node rank, ranks, run folder);
+    each engine's own keys go at head (after the image), middle (before the labels) and tail (at the
+    end), in that order in the document."""
+    name = launch.names[k]
+    return {
+        "image": launch.node.image,
+        **head,
+        "hostname": name,
+        "command": node_command(launch, k),
+        "environment": node_env(launch, k),
+        "volumes": list(volumes),
+        "networks": [NETWORK],
+        **middle,
+        "labels": {LABEL + "node-rank": str(k),
+                   LABEL + "ranks": format_ranks(node_ranks(k, launch.nproc_per_node)),
+                   LABEL + "run-dir": launch.run_dir},
+        **tail,
+    }
+
+
 def build_compose(launch: Launch, project_dir: str) -> dict:
     """The compose document (a dict in fixed key order) of one cluster.
 
@@ -131,30 +161,15 @@ def build_compose(launch: Launch, project_dir: str) -> dict:
             **hardening(node.user),
         }
     }
-    volumes = [f"{host_path(project_dir, launch.run_dir)}:{launch.output_dir}:rw"]
-    volumes += [f"{host_path(project_dir, m.source)}:{m.target}:{m.mode}" for m in launch.mounts]
-    volumes += code_mounts
+    volumes = node_volumes(launch, project_dir, code_mounts)
     limits = {}
     if node.cpus_per_node is not None:
         limits["cpus"] = node.cpus_per_node
     if node.memory_per_node is not None:
         limits["mem_limit"] = str(node.memory_per_node).lower()
     for k, name in enumerate(launch.names):
-        services[name] = {
-            "image": node.image,
-            "pull_policy": "never",
-            "hostname": name,
-            "command": node_command(launch, k),
-            "environment": node_env(launch, k),
-            "volumes": list(volumes),
-            "networks": [NETWORK],
-            "depends_on": [RDZV_HOST],
-            "labels": {LABEL + "node-rank": str(k),
-                       LABEL + "ranks": format_ranks(node_ranks(k, launch.nproc_per_node)),
-                       LABEL + "run-dir": launch.run_dir},
-            **limits,
-            **hardening(node.user),
-        }
+        services[name] = node_service(launch, k, volumes, {"pull_policy": "never"}, {"depends_on": [RDZV_HOST]},
+                                      {**limits, **hardening(node.user)})
     return {"services": services, "networks": {NETWORK: {"internal": True}}}
 
 

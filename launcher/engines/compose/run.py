@@ -26,12 +26,12 @@ import sys
 import threading
 import time
 
-from simcluster.launcher.engines import docker as engine
 from simcluster.launcher.drills import shaping
-from simcluster.launcher.engines.compose_cli import compose
-from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.docker.compose_cli import compose
+from simcluster.launcher.docker.client import Client, LauncherError
+from simcluster.launcher.docker.container import unpause
 from simcluster.launcher.job.files import host_abspath, make_run_dir, project_dir_for, repo_path, write_atomic
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.job.launch import Launch, restart_launch
 from simcluster.launcher.container.layout import IMAGE, RDZV_HOST
 from simcluster.launcher.engines.base import UpOptions
@@ -64,10 +64,10 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
     """
     t0 = time.monotonic()
     run_dir = host_abspath(launch.run_dir)
-    target = Handle.for_run(run_dir)
-    running = {s: c.status for s, c in engine.containers(target.project).items() if c.status != "exited"}
+    handle, client = Handle.for_run(run_dir), Client()  # the simulation: containers of this machine's daemon
+    running = {s: c.status for s, c in client.containers(handle.project).items() if c.status != "exited"}
     if running:
-        raise ConfigError(f"run_dir: the cluster of {launch.run_dir} (project {target.project}) is still up "
+        raise ConfigError(f"run_dir: the cluster of {launch.run_dir} (project {handle.project}) is still up "
                           f"({', '.join(f'{s} {st}' for s, st in sorted(running.items()))}); stop it with "
                           f"`python -m launcher down --run-dir {launch.run_dir}` or pass another --run-dir")
     if launch.node.image == IMAGE:
@@ -76,7 +76,7 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
     check_image(launch)
     make_run_dir(run_dir, launch.node.user, launch.record())
     print(f"launcher: {launch.layout}; "
-          f"run folder {launch.run_dir}; project {target.project}", flush=True)
+          f"run folder {launch.run_dir}; project {handle.project}", flush=True)
     if threading.current_thread() is threading.main_thread():  # the API may run `up` in another thread
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also stops the cluster
     attempt_launch, code = launch, 1
@@ -87,19 +87,20 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
                      "the trainer resumes with --resume auto (the newest complete checkpoint, or from the start)")
             print(f"launcher: restart {attempt}/{opts.max_restarts} after {time.monotonic() - t0:.1f}s: whole "
                   f"cluster, fresh rendezvous; {where}", flush=True)
-        write_atomic(target.file, render(attempt_launch, command, repo_path(target.file),
-                                         project_dir_for(target.file)))
-        code, codes = _attempt(attempt_launch, target, run_dir, opts, t0)
+        write_atomic(handle.file, render(attempt_launch, command, repo_path(handle.file),
+                                         project_dir_for(handle.file)))
+        code, codes = _attempt(client, attempt_launch, handle, run_dir, opts, t0)
         timed_out = opts.wall_timeout_s is not None and time.monotonic() - t0 >= opts.wall_timeout_s
         final = code in (0, 130) or attempt == opts.max_restarts or any(c == 2 for c in codes.values()) or timed_out
         if code != 130 and not (final and opts.keep):  # exit 2: a configuration error, a restart would fail alike
-            _force_down(target, capture_output=True)
+            _force_down(client, handle, capture_output=True)
         if final:
             return code
     return code
 
 
-def _attempt(launch: Launch, target: Handle, run_dir: str, opts: UpOptions, t0: float) -> tuple[int, dict]:
+def _attempt(client: Client, launch: Launch, handle: Handle, run_dir: str, opts: UpOptions,
+             t0: float) -> tuple[int, dict]:
     """One start of the cluster, to the summary; returns (exit code, service -> exit code)."""
     stream = open_stream(launch, run_dir, opts)
     start_late = dict(opts.start_late)
@@ -107,25 +108,25 @@ def _attempt(launch: Launch, target: Handle, run_dir: str, opts: UpOptions, t0: 
         first = [s for s in [RDZV_HOST, *launch.names] if s not in start_late]
         since = time.time()
         shaping.clear(run_dir)
-        compose(target.project, target.file, "up", "-d", *(first if start_late else []), check=True,
+        compose(handle.project, handle.file, "up", "-d", *(first if start_late else []), check=True,
                 capture_output=opts.quiet)  # --quiet: compose's own lines only in an error
         if launch.node.inter_node_bandwidth:  # the nodes wait for their marker before starting ranks
-            shaping.apply(launch, engine.containers(target.project), run_dir, stream.show)
-        return follow_and_summarise(stream, launch, target, engine.containers(target.project), run_dir, since, t0,
-                                    opts)
+            shaping.apply(client, launch, client.containers(handle.project), run_dir, stream.show)
+        return follow_and_summarise(client, stream, launch, handle, client.containers(handle.project), run_dir, since,
+                                    t0, opts)
     except KeyboardInterrupt:
         print("\nlauncher: interrupted; stopping the cluster", file=sys.stderr, flush=True)
-        kill_all(target)
-        _force_down(target, capture_output=True)
+        kill_all(client, handle)
+        _force_down(client, handle, capture_output=True)
         return 130, {}
     except LauncherError:
-        _force_down(target)
+        _force_down(client, handle)
         raise
 
 
-def _force_down(target: Handle, **kwargs) -> None:
+def _force_down(client: Client, handle: Handle, **kwargs) -> None:
     """``compose down``, unpausing frozen containers first (compose cannot stop a paused one)."""
-    for c in engine.containers(target.project).values():
+    for c in client.containers(handle.project).values():
         if c.status == "paused":
-            engine.unpause(c)
-    compose(target.project, target.file, "down", "--remove-orphans", "-t", "5", **kwargs)
+            unpause(c)
+    compose(handle.project, handle.file, "down", "--remove-orphans", "-t", "5", **kwargs)

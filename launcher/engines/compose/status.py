@@ -13,9 +13,9 @@ import time
 from datetime import datetime
 
 from simcluster.launcher.container.layout import LABEL, RDZV_HOST
-from simcluster.launcher.engines import docker as engine
-from simcluster.launcher.engines.compose_cli import compose
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.client import Client
+from simcluster.launcher.docker.compose_cli import compose
+from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.job.files import repo_path
 from simcluster.train.rundir import last_step
 from simcluster.train.runlog import last_summary
@@ -44,16 +44,16 @@ def _finished(container) -> float | None:
     return t if t > 0 else None  # an unstarted container's FinishedAt is year 1
 
 
-def ended_text(target: Handle, found: dict) -> str | None:
+def ended_text(handle: Handle, found: dict) -> str | None:
     """How the run ended, or None while any of its containers is not exited: every container
     exited (their exit codes, when the last one ended), or none is left (when RUN_DIR/cluster.log
     was last written and its summary line)."""
-    log = f"{repo_path(target.run_dir)}/cluster.log" if target.run_dir else "RUN_DIR/cluster.log"
+    log = f"{repo_path(handle.run_dir)}/cluster.log" if handle.run_dir else "RUN_DIR/cluster.log"
     if not found:
-        ended = last_summary(target.run_dir)
+        ended = last_summary(handle.run_dir)
         if ended is None:
-            return (f"not running: no container of project {target.project} exists and there is no {log}; start the "
-                    f"run with `python -m launcher up --run-dir {repo_path(target.run_dir) if target.run_dir else 'DIR'}"
+            return (f"not running: no container of project {handle.project} exists and there is no {log}; start the "
+                    f"run with `python -m launcher up --run-dir {repo_path(handle.run_dir) if handle.run_dir else 'DIR'}"
                     f" ...`")
         t, summary = ended
         how = f" ({summary.strip('= ').replace('summary: ', 'summary ')})" if summary else ""
@@ -67,12 +67,12 @@ def ended_text(target: Handle, found: dict) -> str | None:
             f"summary, `python -m launcher down` removes them")
 
 
-def status(target: Handle) -> int:
+def status(client: Client, handle: Handle) -> int:
     """Print a table node / ranks / state / last step from the containers' labels (an exited
     container's state with its exit code), then how the run ended when it has (ended_text); exit 0."""
-    found = engine.containers(target.project)
-    target = target.with_labels(found)
-    step = last_step(target.run_dir)
+    found = client.containers(handle.project)
+    handle = handle.with_labels(found)
+    step = last_step(handle.run_dir)
     step = "-" if step is None else str(step)
 
     def state(c) -> str:
@@ -86,22 +86,22 @@ def status(target: Handle) -> int:
     rdzv = found.get(RDZV_HOST)
     rows.append((RDZV_HOST, "-", state(rdzv) if rdzv else "not created", "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    print(f"project {target.project}  file {os.path.relpath(target.file)}  run folder {target.run_dir or '?'}")
+    print(f"project {handle.project}  file {os.path.relpath(handle.file)}  run folder {handle.run_dir or '?'}")
     if found:
         for r in rows:
             print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
-    ended = ended_text(target, found)
+    ended = ended_text(handle, found)
     if ended:
         print(ended)
     return 0
 
 
-def logs(target: Handle, services: list[str], follow: bool = False, tail: str = "all") -> int:
-    """``compose logs`` of the target; returns its exit code."""
-    return compose(target.project, target.file, "logs", "--no-color", "--tail", str(tail),
+def logs(handle: Handle, services: list[str], follow: bool = False, tail: str = "all") -> int:
+    """``compose logs`` of the handle; returns its exit code."""
+    return compose(handle.project, handle.file, "logs", "--no-color", "--tail", str(tail),
                    *(["--follow"] if follow else []), *services).returncode
 
 
-def down(target: Handle) -> int:
-    """``compose down`` of the target (containers + network); returns its exit code."""
-    return compose(target.project, target.file, "down", "--remove-orphans").returncode
+def down(handle: Handle) -> int:
+    """``compose down`` of the handle (containers + network); returns its exit code."""
+    return compose(handle.project, handle.file, "down", "--remove-orphans").returncode

@@ -23,11 +23,12 @@ import os
 import secrets
 import time
 
-from simcluster.launcher.engines import docker as engine
-from simcluster.launcher.engines import docker_images as images
+from simcluster.launcher.docker.client import Client
+from simcluster.launcher.docker.container import exec_in, remove
+from simcluster.launcher.docker import images
 from simcluster.launcher.engines.deps_image import with_image
-from simcluster.launcher.engines import docker_cluster as cluster
-from simcluster.launcher.engines.docker import LauncherError
+from simcluster.launcher.docker import cluster
+from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.job.files import IMAGES, code_sources, host_abspath, make_run_dir
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import IMAGE as TRAINER_IMAGE, IMAGE_USER, LABEL
@@ -70,7 +71,7 @@ def ensure_image(base: str = TRAINER_IMAGE) -> str:
 
 
 def _exec(container, cmd: list[str], user: str = "root", workdir: str | None = None) -> tuple[int, str]:
-    return engine.exec_in(container, cmd, user, workdir)
+    return exec_in(container, cmd, user, workdir)
 
 
 def _job_fields(text: str) -> dict[str, str]:
@@ -122,8 +123,9 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
             volumes[host_abspath(m.source)] = {"bind": m.source if os.path.isabs(m.source) else f"{WORK}/{m.source}",
                                                "mode": "ro"}
     tag = f"sc-slurm-{launch.run_name}".lower()
+    client = Client()  # the controller and the slurmd nodes: containers of this machine's daemon
     t0 = time.monotonic()
-    cluster.create_network(tag, labels={SLURM_LABEL: tag})
+    cluster.create_network(client, tag, labels={SLURM_LABEL: tag})
     made = []
     try:
         limits = {}
@@ -132,23 +134,23 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
         if launch.node.memory_per_node:
             limits["mem_limit"] = launch.node.memory_per_node
         for name, role in [(CONTROLLER, "slurmctld"), *[(n, "slurmd") for n in launch.names]]:
-            made.append(engine.run_container(image, [role], name=f"{tag}-{name}", hostname=name, network=tag,
+            made.append(client.run_container(image, [role], name=f"{tag}-{name}", hostname=name, network=tag,
                                              volumes=volumes, labels={SLURM_LABEL: tag},
                                              environment={"OMP_NUM_THREADS": "1"},
                                              **(limits if role == "slurmd" else {})))
         ctl = made[0]
         for c in made:  # the short names resolve on the network
-            cluster.attach(tag, c, [c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])
+            cluster.attach(client, tag, c, [c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])
         stream = open_stream(launch, run_dir, opts)
         stream.per_rank = False  # one output file of the batch job, without rank prefixes
         return _run_job(ctl, launch, job_run, run_dir, t0, timeout_s, stream)
     finally:
         for c in made:
             try:
-                engine.remove(c)
+                remove(c)
             except LauncherError:  # best effort teardown, go on with the rest
                 pass
-        cluster.remove_network(tag)
+        cluster.remove_network(client, tag)
 
 
 def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout_s: float, stream) -> int:

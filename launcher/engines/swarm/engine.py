@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import posixpath
 
-from simcluster.launcher.engines import docker as engine
-from simcluster.launcher.engines import docker_cluster as cluster
+from simcluster.launcher.docker import cluster
+from simcluster.launcher.docker.client import Client, LauncherError
+from simcluster.launcher.docker.container import log_text
 from simcluster.launcher.engines.base import Engine, UpOptions
 from simcluster.launcher.engines.checks import has_registry
-from simcluster.launcher.engines.compose_cli import stack_cli
-from simcluster.launcher.engines.handle import Handle
-from simcluster.launcher.engines.swarm import hosts, render, rehearse, run
+from simcluster.launcher.docker.compose_cli import stack_cli
+from simcluster.launcher.docker.handle import Handle
+from simcluster.launcher.engines.swarm import hosts as rehearsal
+from simcluster.launcher.engines.swarm import render, rehearse, run
 from simcluster.launcher.job.files import project_dir_for
 from simcluster.launcher.job.launch import Launch
 from simcluster.train.errors import ConfigError
@@ -84,20 +86,38 @@ class Swarm(Engine):
         """A swarm stack's handle (RUN_DIR/stack.yml)."""
         return handle.stack
 
-    def _live(self, handle: Handle, command: str) -> None:
-        """Directs the launcher at the run's rehearsal hosts when it had some (rehearse.attach).
+    def attach(self, handle: Handle) -> Client:
+        """The Docker client of the run's rehearsal hosts still up when it had some (rehearse.attach), else this
+        machine's daemon.
+
+        Raises:
+            ConfigError: the run had hosts and none is up.
+        """
+        return (rehearse.attach(handle.run_dir) if handle.run_dir else None) or Client()
+
+    def hosts(self, run_dir: str) -> rehearsal.Rehearsal | None:
+        """The run's rehearsal hosts (RUN_DIR/hosts.json, hosts.read), or None.
+
+        Raises:
+            ConfigError: the record is not what `up --hosts` writes.
+        """
+        return rehearsal.read(run_dir)
+
+    def _live(self, handle: Handle, command: str) -> Client:
+        """The Docker client of the stack (attach), while it is up.
 
         Raises ConfigError: the stack is not up (`up` removes it when it ends), naming the stack commands."""
-        rehearse.attach(handle.run_dir)
+        client = self.attach(handle)
         try:
-            up = bool(cluster.stack_tasks(handle.project))
-        except engine.LauncherError:
+            up = bool(cluster.stack_tasks(client, handle.project))
+        except LauncherError:
             up = False
         if not up:
             raise ConfigError(f"{handle.run_dir}: a swarm run (stack {handle.project}, removed when its `up` ends) "
                               f"that is not up; `{command}` acts on a stack still up; use docker stack ps "
                               f"{handle.project}, docker service logs {handle.project}_node-0, docker stack rm "
                               f"{handle.project}")
+        return client
 
     def status(self, handle: Handle) -> int:
         """``docker stack ps`` of the stack; its exit code.
@@ -105,8 +125,8 @@ class Swarm(Engine):
         Raises:
             ConfigError: the stack is not up.
         """
-        self._live(handle, "status")
-        proc = stack_cli("ps", handle.project, check=False)
+        client = self._live(handle, "status")
+        proc = stack_cli(client, "ps", handle.project, check=False)
         print((proc.stdout or proc.stderr).rstrip())
         return proc.returncode
 
@@ -116,13 +136,13 @@ class Swarm(Engine):
         Raises:
             ConfigError: the stack is not up, or --follow (name the stack's own command).
         """
-        self._live(handle, "logs")
+        client = self._live(handle, "logs")
         if follow:
             raise ConfigError(f"logs --follow: a swarm stack's log is followed with docker service logs --follow "
                               f"{handle.project}_SERVICE (e.g. {handle.project}_node-0)")
-        for service, container in sorted(engine.containers(handle.project, stack=True).items()):
+        for service, container in sorted(self.nodes(handle, client).items()):
             if not services or service in services:
-                for line in engine.log_text(container, tail if tail == "all" else int(tail)).splitlines():
+                for line in log_text(container, tail if tail == "all" else int(tail)).splitlines():
                     print(f"{service} | {line}")
         return 0
 
@@ -133,14 +153,13 @@ class Swarm(Engine):
         Raises:
             ConfigError: the stack is not up (and no hosts of the run are).
         """
-        if hosts.read(handle.run_dir) is not None:
+        if rehearsal.read(handle.run_dir) is not None:
             try:
-                if rehearse.attach(handle.run_dir) and cluster.stack_tasks(handle.project):
-                    run.remove_stack(handle.project)
+                client = rehearse.attach(handle.run_dir)
+                if client and cluster.stack_tasks(client, handle.project):
+                    run.remove_stack(client, handle.project)
             finally:
-                engine.use_hosts([])
-                hosts.take_down(print)
+                rehearsal.take_down(print)
             return 0
-        self._live(handle, "down")
-        run.remove_stack(handle.project)
+        run.remove_stack(self._live(handle, "down"), handle.project)
         return 0

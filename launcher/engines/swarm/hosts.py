@@ -2,7 +2,7 @@
 
     python -m launcher up --target swarm --hosts 2 --mesh 2x1x1 --model tiny --steps 3
 
-``bring_up`` makes what a user has on real machines, here (engines/docker_hosts.py does the SDK calls):
+``bring_up`` makes what a user has on real machines, here (launcher/docker/hosts.py does the SDK calls):
   1. hosts host-0 .. host-N-1, each a Docker engine (images/host, built offline from Debian's
      docker.io when missing) in a container on the private bridge ``simcluster-hosts``;
   2. one swarm: host-0 is the manager (``swarm init --advertise-addr`` its address there), the
@@ -26,8 +26,9 @@ import threading
 import time
 from dataclasses import dataclass
 
-from simcluster.launcher.engines import docker_hosts as dh
-from simcluster.launcher.engines import docker_images as images
+from simcluster.launcher.docker import hosts as dh
+from simcluster.launcher.docker import images
+from simcluster.launcher.docker.hosts import HOSTS_FILE
 from simcluster.launcher.engines.checks import has_registry
 from simcluster.launcher.job import files
 from simcluster.launcher.job.launch import Launch
@@ -35,7 +36,6 @@ from simcluster.launcher.drills.shaping import tbf_command
 from simcluster.train.errors import ConfigError
 from simcluster.train.layout import host_names
 
-HOSTS_FILE = "hosts.json"  # RUN_DIR/hosts.json: the rehearsal's hosts, their engines and the registry
 REGISTRY = f"host-0:{dh.REGISTRY_PORT}"  # how the hosts name the registry (host-0's name on the bridge)
 ENGINE_TIMEOUT_S = 60.0  # each host's engine answers by then
 
@@ -53,6 +53,11 @@ class Rehearsal:
     @property
     def names(self) -> list[str]:
         return [name for name, _ in self.hosts]
+
+    @property
+    def record(self) -> str:
+        """RUN_DIR/hosts.json, this record's file (written as the run starts)."""
+        return os.path.join(self.run_dir, HOSTS_FILE)
 
 
 def hosted_image(image: str) -> str:
@@ -100,7 +105,7 @@ def _reuse(up: dict, launch: Launch, show) -> Rehearsal:
                           f"storage is {', '.join(mounted)}); use a run folder beside {owner}, or {down}")
     t0 = time.monotonic()
     urls = {n: f"tcp://127.0.0.1:{dh.published(up[n], dh.API_PORT)}" for n in names}
-    clients = {n: dh.wait_engine(urls[n], up[n], ENGINE_TIMEOUT_S) for n in names}
+    clients = {n: dh.wait_daemon(urls[n], up[n], ENGINE_TIMEOUT_S) for n in names}
     reh = Rehearsal(files.host_abspath(launch.run_dir), tuple((n, urls[n]) for n in names),
                     f"127.0.0.1:{dh.published(up[names[0]], dh.REGISTRY_PORT)}")
     show(f"launcher | reusing hosts {', '.join(names)} of {owner} (kept by up --keep)")
@@ -121,7 +126,7 @@ def bring_up(launch: Launch, show) -> Rehearsal:
     """
     t0 = time.monotonic()
     run_dir = files.host_abspath(launch.run_dir)
-    os.makedirs(run_dir, exist_ok=True)
+    files.make_run_dir(run_dir, launch.node.user)  # the containers' user's while it is empty: hosts.json goes in next
     if up := dh.host_containers():
         return _reuse(up, launch, show)
     _ensure_host_image(show)
@@ -134,7 +139,7 @@ def bring_up(launch: Launch, show) -> Rehearsal:
         registry = f"127.0.0.1:{dh.published(started[names[0]], dh.REGISTRY_PORT)}"
         push = _Push(launch.node.image, registry)  # the registry answers before host-0's engine: push meanwhile
         urls = {n: f"tcp://127.0.0.1:{dh.published(c, dh.API_PORT)}" for n, c in started.items()}
-        clients = {n: dh.wait_engine(urls[n], started[n], ENGINE_TIMEOUT_S) for n in names}
+        clients = {n: dh.wait_daemon(urls[n], started[n], ENGINE_TIMEOUT_S) for n in names}
         for c in clients.values():
             dh.prune(c)
         dh.make_swarm(clients[names[0]], dh.address(started[names[0]]), [clients[n] for n in names[1:]])
@@ -182,12 +187,12 @@ def _distribute(image: str, reh: Rehearsal, clients: dict, show, push: _Push | N
     push = push or _Push(image, reh.registry)
     pushed = push.join()
     t0 = time.monotonic()
-    target = hosted_image(image)
+    hosted = hosted_image(image)
     errors: list[BaseException] = []
 
     def pull(c) -> None:
         try:
-            dh.pull(c, target)
+            dh.pull(c, hosted)
         except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
             errors.append(e)
 
@@ -198,7 +203,7 @@ def _distribute(image: str, reh: Rehearsal, clients: dict, show, push: _Push | N
         t.join()
     if errors:
         raise errors[0]
-    show(f"launcher | {target}: pushed to host-0's registry in {pushed:.1f}s, pulled by every host in "
+    show(f"launcher | {hosted}: pushed to host-0's registry in {pushed:.1f}s, pulled by every host in "
          f"{time.monotonic() - t0:.1f}s")
 
 

@@ -45,8 +45,7 @@ from simcluster.launcher.job import files
 from simcluster.launcher.job.files import repo_path
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import LABEL, NETWORK, RDZV_HOST
-from simcluster.train.layout import format_ranks, node_ranks
-from simcluster.launcher.engines.compose.render import host_path, node_command, node_env, rendezvous_command
+from simcluster.launcher.engines.compose.render import host_path, node_service, node_volumes, rendezvous_command
 from simcluster.launcher.engines.document import HEADER, dump_services, gpus_per_node, hardening
 
 VERSION = "3.8"  # the stack file format (endpoint_mode needs 3.3, tmpfs mounts 3.6)
@@ -55,7 +54,7 @@ GPU_KIND = "NVIDIA-GPU"  # --device cuda: the generic resource a GPU host advert
 
 def stack_name(launch: Launch) -> str:
     """The stack's name: ``sc-swarm-<run name>`` (services ``sc-swarm-mesh-2x2x2_node-0``, ...)."""
-    from simcluster.launcher.engines.handle import Handle
+    from simcluster.launcher.docker.handle import Handle
 
     return Handle.for_stack(launch.run_name).project
 
@@ -111,23 +110,10 @@ def build(launch: Launch, project_dir: str) -> dict:
             "deploy": _deploy(launch, node=False),
         }
     }
-    volumes = [f"{host_path(project_dir, launch.run_dir)}:{launch.output_dir}:rw"]
-    volumes += [f"{host_path(project_dir, m.source)}:{m.target}:{m.mode}" for m in launch.mounts]
-    volumes += [*code, TMP]
+    volumes = node_volumes(launch, project_dir, [*code, TMP])
     for k, name in enumerate(launch.names):
-        services[name] = {
-            "image": node.image,
-            "hostname": name,
-            "command": node_command(launch, k),
-            "environment": node_env(launch, k),
-            "volumes": list(volumes),
-            "networks": [NETWORK],
-            "labels": {LABEL + "node-rank": str(k),
-                       LABEL + "ranks": format_ranks(node_ranks(k, launch.nproc_per_node)),
-                       LABEL + "run-dir": launch.run_dir},
-            **_hardening(node.user),
-            "deploy": _deploy(launch, node=True, k=k),
-        }
+        services[name] = node_service(launch, k, volumes, {}, {},
+                                      {**_hardening(node.user), "deploy": _deploy(launch, node=True, k=k)})
     network = {"driver": "overlay", "internal": True, "attachable": True}
     return {"version": VERSION, "services": services, "networks": {NETWORK: network}}
 

@@ -23,12 +23,11 @@ import signal
 import sys
 import time
 
-from simcluster.launcher.engines import docker as engine
-from simcluster.launcher.engines import docker_cluster as cluster
-from simcluster.launcher.engines.compose_cli import stack_cli
-from simcluster.launcher.engines.docker import STACK_LABEL, LauncherError
+from simcluster.launcher.docker import cluster
+from simcluster.launcher.docker.compose_cli import stack_cli
+from simcluster.launcher.docker.client import STACK_LABEL, Client, LauncherError
 from simcluster.launcher.job.files import ROOT, make_run_dir, write_atomic
-from simcluster.launcher.engines.handle import Handle
+from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import IMAGE
 from simcluster.launcher.engines.base import UpOptions
@@ -45,8 +44,8 @@ START_TIMEOUT_S = 120.0  # every task has a container by then, or the run fails 
 GONE_TIMEOUT_S = 60.0  # `docker stack rm` is asynchronous: wait this long for containers and network
 
 
-def swarm_info() -> dict:
-    """The engine's ``Swarm`` facts (LocalNodeState, ControlAvailable, Nodes, Error).
+def swarm_info(client: Client) -> dict:
+    """The daemon's ``Swarm`` facts (LocalNodeState, ControlAvailable, Nodes, Error).
 
     Raises:
         ConfigError: no docker CLI, no engine answers, or the engine has no swarm mode.
@@ -55,7 +54,7 @@ def swarm_info() -> dict:
         raise ConfigError("--target swarm: `docker stack deploy` needs the docker CLI, which is not on PATH; install "
                           "it (Debian: apt-get install docker.io) or use --target compose")
     try:
-        info = engine.info()
+        info = client.info()
     except LauncherError as e:
         raise ConfigError(f"--target swarm: {e}") from None
     sw = info.get("Swarm")
@@ -78,14 +77,14 @@ def check_swarm_image(launch: Launch, swarm_nodes: int) -> None:
             "generated stack: python -m launcher generate --target swarm, then docker stack deploy")
 
 
-def check_engine(launch: Launch, stack: str) -> dict:
+def check_engine(client: Client, launch: Launch, stack: str) -> dict:
     """Everything `up --target swarm` needs before it starts anything; returns swarm_info().
 
     Raises:
         ConfigError: a missing or unusable engine, a worker node, a swarm node in a bad state, a
             local image on a multi-node swarm, or this run folder's stack still up.
     """
-    sw = swarm_info()
+    sw = swarm_info(client)
     state = sw["LocalNodeState"]
     if state not in ("inactive", "active"):
         raise ConfigError(f"--target swarm: this engine's swarm state is {state!r} ({sw.get('Error') or 'no error'}); "
@@ -95,7 +94,7 @@ def check_engine(launch: Launch, stack: str) -> dict:
         raise ConfigError("--target swarm: this engine is a swarm worker, and stacks are deployed from a manager; "
                           "run there (`docker node ls` lists them), or `docker swarm leave` here for a one-node swarm")
     check_swarm_image(launch, int(sw.get("Nodes") or 1) if state == "active" else 1)
-    if state == "active" and cluster.stack_tasks(stack):
+    if state == "active" and cluster.stack_tasks(client, stack):
         raise ConfigError(f"run_dir: the stack of {launch.run_dir} ({stack}) is still up; remove it with "
                           f"`docker stack rm {stack}` or pass another --run-dir")
     return sw
@@ -109,56 +108,59 @@ UNSUPPORTED = {  # `up` options only the Compose engine implements, with what to
 }
 
 
-def up(launch: Launch, command: str, opts: UpOptions, hosted: bool = False) -> int:
+def up(launch: Launch, command: str, opts: UpOptions, client: Client | None = None) -> int:
     """Deploy, follow, summarise, remove (see the module docstring); returns the exit code.
 
-    hosted: on rehearsal hosts (swarm/rehearse.py), which hold launch's image already; with opts.keep
-    the stack is then left for status, logs and down.
+    client: the rehearsal hosts' Docker client (swarm/rehearse.py), whose hosts hold launch's image
+    already; with opts.keep the stack is then left for status, logs and down. None: this machine's
+    daemon (the image made here first).
 
     Raises:
         ConfigError: see check_engine(); the image probe (engines/image.py check_image).
         LauncherError: the engine failed, or a task did not start (the stack is removed first).
     """
     t0 = time.monotonic()
-    target = Handle.for_stack(launch.run_dir)
-    sw = check_engine(launch, target.project)
+    hosted = client is not None
+    client = client or Client()
+    handle = Handle.for_stack(launch.run_dir)
+    sw = check_engine(client, launch, handle.project)
     if not hosted:
         launch = prepare_image(launch)
-    run_dir = target.run_dir
+    run_dir = handle.run_dir
     make_run_dir(run_dir, launch.node.user, launch.record())
-    write_atomic(target.file, swarm.render(launch, command, target.file, ROOT))
-    made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", cluster.network(GWBRIDGE) is not None
+    write_atomic(handle.file, swarm.render(launch, command, handle.file, ROOT))
+    made_swarm, had_gwbridge = sw["LocalNodeState"] == "inactive", cluster.network(client, GWBRIDGE) is not None
     print(f"launcher: {launch.layout}; run folder "
-          f"{launch.run_dir}; swarm stack {target.project} ({os.path.relpath(target.file)})", flush=True)
+          f"{launch.run_dir}; swarm stack {handle.project} ({os.path.relpath(handle.file)})", flush=True)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM also removes the stack
     stream = open_stream(launch, run_dir, opts)
     inited, code = False, 1
     try:
         if made_swarm:
             try:
-                cluster.swarm_init(ADVERTISE_ADDR)
+                cluster.swarm_init(client, ADVERTISE_ADDR)
             except LauncherError as e:
                 raise ConfigError(f"--target swarm: {e}; fix the engine or use --target compose") from None
             inited = True
             stream.show(f"launcher: made a one-node swarm (advertise {ADVERTISE_ADDR}); it is left at the end")
         since = time.time()
-        stack_cli("deploy", "--resolve-image", "never", "-c", target.file, target.project)
-        found = _task_containers(target.project, ["rendezvous", *launch.names])
+        stack_cli(client, "deploy", "--resolve-image", "never", "-c", handle.file, handle.project)
+        found = _task_containers(client, handle.project, ["rendezvous", *launch.names])
         stream.show(f"launcher: stack deployed, {len(found)} tasks started after {time.monotonic() - t0:.1f}s")
-        code, _ = follow_and_summarise(stream, launch, target, found, run_dir, since, t0, opts)
+        code, _ = follow_and_summarise(client, stream, launch, handle, found, run_dir, since, t0, opts)
     except KeyboardInterrupt:
         print("\nlauncher: interrupted; removing the stack", file=sys.stderr, flush=True)
-        kill_all(target)  # at once, then the stack
+        kill_all(client, handle)  # at once, then the stack
         code = 130
     finally:
         kept = hosted and opts.keep
         if (inited or sw["LocalNodeState"] == "active") and not kept:
-            remove_stack(target.project)
+            remove_stack(client, handle.project)
         if inited:
-            cluster.swarm_leave()
+            cluster.swarm_leave(client)
             if not had_gwbridge:
-                cluster.remove_network(GWBRIDGE)
-        print(f"launcher: stack {target.project} " + ("kept (--keep)" if kept else "removed")
+                cluster.remove_network(client, GWBRIDGE)
+        print(f"launcher: stack {handle.project} " + ("kept (--keep)" if kept else "removed")
               + ("; swarm left, as found" if inited else "") + f" ({time.monotonic() - t0:.1f}s)", flush=True)
     return code
 
@@ -177,7 +179,7 @@ def prepare_image(launch: Launch) -> Launch:
     return launch
 
 
-def _task_containers(stack: str, services: list[str], timeout_s: float = START_TIMEOUT_S) -> dict:
+def _task_containers(client: Client, stack: str, services: list[str], timeout_s: float = START_TIMEOUT_S) -> dict:
     """service -> the container of its task, once every service's task has one.
 
     Raises:
@@ -187,7 +189,7 @@ def _task_containers(stack: str, services: list[str], timeout_s: float = START_T
     deadline = time.monotonic() + timeout_s
     while True:
         found, states, problems = {}, {}, []
-        for name, tasks in cluster.stack_tasks(stack).items():
+        for name, tasks in cluster.stack_tasks(client, stack).items():
             if not tasks:
                 continue
             status = tasks[-1]["Status"]
@@ -196,7 +198,7 @@ def _task_containers(stack: str, services: list[str], timeout_s: float = START_T
             if status["State"] in ("rejected", "failed") and not cid:
                 problems.append(f"{name}: task {status['State']}: {status.get('Err') or status.get('Message')}")
             elif cid and status["State"] not in ("new", "pending", "assigned", "accepted", "preparing"):
-                container = engine.container_by_id(cid)
+                container = client.container_by_id(cid)
                 if container is not None:
                     found[name] = container
         if problems:
@@ -209,14 +211,14 @@ def _task_containers(stack: str, services: list[str], timeout_s: float = START_T
         time.sleep(0.3)
 
 
-def remove_stack(stack: str, timeout_s: float = GONE_TIMEOUT_S) -> None:
+def remove_stack(client: Client, stack: str, timeout_s: float = GONE_TIMEOUT_S) -> None:
     """``docker stack rm``, then wait until its task containers and network are gone (removing
     what is left after timeout_s)."""
-    stack_cli("rm", stack, check=False)
+    stack_cli(client, "rm", stack, check=False)
     label = f"{STACK_LABEL}={stack}"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not any(cluster.labelled(label)):
+        if not any(cluster.labelled(client, label)):
             return
         time.sleep(0.5)
-    cluster.remove_labelled(label)
+    cluster.remove_labelled(client, label)

@@ -1,7 +1,7 @@
 """What ``status``, ``logs``, ``down`` and ``chaos`` act on: a compose file, its project name and
 its host run folder (or a swarm stack's file and name: ``chaos`` only).
 
-    python -c "from simcluster.launcher.target import Handle; print(Handle.for_run('runs/mesh-2x2x2'))"
+    python -c "from simcluster.launcher.docker.handle import Handle; print(Handle.for_run('runs/mesh-2x2x2'))"
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class Handle:
 
     @classmethod
     def for_run(cls, run_dir: str) -> "Handle":
-        """The target of a ``launcher up`` run folder: RUN_DIR/compose.yml, project
+        """The handle of a ``launcher up`` run folder: RUN_DIR/compose.yml, project
         sc-<folder name>-<6 hex digits of the folder's absolute path>: two run folders of one name
         (a/run, b/run) are two projects, so neither `up` touches the other's containers."""
         run_dir = os.path.abspath(host_abspath(run_dir))
@@ -45,7 +45,7 @@ class Handle:
 
     @classmethod
     def for_stack(cls, run_dir: str) -> "Handle":
-        """The target of a ``launcher up --target swarm`` run folder: RUN_DIR/stack.yml, stack
+        """The handle of a ``launcher up --target swarm`` run folder: RUN_DIR/stack.yml, stack
         sc-swarm-<folder name>."""
         run_dir = os.path.abspath(host_abspath(run_dir))
         name = sanitize_project("sc-swarm-" + os.path.basename(run_dir))
@@ -76,16 +76,16 @@ class Handle:
             what = "a file, not a folder" if os.path.exists(host_abspath(run_dir)) else "no such folder"
             raise ConfigError(f"--run-dir {run_dir}: {what}; pass the run folder of a `python -m launcher up` run "
                               f"(it holds compose.yml), e.g. --run-dir runs/mesh-2x2x2, or --file COMPOSE_FILE")
-        target, stack = cls.for_run(run_dir), cls.for_stack(run_dir)
-        if os.path.isfile(stack.file) and (not os.path.isfile(target.file)
-                                           or os.path.getmtime(stack.file) > os.path.getmtime(target.file)):
+        compose, stack = cls.for_run(run_dir), cls.for_stack(run_dir)
+        if os.path.isfile(stack.file) and (not os.path.isfile(compose.file)
+                                           or os.path.getmtime(stack.file) > os.path.getmtime(compose.file)):
             return stack  # the run folder's latest `up` was a swarm stack
-        if not os.path.isfile(target.file):
+        if not os.path.isfile(compose.file):
             raise ConfigError(f"--run-dir {run_dir}: no compose.yml there (not started by `python -m launcher up`?)")
-        return target if project is None else cls(target.file, project, target.run_dir)
+        return compose if project is None else cls(compose.file, project, compose.run_dir)
 
     def with_labels(self, found: dict) -> "Handle":
-        """This target with the run folder its containers' labels name, when not known yet."""
+        """This handle with the run folder its containers' labels name, when not known yet."""
         for c in found.values():
             label = c.labels.get(LABEL + "run-dir")
             if self.run_dir is None and label:

@@ -1,9 +1,11 @@
 """Images through the Docker SDK: labels, ids, creation times, builds, the module probe, one-shot runs.
 
-    python -c "from simcluster.launcher.engines.docker_images import image_labels; print(image_labels('simcluster/trainer:latest'))"
+    python -c "from simcluster.launcher.docker.images import image_labels; print(image_labels('simcluster/trainer:latest'))"
 
-One of the three modules that touch the SDK (docker.py's docstring says which and why); callers
-get small named functions that raise LauncherError with the engine's explanation.
+Images live on this machine's daemon (``Client()``: rehearsal hosts pull theirs from host-0's
+registry, hosts.py). One of the modules of launcher/docker/ that touch the SDK (client.py's
+docstring says which and why); callers get small named functions that raise LauncherError with the
+daemon's explanation.
 """
 from __future__ import annotations
 
@@ -13,13 +15,18 @@ from datetime import datetime
 import docker
 from docker.errors import DockerException, NotFound
 
-from simcluster.launcher.engines.docker import LauncherError, client, sdk_errors
+from simcluster.launcher.docker.client import Client, LauncherError, sdk_errors
+
+
+def _here():
+    """The SDK client of this machine's daemon, where images are built and kept."""
+    return Client().sdk()
 
 
 def image_labels(image: str) -> dict[str, str] | None:
     """The image's labels ({} when it has none), or None if it does not exist."""
     try:
-        return client().images.get(image).labels or {}
+        return _here().images.get(image).labels or {}
     except NotFound:
         return None
 
@@ -27,7 +34,7 @@ def image_labels(image: str) -> dict[str, str] | None:
 def image_created(image: str) -> float | None:
     """UNIX time the image was created, or None if it does not exist."""
     try:
-        text = client().images.get(image).attrs["Created"]
+        text = _here().images.get(image).attrs["Created"]
     except NotFound:
         return None
     return datetime.fromisoformat(text[:26].rstrip("Z") + "+00:00").timestamp()
@@ -36,7 +43,7 @@ def image_created(image: str) -> float | None:
 def image_id(image: str) -> str | None:
     """The image's id (``sha256:...``), or None if it does not exist."""
     try:
-        return client().images.get(image).id
+        return _here().images.get(image).id
     except NotFound:
         return None
 
@@ -48,14 +55,14 @@ def build_image(path: str, tag: str, labels: dict[str, str] | None = None,
     if not os.path.isdir(path):  # the SDK raises TypeError then
         raise LauncherError(f"`docker build -t {tag} {path}`: no such folder")
     with sdk_errors(f"`docker build -t {tag} {path}`"):
-        client().images.build(path=path, tag=tag, rm=True, labels=labels or {}, buildargs=buildargs or {})
+        _here().images.build(path=path, tag=tag, rm=True, labels=labels or {}, buildargs=buildargs or {})
 
 
 def run_once(image: str, command: list[str]) -> str:
     """Run ``command`` in a fresh container of image, without a network, to its end; its stdout. Raises
     LauncherError: the image is missing, or the command failed (its stderr's end)."""
     try:
-        out = client().containers.run(image, command, remove=True, network_disabled=True, stdout=True, stderr=False)
+        out = _here().containers.run(image, command, remove=True, network_disabled=True, stdout=True, stderr=False)
     except docker.errors.ContainerError as e:
         text = e.stderr.decode("utf-8", "replace") if isinstance(e.stderr, bytes) else str(e.stderr or "")
         raise LauncherError(f"`{' '.join(command)}` in {image} exited {e.exit_status}: {text.strip()[-400:]}") from None
@@ -83,12 +90,12 @@ def probe_image(image: str, modules: list[str], volumes: list[str], user: str) -
     with the job's bind mounts (``SRC:DST:MODE``); None when all are found, else what is wrong.
 
     Raises:
-        LauncherError: the engine itself failed.
+        LauncherError: the daemon itself failed.
     """
     if image_created(image) is None:
         return f"image {image} not found (nothing is pulled: build it, or docker pull / docker load it first)"
     try:
-        client().containers.run(image, ["python", "-c", PROBE, *modules], remove=True, user=user,
+        _here().containers.run(image, ["python", "-c", PROBE, *modules], remove=True, user=user,
                                 network_disabled=True, volumes=volumes, stdout=True, stderr=True)
         return None
     except docker.errors.ContainerError as e:

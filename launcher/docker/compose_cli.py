@@ -1,10 +1,10 @@
 """The Docker CLIs that have no SDK: Compose (v2 ``docker compose`` or v1 ``docker-compose``) and ``docker stack``.
 
-    python -c "from simcluster.launcher.engines.compose_cli import compose_cli; print(compose_cli())"
+    python -c "from simcluster.launcher.docker.compose_cli import compose_cli; print(compose_cli())"
     SIMCLUSTER_COMPOSE=docker-compose python -m launcher status    # choose compose v1
 
 The only module that runs ``docker compose`` and ``docker stack`` (tests/test_launcher_edge.py
-test_docker_through_the_sdk_only); everything else of the engine goes through docker.py's SDK calls.
+test_docker_through_the_sdk_only); everything else of Docker goes through the SDK (client.py).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import shlex
 import shutil
 import subprocess
 
-from simcluster.launcher.engines.docker import LauncherError, cli_env
+from simcluster.launcher.docker.client import Client, LauncherError
 
 
 @functools.lru_cache(maxsize=None)
@@ -49,15 +49,15 @@ def compose(project: str, file: str, *args: str, check: bool = False, **kwargs) 
     return proc
 
 
-def stack_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``docker stack ARGS...`` (deploy, rm: the SDK has no stack API), output captured; against host-0's
-    engine while docker.use_hosts() is in force (rehearsal hosts: DOCKER_HOST, docker.cli_env()).
+def stack_cli(client: Client, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``docker stack ARGS...`` (deploy, rm: the SDK has no stack API) against client's daemon (rehearsal
+    hosts: host-0's, through DOCKER_HOST: Client.cli_env()), output captured.
 
     Raises:
         LauncherError: check is set and it exited non-zero (its output in the message).
     """
     cmd = ["docker", "stack", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=cli_env())
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=client.cli_env())
     if check and proc.returncode != 0:
         raise LauncherError(f"`{' '.join(cmd)}` failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()}")
     return proc

@@ -1,14 +1,14 @@
-"""Rehearsal hosts through the Docker SDK: Docker engines in containers of this machine's engine.
+"""Rehearsal hosts through the Docker SDK: Docker daemons in containers of this machine's daemon.
 
-    python -c "from simcluster.launcher.engines.docker_hosts import host_containers; print(host_containers())"
+    python -c "from simcluster.launcher.docker.hosts import host_containers; print(host_containers())"
 
-The third SDK module beside docker.py, docker_images.py and docker_cluster.py (tests/test_launcher_edge.py
+One of the modules of launcher/docker/, the folder that alone touches the SDK (tests/test_launcher_edge.py
 test_docker_through_the_sdk_only): each host is a container of HOST_IMAGE (images/host: Debian's
-docker.io, and docker-registry on host-0) on this machine's engine (docker.outer()), started with
-what an engine in a container needs here (../shared/notes/engines-in-containers.md: every capability
+docker.io, and docker-registry on host-0) on this machine's daemon (``Client()``), started with
+what a daemon in a container needs here (../shared/notes/engines-in-containers.md: every capability
 but SYS_RESOURCE, which this machine's bounding set lacks, so no --privileged; seccomp, AppArmor and
 the kernel's system paths unconfined; /sys/fs/cgroup read-write; /var/lib/docker on a volume of
-its own, so the inner engine uses overlay2). Its API (2375) and host-0's registry (5000) are
+its own, so the inner daemon uses overlay2). Its API (2375) and host-0's registry (5000) are
 published on 127.0.0.1 only. Every object carries HOSTS_LABEL; the volumes (each host's image cache,
 the registry's storage) outlive a rehearsal, as real hosts' disks do.
 """
@@ -20,16 +20,22 @@ import docker
 from docker.errors import APIError, DockerException, NotFound
 from requests.exceptions import RequestException
 
-from simcluster.launcher.engines.docker import HOSTS, LauncherError, client_for, outer, sdk_errors
+from simcluster.launcher.docker.client import Client, LauncherError, sdk_errors
 from simcluster.launcher.container.layout import LABEL
 from simcluster.train.errors import ConfigError
 
 HOST_IMAGE = "simcluster/host:latest"
+HOSTS_FILE = "hosts.json"  # RUN_DIR/hosts.json: the record of a run's rehearsal hosts (engines/swarm/hosts.py writes it)
 HOSTS_LABEL = LABEL + "hosts"  # on each host container and the hosts' network: the run folder's path
 API_PORT, REGISTRY_PORT = 2375, 5000
-NETWORK = "simcluster-hosts"  # the rehearsal's private network (a bridge of this machine's engine)
+NETWORK = "simcluster-hosts"  # the rehearsal's private network (a bridge of this machine's daemon)
 PRIVILEGES = dict(cap_add=["ALL"], cap_drop=["SYS_RESOURCE"], tmpfs={"/run": ""},
                   security_opt=["seccomp=unconfined", "apparmor=unconfined"])
+
+
+def _here():
+    """The SDK client of this machine's daemon, which runs the host containers."""
+    return Client().sdk()
 
 
 def start_host(name: str, run_dir: str, mounts: list[str], registry: bool):
@@ -37,9 +43,9 @@ def start_host(name: str, run_dir: str, mounts: list[str], registry: bool):
     storage: the run folder, the code, the data); host-0 (registry) also serves the registry. Returns the container.
 
     Raises:
-        ConfigError: this machine's engine cannot start an engine in a container (the capabilities, the
+        ConfigError: this machine's daemon cannot start a daemon in a container (the capabilities, the
             cgroup mount), naming what is missing.
-        LauncherError: the engine refused otherwise.
+        LauncherError: the daemon refused otherwise.
     """
     volumes = {"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "rw"},
                f"simcluster-{name}-engine": {"bind": "/var/lib/docker", "mode": "rw"}}
@@ -48,7 +54,7 @@ def start_host(name: str, run_dir: str, mounts: list[str], registry: bool):
     volumes.update({m: {"bind": m, "mode": "rw"} for m in mounts})
     ports = {f"{API_PORT}/tcp": ("127.0.0.1", None), **({f"{REGISTRY_PORT}/tcp": ("127.0.0.1", None)} if registry else {})}
     try:
-        return outer().containers.run(
+        return _here().containers.run(
             HOST_IMAGE, name=f"simcluster-{name}", hostname=name, detach=True, network=NETWORK, ports=ports,
             volumes=volumes, environment={"SIMCLUSTER_REGISTRY": "1" if registry else "0"},
             labels={HOSTS_LABEL: run_dir, HOSTS_LABEL + ".host": name}, **PRIVILEGES)
@@ -66,8 +72,8 @@ def start_host(name: str, run_dir: str, mounts: list[str], registry: bool):
 def make_network() -> None:
     """The hosts' private bridge NETWORK (made when missing; kept, as a machine room's switch)."""
     with sdk_errors(f"`docker network create {NETWORK}`"):
-        if not outer().networks.list(names=[NETWORK]):
-            outer().networks.create(NETWORK, driver="bridge", labels={HOSTS_LABEL: ""})
+        if not _here().networks.list(names=[NETWORK]):
+            _here().networks.create(NETWORK, driver="bridge", labels={HOSTS_LABEL: ""})
 
 
 def published(container, port: int) -> int:
@@ -87,8 +93,8 @@ def address(container) -> str:
         return container.attrs["NetworkSettings"]["Networks"][NETWORK]["IPAddress"]
 
 
-def wait_engine(url: str, container, timeout_s: float) -> docker.DockerClient:
-    """A client of the engine at url once it answers. Raises LauncherError: its container exited (its log's
+def wait_daemon(url: str, container, timeout_s: float) -> docker.DockerClient:
+    """A client of the daemon at url once it answers. Raises LauncherError: its container exited (its log's
     last lines in the message) or timeout_s passed."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -107,7 +113,7 @@ def wait_engine(url: str, container, timeout_s: float) -> docker.DockerClient:
 
 def make_swarm(manager: docker.DockerClient, addr: str, workers: list[docker.DockerClient]) -> None:
     """``docker swarm init --advertise-addr ADDR`` on manager, then ``docker swarm join`` each worker.
-    Raises LauncherError: an engine refused."""
+    Raises LauncherError: a daemon refused."""
     with sdk_errors(f"`docker swarm init --advertise-addr {addr}` on host-0"):
         manager.swarm.init(advertise_addr=addr, listen_addr=f"{addr}:2377")
         manager.swarm.reload()
@@ -126,32 +132,32 @@ def swarm_nodes(manager: docker.DockerClient) -> dict[str, str]:
 def push(image: str, registry: str, repo: str) -> None:
     """Tag this machine's ``image`` as ``REGISTRY/REPO`` and push it there (layers the registry has are
     skipped). Raises LauncherError: the push failed (the registry's reason)."""
-    target = f"{registry}/{repo}"
-    with sdk_errors(f"`docker push {target}`"):
-        outer().images.get(image).tag(target)
-        for line in outer().images.push(target, stream=True, decode=True):
+    ref = f"{registry}/{repo}"
+    with sdk_errors(f"`docker push {ref}`"):
+        _here().images.get(image).tag(ref)
+        for line in _here().images.push(ref, stream=True, decode=True):
             if "error" in line:
-                raise LauncherError(f"`docker push {target}` failed: {line['error']}")
+                raise LauncherError(f"`docker push {ref}` failed: {line['error']}")
 
 
-def pull(engine: docker.DockerClient, image: str) -> None:
-    """``docker pull image`` on a host's engine. Raises LauncherError: the pull failed."""
+def pull(sdk: docker.DockerClient, image: str) -> None:
+    """``docker pull image`` on a host's daemon (sdk: its SDK client). Raises LauncherError: the pull failed."""
     with sdk_errors(f"`docker pull {image}` on a rehearsal host"):
-        engine.images.pull(image)
+        sdk.images.pull(image)
 
 
-def prune(engine: docker.DockerClient) -> None:
+def prune(sdk: docker.DockerClient) -> None:
     """Remove a host's stopped containers and unused networks (left in its volume by an earlier rehearsal)."""
     with sdk_errors("pruning a rehearsal host"):
-        engine.containers.prune()
-        engine.networks.prune()
+        sdk.containers.prune()
+        sdk.networks.prune()
 
 
 def host_containers() -> dict[str, object]:
     """host name -> container of the rehearsal hosts on this machine (one rehearsal at a time: their
     HOSTS_LABEL names the run folder of the `up` that made them)."""
     with sdk_errors("listing rehearsal hosts"):
-        found = outer().containers.list(all=True, filters={"label": HOSTS_LABEL}, ignore_removed=True)
+        found = _here().containers.list(all=True, filters={"label": HOSTS_LABEL}, ignore_removed=True)
     return {c.labels.get(HOSTS_LABEL + ".host", c.name): c for c in found}
 
 
@@ -172,18 +178,18 @@ def exec_root(container, cmd: list[str]) -> str:
 
 
 def kill_host(container) -> None:
-    """``docker kill`` a host container (its engine and every task container in it die at once). Raises
-    LauncherError: the engine refused (e.g. it is not running)."""
+    """``docker kill`` a host container (its daemon and every task container in it die at once). Raises
+    LauncherError: the daemon refused (e.g. it is not running)."""
     with sdk_errors(f"`docker kill {container.name}`"):
         container.kill()
 
 
 def cut(container) -> None:
     """Disconnect a host container from NETWORK (every link to the other hosts and to this machine's
-    launcher is cut). Raises LauncherError: the engine refused."""
+    launcher is cut). Raises LauncherError: the daemon refused."""
     try:
         with sdk_errors(f"`docker network disconnect {NETWORK} {container.name}`"):
-            outer().networks.get(NETWORK).disconnect(container, force=True)
+            _here().networks.get(NETWORK).disconnect(container, force=True)
     except LauncherError:
         with sdk_errors(f"`docker inspect {container.name}`"):
             container.reload()
@@ -204,22 +210,5 @@ def remove_host(container) -> None:
 def remove_network() -> None:
     """``docker network rm`` NETWORK; gone is fine."""
     with sdk_errors(f"`docker network rm {NETWORK}`", missing_ok=True):
-        for net in outer().networks.list(names=[NETWORK]):
+        for net in _here().networks.list(names=[NETWORK]):
             net.remove()
-
-
-def silent_hosts() -> list[str]:
-    """The rehearsal hosts whose engine does not answer a ping within HOST_TIMEOUT_S (killed or cut off)."""
-    silent = []
-    for name, url in HOSTS:
-        try:
-            client_for(url).ping()
-        except (DockerException, RequestException, LauncherError):
-            silent.append(name)
-    return silent
-
-
-def host_of_container(container) -> str:
-    """The rehearsal host whose engine holds container ("" on this machine's engine)."""
-    url = getattr(container.client.api, "base_url", "")
-    return next((name for name, u in HOSTS if u.replace("tcp://", "http://") == url), "")
