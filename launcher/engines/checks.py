@@ -43,7 +43,8 @@ def refuse(engine: str, action: str, tool: str) -> ConfigError:
 def common_problems(engine, launch: Launch, local: bool) -> list[str]:
     """The rules every engine shares, read from its attributes (launcher/engines/base.py Engine):
     your code folder needs an engine that bind-mounts (Compose, Swarm), whose paths hold no ':';
-    here at most this machine's CPUs per node; an image other hosts pull names a registry."""
+    here at most this machine's CPUs per node; an image other hosts pull names a registry; --stall-s on your
+    code only where its ranks get the instruments."""
     errors = []
     if not engine.bind_mounts and launch.code_dir is not None:
         code = next(m.source for m in launch.mounts if m.target == launch.code_dir)
@@ -59,6 +60,10 @@ def common_problems(engine, launch: Launch, local: bool) -> list[str]:
     if launch.engine.hosts is not None and not engine.supports_hosts:
         errors.append(f"--hosts {launch.engine.hosts}: rehearsal hosts are a swarm of Docker engines; add --target "
                       f"swarm (--target {engine.name} runs on its own machines)")
+    if launch.train is None and launch.instruments.stall_given and not engine.instruments_user_code:
+        errors.append(f"--stall-s {launch.instruments.stall_s:g}: on the {engine.name} target your code's ranks run "
+                      f"without the instruments (no node wrapper), so nothing would watch them; drop --stall-s there "
+                      f"(the built-in trainer watches itself), or rehearse the hang with --target compose")
     pulled = engine.registry_image(launch, local)
     if pulled and pulled[1] and not has_registry(pulled[1]):
         errors.append(no_registry(pulled[0], pulled[1], f"a {engine.name} job runs on other hosts"))

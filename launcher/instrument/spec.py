@@ -42,6 +42,8 @@ class Instruments:
     cpu_bridges: register DTensor sharding strategies torch lacks on CPU (on by default).
     stall_s: seconds without progress on any rank that end the job as a hang (0: off; train/stallwatch.py).
     check_collectives: torch's TORCH_DISTRIBUTED_DEBUG=DETAIL (each collective checked across its group).
+    stall_given: --stall-s was given (not its default): an engine whose ranks get no instruments refuses
+        it (launcher/engines/checks.py) rather than ignore it; not carried into the ranks.
     """
 
     traffic: bool = False
@@ -50,6 +52,7 @@ class Instruments:
     cpu_bridges: bool = True
     stall_s: float = STALL_DEFAULT_S
     check_collectives: bool = False
+    stall_given: bool = False
 
     def env(self) -> dict[str, str]:
         """The environment variables that carry these instruments (only those not at their default)."""

@@ -56,12 +56,6 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     ok, need, fix = RULES["stall_s"]
     if not ok(cfg.stall_s):
         raise ConfigError(f"--stall-s: must be {need}, got {cfg.stall_s}; {fix}")
-    from simcluster.launcher.engines.registry import ENGINES
-
-    if req.stall_s and not ENGINES[req.target].instruments_user_code:
-        raise ConfigError(f"--stall-s {req.stall_s:g}: on the {req.target} target your code's ranks run without the "
-                          f"instruments (no node wrapper), so nothing would watch them; drop --stall-s there (the "
-                          f"built-in trainer watches itself), or rehearse the hang with --target compose")
     if errors := stall_errors(cfg):
         raise ConfigError("--" + errors[0].replace("_", "-", 1))
     last = req.total_steps or 10**7
@@ -69,7 +63,7 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     if cfg.profile_step:
         steps |= set(parse_steps(str(cfg.profile_step), last))
     return Instruments(traffic=bool(cfg.traffic), trace_steps=tuple(sorted(steps)), total_steps=req.total_steps,
-                       cpu_bridges=not req.no_cpu_bridges, stall_s=stall_limit(cfg.stall_s, cfg.timeout_s),
+                       cpu_bridges=not req.no_cpu_bridges, stall_s=stall_limit(cfg.stall_s, cfg.timeout_s), stall_given=req.stall_s is not None,
                        check_collectives=bool(cfg.check_collectives))
 
 
