@@ -51,7 +51,9 @@ def make_tracker():
         def track(self, t) -> None:
             if is_traceable_wrapper_subclass(t):
                 for name in t.__tensor_flatten__()[0]:
-                    self.track(getattr(t, name))
+                    inner = getattr(t, name, None)
+                    if isinstance(inner, torch.Tensor):
+                        self.track(inner)
                 return
             if t.device.type != "cpu" or t.is_sparse or t.is_nested:
                 return
