@@ -63,6 +63,8 @@ def install(env=os.environ) -> Clock:
             try:
                 from simcluster.launcher.instrument.gpu.install import install as simulate
                 simulate(torch, per_node, inst.gpu)
+                from simcluster.launcher.instrument.gpu.memory import peak_record
+                CLOCK.fields.append(peak_record)
             except Exception as e:  # noqa: BLE001
                 _warn("simulated GPUs", e)
         register_optimizer_step_post_hook(CLOCK.on_optimizer_step)
