@@ -62,7 +62,7 @@ def _peaks(peaks: dict) -> str:
     by: dict = {}
     for rank, mb in sorted(peaks.items()):
         by.setdefault(mb, []).append(rank)
-    return ", ".join(f"{format_ranks(ranks)} {mb} MiB" for mb, ranks in sorted(by.items(), key=lambda kv: kv[1][0]))
+    return ", ".join(f"{_spans(ranks)} {mb} MiB" for mb, ranks in sorted(by.items(), key=lambda kv: kv[1][0]))
 
 
 def _merge_trace(launch: Launch, run_dir: str) -> None:
