@@ -15,6 +15,7 @@ device, seeded at install with CUDA's fixed default seed) and the memory statist
 from __future__ import annotations
 
 import contextlib
+import types
 from dataclasses import dataclass, field
 
 from simcluster.train.plan.hardware import GPU_ALIASES, HARDWARE
@@ -190,6 +191,16 @@ def accelerator_functions(torch) -> dict:
     return acc
 
 
+def _own(fn, name: str):
+    """A function object of its own for each name it is installed under (torch.compile registers
+    its handlers by function object, once each), the same code; a class as is."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    new = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__, new.__doc__ = fn.__kwdefaults__, fn.__doc__
+    return new
+
+
 def install_device(torch, count: int, current: int, gpu: str) -> None:
     """Make ``torch.cuda`` and ``torch.accelerator`` answer as ``count`` GPUs of model ``gpu``, the
     current one ``current`` (LOCAL_RANK; torchrun's ranks start on device 0 until set_device, as on
@@ -200,12 +211,12 @@ def install_device(torch, count: int, current: int, gpu: str) -> None:
     for name, fn in functions(torch).items():
         for mod in mods:
             if mod is torch.cuda or hasattr(mod, name):
-                setattr(mod, name, fn)
+                setattr(mod, name, _own(fn, name))
     torch.cuda.nvtx.range_push = lambda msg: 0
     torch.cuda.nvtx.range_pop = lambda: 0
     torch.cuda.nvtx.mark = lambda msg: None
     torch.cuda.nvtx.range = _no_op_ctx
     for name, fn in accelerator_functions(torch).items():
-        setattr(torch.accelerator, name, fn)
+        setattr(torch.accelerator, name, _own(fn, name))
         if hasattr(torch.accelerator, "memory") and hasattr(torch.accelerator.memory, name):
-            setattr(torch.accelerator.memory, name, fn)
+            setattr(torch.accelerator.memory, name, _own(fn, name))
