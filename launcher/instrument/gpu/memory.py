@@ -1,6 +1,6 @@
 """The simulated device's memory statistics, counted from the rank's own tensors.
 
-    python -c "import torch; from simcluster.launcher.instrument.gpu.memory import Tracker; t = Tracker(); t.__enter__(); x = torch.zeros(1000); print(t.stats())"
+    python -c "import torch; from simcluster.launcher.instrument.gpu.memory import make_tracker; t = make_tracker(); t.__enter__(); x = torch.zeros(1000); t.__exit__(None, None, None); print(t.allocated, t.peak)"
 
 Method: one ``TorchDispatchMode`` (``Tracker``) sees the outputs of every aten op the rank runs
 in its main thread; each output's storage (a wrapper subclass's, as DTensor's, through its inner

@@ -1,6 +1,6 @@
 """Tensors and modules asked for the simulated GPU live on the CPU: cuda -> cpu at each door.
 
-    python -c "import torch; from simcluster.launcher.instrument.gpu.tensors import install_tensors; install_tensors(torch); print(torch.zeros(2, device='cuda').device)"
+    python -c "from simcluster.launcher.instrument.gpu.tensors import to_cpu; print(to_cpu('cuda:0'), to_cpu('meta'))"
 
 The doors (each a Python-level wrapper of torch's own function, so every thread sees it and
 torch's kernels run unchanged): the factories torch's ``with torch.device(...)`` handles
