@@ -168,6 +168,24 @@ def rank_lines(run_dir: str) -> list[tuple[int, str]]:
     return [(int(m.group(1)), m.group(2)) for line in _log_lines(run_dir) if (m := _RANK_LINE.match(line))]
 
 
+def printed_series(run_dir: str, regex: str | None = None) -> tuple[int | None, list[tuple[int, float]]]:
+    """(rank, its (step, value) pairs) of a metric the ranks printed (cluster.log): the lowest rank
+    whose lines match ``regex`` (a --metric-regex: one group, or groups step and value), by default
+    series.LOSS_REGEX (the common ways of printing a loss); (None, []) when none matches, or a match
+    is no number (train/series.py series_from_rank_lines, the one home of these rules).
+
+    Raises:
+        ValueError: regex is not a --metric-regex (series.metric_pattern's message).
+    """
+    from simcluster.train.series import metric_pattern, series_from_rank_lines
+
+    pattern = metric_pattern(regex) if regex is not None else None
+    try:
+        return series_from_rank_lines(rank_lines(run_dir), pattern)
+    except ValueError:
+        return None, []
+
+
 def log_lines(run_dir: str, node: str | None = None, rank: int | None = None) -> list[str]:
     """RUN_DIR/cluster.log's lines as `up` showed them (``node-1 r4 | text``), or only those of
     one node (its agent's and its ranks' lines), or only what one rank printed (the text, its

@@ -86,7 +86,7 @@ UP = {
     "build": Spec("bool", False, True), "keep": Spec("bool", False, True), "quiet": Spec("bool", False, True),
     "progress_every": Spec("float", 10.0, 10.0, 0, 86400, strict_lo=True),
     "max_restarts": Spec("int", 0, 1, 0, MAX_RESTARTS), "start_late": Spec("pairs", (), {"node-1": 20}),
-    "wall_timeout_s": Spec("float", None, 600.0),
+    "wall_timeout_s": Spec("float", None, 600.0), "metric_regex": Spec("str", None, r"^step (?P<step>\d+) loss (?P<value>\S+)"),
 }
 GENERATE = {"out": Spec("str", None, "compose/mesh-2x2x2.yml"), "stdout": Spec("bool", False, True)}
 # every field, in the command line's order (the header's regenerate line lists them so)
