@@ -140,11 +140,12 @@ def test_forked_ranks_draw_their_own_seeds():
      "--no-cpu-bridges: the simulated GPUs need the CPU bridges"),
     (["--script", "examples/ddp.py", "--gpu", "a100-80g", "--no-simulated-gpus", "--no-cpu-bridges"],
      "--gpu a100-80g: no effect with --no-simulated-gpus"),
+    (["--no-simulated-gpus"], "--no-simulated-gpus: an option of your own code's runs"),  # the built-in trainer
 ])
 def test_bad_gpu_options_are_refused_with_the_fix(tmp_path, args, problem):
     out = tmp_path / "c.yml"
-    proc = subprocess.run([sys.executable, "-m", "launcher", "generate", "--nodes", "1", "--nproc-per-node", "1",
-                           *args, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    layout = ["--nodes", "1", "--nproc-per-node", "1"] if "--script" in args else ["--mesh", "1x1x1"]
+    proc = subprocess.run([sys.executable, "-m", "launcher", "generate", *layout, *args, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and problem in proc.stderr and not out.exists(), proc.stderr
 
 
