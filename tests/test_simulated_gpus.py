@@ -60,9 +60,24 @@ def rank_env(**extra) -> dict:
             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **extra}
 
 
+TRITON_JIT = """class JITFunction:  # the shape of triton.runtime.jit's: kernel[grid](...) calls run
+    def __init__(self, fn):
+        self.fn = fn
+
+    def run(self, *args, grid=None, **kwargs):
+        return self.fn(*args)
+"""
+
+
 def test_a_rank_answers_as_a_gpu_of_its_node(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu_check.py")], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=180, env=rank_env(SIMCLUSTER_GPU="a100-80g", NCCL_DEBUG="INFO"))
+    jit = tmp_path / "pkgs" / "triton" / "runtime"
+    jit.mkdir(parents=True)
+    for init in (jit.parent / "__init__.py", jit / "__init__.py"):
+        init.write_text("")
+    (jit / "jit.py").write_text(TRITON_JIT)
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu_check.py"), str(tmp_path / "pkgs")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                          env=rank_env(SIMCLUSTER_GPU="a100-80g", NCCL_DEBUG="INFO"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout)
     assert (got["available"], got["count"], got["current"], got["accelerator"], got["acc_index"], got["acc_count"]) \
@@ -78,7 +93,7 @@ def test_a_rank_answers_as_a_gpu_of_its_node(tmp_path):
     assert got["autocast_dtype"] == "torch.bfloat16" and got["scaler_step"] == [pytest.approx(0.8)] * 2
     assert (got["backend"], got["mesh"]) == ("gloo", "cpu")
     for key, kernel in (("graph", "CUDA graphs (torch.cuda.CUDAGraph)"), ("scaled_mm", "torch._scaled_mm"),
-                        ("flash", "flash_attn.flash_attn_func")):
+                        ("flash", "flash_attn.flash_attn_func"), ("triton", "the Triton kernel add_kernel")):
         assert got[key].startswith(f"RuntimeError: {kernel} is a CUDA kernel") and "gpu_check.py:" in got[key] \
             and "Fix: " in got[key], got[key]
     assert "SDPA" in got["flash"] or "scaled_dot_product_attention" in got["flash"]

@@ -27,9 +27,13 @@ def backend_of(backend):
     return "gloo"
 
 
+_NOTED: list = []  # the note is printed once a process
+
+
 def _nccl_note() -> None:
     names = sorted(k for k in os.environ if k.startswith("NCCL_"))
-    if names and os.environ.get("RANK", "0") == "0":
+    if names and os.environ.get("RANK", "0") == "0" and not _NOTED:
+        _NOTED.append(names)
         print(f"[simcluster] {', '.join(names)}: no effect on the simulated GPUs (gloo carries the collectives)",
               file=sys.stderr, flush=True)
 
