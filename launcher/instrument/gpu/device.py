@@ -16,18 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from simcluster.launcher.instrument.gpu.state import STATE
 from simcluster.train.plan.hardware import GPU_ALIASES, HARDWARE
 
 CUDA_DEFAULT_SEED = 67280421310721  # c10::detail::default_rng_seed_val: a CUDA generator's seed until seeded
 DEFAULT_GPU = "h100-sxm"
-INVALID_ORDINAL = ("CUDA error: invalid device ordinal\nGPU device may be out of range, do you have enough GPUs?\n"
-                   "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
-                   "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
-                   "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
-
-
 @dataclass(frozen=True)
 class GpuModel:
     """The GPU a rank simulates: name (as ``get_device_name``), total memory (bytes), compute
@@ -68,36 +63,6 @@ class DeviceProperties:
                 f"uuid={self.uuid}, L2_cache_size={self.L2_cache_size // 2**20}MB)")
 
 
-@dataclass
-class State:
-    """This rank's simulated devices: how many, which is current, the model, current streams."""
-
-    count: int = 1
-    current: int = 0
-    model: GpuModel | None = None
-    streams: dict = field(default_factory=dict)
-    default_streams: dict = field(default_factory=dict)
-
-    def index(self, device=None, optional: bool = True) -> int:
-        """The local index ``device`` names (None, int, "cuda", "cuda:N", torch.device); torch's
-        invalid-ordinal CUDA error beyond the node's devices."""
-        if device is None or device == "cuda":
-            return self.current
-        if isinstance(device, int):
-            i = device
-        else:
-            import torch
-            d = torch.device(device)
-            if d.type != "cuda":
-                raise ValueError(f"Expected a cuda device, but got: {d}")
-            i = self.current if d.index is None else d.index
-        if not 0 <= i < self.count:
-            import torch
-            raise torch.AcceleratorError(INVALID_ORDINAL)
-        return i
-
-
-STATE = State()
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from simcluster.launcher.instrument.gpu.device import STATE
+from simcluster.launcher.instrument.gpu.state import STATE
 
 
 def backend_of(backend):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 
-from simcluster.launcher.instrument.gpu.device import STATE
+from simcluster.launcher.instrument.gpu.state import STATE
 
 LIKE = ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like")
 NEW = ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "new_empty_strided")
