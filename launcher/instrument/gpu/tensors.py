@@ -25,9 +25,11 @@ NEW = ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "new_empt
 
 
 def to_cpu(d):
-    """``d`` with a cuda device (str, torch.device) made cpu (its index checked); anything else as is."""
+    """``d`` with a cuda device (str, torch.device, or an int: a cuda index, as torch reads one) made
+    cpu (its index checked); anything else as is."""
     import torch
-    if isinstance(d, str) and d.startswith("cuda") or isinstance(d, torch.device) and d.type == "cuda":
+    if (isinstance(d, str) and d.startswith("cuda") or isinstance(d, torch.device) and d.type == "cuda"
+            or type(d) is int):
         STATE.index(d)
         return torch.device("cpu")
     return d
