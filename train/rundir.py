@@ -202,6 +202,17 @@ def step_rows(run_dir: str, since: float = 0.0, strict: bool = False) -> list[di
     return [rows[s] for s in sorted(rows)]
 
 
+def rank_last_steps(run_dir: str, since: float = 0.0) -> dict[int, int]:
+    """rank -> the last step of its own record (steps/rank-R.jsonl, the instruments of the user's code),
+    for the ranks that have one written since ``since``."""
+    out = {}
+    for rank, path in _rank_files(run_dir, STEPS).items():
+        steps = [r["step"] for r in _read(path, since) if isinstance(r.get("step"), int)]
+        if steps:
+            out[rank] = max(steps)
+    return out
+
+
 def last_step(run_dir: str | None, since: float = 0.0) -> int | None:
     """The step the run has reached: the larger of the ``step`` of the last complete row of
     RUN_DIR/metrics.jsonl and of rank 0's step records (steps/rank-0.jsonl, the instruments of the

@@ -213,8 +213,8 @@ def write_job(run_dir: str, record: dict) -> None:
 
 
 def read_job(run_dir: str | None) -> dict | None:
-    """RUN_DIR/job.json: {"nodes": {name: "first-last"}, "nproc_per_node", "world_size", "image", and on
-    rehearsal hosts "hosts": {name: host}}, or None
+    """RUN_DIR/job.json: {"nodes": {name: "first-last"}, "nproc_per_node", "world_size", "image", the
+    last step "steps" where known, and on rehearsal hosts "hosts": {name: host} (every node, in node order)}, or None
     when the folder has none (a run of an older launcher, or a compose file started by hand).
 
     Raises:
@@ -233,4 +233,15 @@ def read_job(run_dir: str | None) -> dict | None:
             and isinstance(record.get("world_size"), int)):
         raise ConfigError(f"{path}: not a job record (nodes and world_size); delete it, or rerun the job with "
                           f"launcher up")
+    hosts = record.get("hosts")
+    if hosts is not None and not (isinstance(hosts, dict) and list(hosts) == list(nodes)
+                                  and all(isinstance(v, str) and v for v in hosts.values())):
+        shown = sorted(hosts) if isinstance(hosts, dict) else type(hosts).__name__
+        raise ConfigError(f"{path}: its \"hosts\" map ({shown}) does not name a host for each of its nodes "
+                          f"({', '.join(nodes)}), in node order; the record is truncated or edited: rerun the job "
+                          f"with launcher up --target swarm --hosts N")
+    steps = record.get("steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ConfigError(f"{path}: its \"steps\" ({steps!r}) is not a step count >= 1; delete it, or rerun the job "
+                          f"with launcher up")
     return record

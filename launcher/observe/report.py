@@ -94,6 +94,7 @@ def make_report(run_dir: str, metric_regex: str | None = None) -> tuple[str, lis
     """
     rows = read_rows(run_dir, metric_regex)
     config = runlog.read_config(run_dir)  # refuses a garbled one before anything is drawn
+    runlog.read_job(run_dir)  # likewise a truncated or edited job.json (its hosts map: node i's host)
     config_text = ""
     if config is not None:  # shown as written (comments and order kept)
         with open(os.path.join(run_dir, runlog.CONFIG), encoding="utf-8") as fh:
@@ -139,7 +140,7 @@ def _draw(plots, rows: list[dict], events: list[dict] | None, config: str, run_d
             plots.plot_memory(rows, os.path.join(out, "memory.png"))]
     traffic = next((r["traffic"] for r in reversed(rows) if isinstance(r.get("traffic"), dict)), None)
     job = runlog.read_job(run_dir) or {}
-    hosts = list(job["hosts"].values()) if isinstance(job.get("hosts"), dict) else None  # node order
+    hosts = [job["hosts"][n] for n in job["nodes"]] if job.get("hosts") else None  # node i's host (read_job checks)
     if traffic:
         pngs.append(plots.plot_traffic(traffic, os.path.join(out, "traffic.png")))
         if hosts:

@@ -12,6 +12,8 @@ where they would come from. ``rank output`` counts the ranks whose output
 reached the launcher (torchrun prefixes each line of rank R with ``[rankR]:``): a rank that printed
 nothing is named as such, not as missing, and only ranks that printed are checked for their node
 (MISPLACED). A failed rank is named with its exception and last frames (launcher/observe/failures.py).
+A rank that aborted at exit in C++ (gloo's teardown) after its work was done does not fail the run:
+the summary names it, its last step and that its work was done (observe/teardown.py).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import re
 from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT
 from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.observe.teardown import TEARDOWN_ABORT, aborted_after_work, show_aborted
 from simcluster.train.rundir import METRICS, collectives, step_rows
 from simcluster.train.runlog import printed_series, write_summary
 from simcluster.launcher.container.layout import RDZV_HOST
@@ -127,6 +130,9 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     _merge_trace(launch, run_dir)
     m = _final_metrics(run_dir, stream.progress.done, since, stream.metric_regex)
     no_work = ok and _no_work(launch, run_dir, since, m)
+    tracebacks = stream.tracebacks()
+    aborted = {} if ok else aborted_after_work(stream, launch, run_dir, codes, tracebacks, since)
+    ok = ok or bool(aborted)  # ranks that aborted at exit after their work explain the failure: not one
     show = stream.show
     show(f"== summary: {'NO WORK' if no_work else 'OK' if ok else 'FAILED'} ==")
     if no_work:
@@ -168,7 +174,6 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     if stream.per_rank:  # each line tells its rank (torchrun's [rankR]: prefix); a Slurm job's one file does not
         show(f"  rank output  {_rank_output(stream, launch.world_size)}"
              + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
-    tracebacks = stream.tracebacks()
     first = None if ok else _first_failed(stream, launch, tracebacks)
     for k, name in enumerate(launch.names):
         reason = _node_reason(name, codes.get(name), stream.reasons.get(name), first)
@@ -187,12 +192,16 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
         show(f"  TIMED OUT    after {stream.timed_out:g}s (--wall-timeout-s): up killed every container")
     elif stream.forced:
         show(f"  killed by up {', '.join(stream.forced)} (lost, or still up after the rendezvous ended)")
+    show_aborted(show, launch, aborted)
     if not ok:
         _show_failures(show, launch, tracebacks)
     stream.log.close()
     record = _record(launch, stream, codes, ok, wall, m, tracebacks)
-    write_summary(run_dir, {**record, "no_work": no_work, "first_failed": first[0] if first else None})
+    write_summary(run_dir, {**record, "no_work": no_work, "first_failed": first[0] if first else None,
+                            "aborted_at_exit": [{"rank": r, "node": launch.names[node_of(r, launch.nproc_per_node)],
+                                                 "after_step": s} for r, s in aborted.items()]})
     return ok
+
 
 
 def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, m: dict,
@@ -280,9 +289,11 @@ def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> No
         show(f"  FAILED rank {rank} on {launch.names[node_of(rank, launch.nproc_per_node)]}{waited}: {lines[-1]}")
         for line in lines[:-1]:
             show(f"      {line}")
-        if lines[-1].startswith("terminate called without an active exception"):
-            show("      (a C++ thread outlived the interpreter: after the last step this is gloo's teardown race; free "
-                 "what holds process groups after destroy_process_group: `del model; gc.collect()`, see README)")
+        if lines[-1].startswith(TEARDOWN_ABORT):
+            show("      (SIGABRT: a C++ thread outlived the interpreter, gloo's teardown race when it comes after the "
+                 "last step; the launcher counts it as done only when it knows the last step: --total-steps N, or "
+                 "a \"total_steps\" your code logs; free what holds process groups after destroy_process_group: "
+                 "`del model; gc.collect()`, see README)")
     after = sorted(set(tracebacks) - set(cause)) if cause else []
     if after:
         show(f"  then failed  rank(s) {', '.join(map(str, after))}: a peer's connection closed")
