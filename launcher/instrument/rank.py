@@ -106,6 +106,7 @@ def install(env=os.environ) -> Clock:
             bridge(flex)
         except Exception as e:  # noqa: BLE001
             _warn("FlexAttention CPU bridge", e)
+
     def on_distributed(_mod) -> None:
         try:
             from simcluster.train.stallwatch import start
