@@ -8,7 +8,9 @@ rank's step clock (instrument/clock.py) and, once the user's code imports torch 
 instrument/lazy.py), registers the clock as torch's global optimizer-step hook, pushes the
 traffic mode (``--traffic 1``), starts the profiler of a traced first step (``--trace-steps``)
 and, once ``torch.distributed.tensor`` is imported, the CPU bridges (on unless
-``--no-cpu-bridges``) and, once ``torch.distributed`` is imported, the stall watch and the
+``--no-cpu-bridges``; FSDP2's gradient divide factor on gloo too: instrument/fsdp_gloo.py; FlexAttention's backward:
+instrument/flex_cpu.py); with torch, first of all, the simulated GPU (instrument/gpu/, on unless
+``--no-simulated-gpus``); once ``torch.distributed`` is imported, the stall watch and the
 communication record (``--stall-s``, train/stallwatch.py). Outside a rank of the cluster (no SIMCLUSTER_OUTPUT_DIR) nothing is written.
 """
 from __future__ import annotations
@@ -62,9 +64,17 @@ def install(env=os.environ) -> Clock:
         except Exception as e:  # noqa: BLE001 - an instrument must never stop the user's code
             _warn("collective count", e)
 
-    def on_torch(_torch) -> None:
+    def on_torch(torch) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
+        if inst.simulated_gpus:
+            try:
+                from simcluster.launcher.instrument.gpu.install import install as simulate
+                simulate(torch, per_node, inst.gpu)
+                from simcluster.launcher.instrument.gpu.memory import peak_record
+                CLOCK.fields.append(peak_record)
+            except Exception as e:  # noqa: BLE001
+                _warn("simulated GPUs", e)
         register_optimizer_step_post_hook(CLOCK.on_optimizer_step)
         if out_dir and inst.traffic:
             try:
@@ -83,6 +93,20 @@ def install(env=os.environ) -> Clock:
         except Exception as e:  # noqa: BLE001
             _warn("CPU bridges", e)
 
+    def on_fsdp(collectives) -> None:
+        try:
+            from simcluster.launcher.instrument.fsdp_gloo import install as bridge
+            bridge(collectives)
+        except Exception as e:  # noqa: BLE001
+            _warn("FSDP2 gloo bridge", e)
+
+    def on_flex(flex) -> None:
+        try:
+            from simcluster.launcher.instrument.flex_cpu import install as bridge
+            bridge(flex)
+        except Exception as e:  # noqa: BLE001
+            _warn("FlexAttention CPU bridge", e)
+
     def on_distributed(_mod) -> None:
         try:
             from simcluster.train.stallwatch import start
@@ -94,5 +118,7 @@ def install(env=os.environ) -> Clock:
     if inst.stall_s and out_dir:
         when_imported("torch.distributed", on_distributed)
     if inst.cpu_bridges:
+        when_imported("torch.nn.attention.flex_attention", on_flex)
         when_imported("torch.distributed.tensor", on_dtensor)
+        when_imported("torch.distributed.fsdp._fully_shard._fsdp_collectives", on_fsdp)
     return CLOCK

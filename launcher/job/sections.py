@@ -26,6 +26,7 @@ from typing import ClassVar
 from simcluster.launcher.container.layout import IMAGE, IMAGE_USER, JOIN_TIMEOUT_S
 from simcluster.launcher.job.checks import MIN_CPUS
 from simcluster.train.config import Config
+from simcluster.train.plan.hardware import GPU_NAMES
 
 MAX_INT = 2**63 - 1  # every int field's bound unless its own is smaller (the trainer's seed is < 2**63)
 MAX_STEPS = 10**7  # steps, total_steps and a traced step: far beyond any simulated run
@@ -97,6 +98,11 @@ class JobOptions:
                                      "progress and ETA (else what it logs with simcluster.log)")
     no_cpu_bridges: bool = option(False, True, help="leave torch's CPU-only DTensor gaps unbridged in your ranks "
                                   "(see docs/own-code.md)")
+    no_simulated_gpus: bool = option(False, True, help="no simulated GPU in your ranks: torch.cuda answers as torch's "
+                                     "CPU build (default: each rank one GPU of its node, cuda -> cpu, nccl -> gloo; "
+                                     "docs/own-code.md)")
+    gpu: str | None = option(None, "h100-sxm", choices=GPU_NAMES, metavar="MODEL", help="the simulated GPU's model: "
+                             "h100-sxm (default), a100-80g, or a planner hardware name")
     requirements: str | None = option(None, "requirements.txt", metavar="FILE", help="your code's dependencies: "
                                       "wheels downloaded here for the image's Python (torch stays the image's), a "
                                       "derived image built FROM it once per content (docs/own-code.md)")
