@@ -124,14 +124,15 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
          against: str | None = None, against_nodes: int | None = None, against_nproc_per_node: int | None = None,
          run_dir: str | None = None, mounts=(), node: NodeOptions | None = None, timeout_s: float = Config.timeout_s,
          total_steps: int | None = None, cpu_bridges: bool = True, traffic: int = 0,
-         trace_steps: str | None = None, requirements: str | None = None, wheel=(),
+         trace_steps: str | None = None, requirements: str | None = None, wheel=(), env=(),
          **node_options) -> tuple[Side, Side]:
     """The two sides, every input checked by the one JobRequest constructor (job/request.py) and
     resolved as `launcher up` resolves it, before anything starts; nothing is written. Paths are
     relative to the current folder. total_steps, cpu_bridges, traffic, trace_steps: the instruments'
     options of your code, for both runs (`up --total-steps`, `--no-cpu-bridges`, `--traffic 1`,
     `--trace-steps 2`); requirements, wheel: your code's dependencies (`--requirements`, `--wheel`:
-    one derived image, both runs); node_options: NodeOptions' fields by name (``mount_code=True``), over ``node``'s.
+    one derived image, both runs); env: KEY=VALUE entries for every rank of both runs (`--env`);
+    node_options: NodeOptions' fields by name (``mount_code=True``), over ``node``'s.
 
     Raises:
         ConfigError: a bad or missing layout (naming that side's flags), script, module, code
@@ -157,7 +158,7 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
     job = dict(script=script, module=module, code=code, args=args, mount=mounts, total_steps=total_steps,
                no_cpu_bridges=not cpu_bridges, traffic=traffic or None, trace_steps=trace_steps, user=given_user,
                timeout_s=None if timeout_s == Config.timeout_s else timeout_s, requirements=requirements,
-               wheel=wheel, **node_kw)
+               wheel=wheel, env=env, **node_kw)
     layouts = [("A", _layout("A", mesh, nodes, nproc_per_node)),
                ("B", _layout("B", against, against_nodes, against_nproc_per_node))]
     if run_dir is not None and not isinstance(run_dir, str):

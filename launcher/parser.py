@@ -43,6 +43,9 @@ def add_job_args(parser: argparse.ArgumentParser) -> None:
                         "image's), a derived image built FROM it once per content (docs/own-code.md)")
     g.add_argument("--wheel", action="append", default=[], metavar="PATH",
                    help="a wheel you built, installed into that image too (repeatable)")
+    g.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                   help="a variable for every rank (repeatable), e.g. --env WANDB_MODE=offline; the cluster's own "
+                        "(RANK, MASTER_ADDR, SIMCLUSTER_*, ...) are refused")
 
 
 def add_node_args(parser: argparse.ArgumentParser) -> None:

@@ -59,6 +59,10 @@ def common_problems(engine, launch: Launch, local: bool) -> list[str]:
     if launch.engine.hosts is not None and not engine.supports_hosts:
         errors.append(f"--hosts {launch.engine.hosts}: rehearsal hosts are a swarm of Docker engines; add --target "
                       f"swarm (--target {engine.name} runs on its own machines)")
+    if launch.requirements and not engine.runs_here:
+        errors.append(f"--requirements: the image it derives lives in this machine's Docker only, and a {engine.name} "
+                      f"job pulls its image on its own hosts; build an image with your dependencies (docs/own-code.md), "
+                      f"push it and pass --image REGISTRY/NAME:TAG instead")
     pulled = engine.registry_image(launch, local)
     if pulled and pulled[1] and not has_registry(pulled[1]):
         errors.append(no_registry(pulled[0], pulled[1], f"a {engine.name} job runs on other hosts"))

@@ -64,7 +64,7 @@ JOB = {
     "code": Spec("str", None, "examples"), "nodes": Spec("int", None, 2, 1, MAX_NODES),
     "nproc_per_node": Spec("int", None, 2, 1, MAX_RANKS), "mount": Spec("strs", (), "/tmp/data:/data:ro"),
     "total_steps": Spec("int", None, 5, 1, MAX_STEPS), "no_cpu_bridges": Spec("bool", False, True),
-    "requirements": Spec("str", None, "requirements.txt"), "wheel": Spec("strs", (), "dist/mypkg-0.1-py3-none-any.whl"),
+    "requirements": Spec("str", None, "requirements.txt"), "env": Spec("strs", (), "WANDB_MODE=offline"), "wheel": Spec("strs", (), "dist/mypkg-0.1-py3-none-any.whl"),
 }
 NODE = {
     "cpus_per_node": Spec("float", None, 1.0, MIN_CPUS, None, unit=" CPUs"), "memory_per_node": Spec("str", None, "3g"),

@@ -21,6 +21,7 @@ from dataclasses import field, fields, make_dataclass
 
 from simcluster.launcher.container.layout import IMAGE_USER
 from simcluster.launcher.job.deps import Requirements
+from simcluster.launcher.job.env import env_pairs
 from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY, MAX_STEPS, UP_ONLY, check_value, flag, from_text
 from simcluster.train.config import Config
 from simcluster.train.errors import ConfigError
@@ -179,6 +180,7 @@ def make_request(command: str = "up", *, args=(), **options) -> JobRequest:
         if values[name] is not None:
             _readable(name, values[name], user, folder)
     Requirements(values["requirements"], values["wheel"]).check()
+    env_pairs(values["env"])
     return JobRequest(command=command, args=argv, **values)
 
 
