@@ -143,6 +143,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     values.pop("command")
     values["mounts"] = tuple(values.pop("mount"))
     values["cpu_bridges"] = not values.pop("no_cpu_bridges")
+    values["simulated_gpus"] = not values.pop("no_simulated_gpus")
     if not values["strict_memory"]:
         values.pop("strict_memory")
     result = compare(**values)

@@ -38,6 +38,11 @@ def add_job_args(parser: argparse.ArgumentParser) -> None:
                    help="your code's step count, for progress and ETA (else what it logs with simcluster.log)")
     g.add_argument("--no-cpu-bridges", action="store_true",
                    help="leave torch's CPU-only DTensor gaps unbridged in your ranks (see docs/own-code.md)")
+    g.add_argument("--no-simulated-gpus", action="store_true",
+                   help="no simulated GPU in your ranks: torch.cuda answers as torch's CPU build (default: each rank "
+                        "one GPU of its node, cuda -> cpu, nccl -> gloo; docs/own-code.md)")
+    g.add_argument("--gpu", default=None, metavar="MODEL",
+                   help="the simulated GPU's model: h100-sxm (default), a100-80g, or a planner hardware name")
     g.add_argument("--requirements", default=None, metavar="FILE",
                    help="your code's dependencies: wheels downloaded here for the image's Python (torch stays the "
                         "image's), a derived image built FROM it once per content (docs/own-code.md)")

@@ -171,16 +171,17 @@ def test_generated_files_carry_the_instruments(tmp_path, target, file):
     out = tmp_path / file
     proc = generate(tmp_path, "--target", target, "--mesh", "2x2x2", "--script", str(ROOT / "examples" / "ddp.py"),
                     "--traffic", "1", "--trace-steps", "2,3", "--total-steps", "5", "--no-cpu-bridges",
-                    "--out", str(out), "--", "--steps", "5")
+                    "--no-simulated-gpus", "--out", str(out), "--", "--steps", "5")
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     env = yaml.safe_load(text)["services"]["node-1"]["environment"]
     env = dict(e.split("=", 1) for e in env) if isinstance(env, list) else env
-    assert {k: env[k] for k in env if k.startswith(("SIMCLUSTER_TR", "SIMCLUSTER_TO", "SIMCLUSTER_CPU"))} == \
+    assert {k: env[k] for k in env if k.startswith(("SIMCLUSTER_TR", "SIMCLUSTER_TO", "SIMCLUSTER_CPU", "SIMCLUSTER_SIM"))} == \
         {"SIMCLUSTER_TRAFFIC": "1", "SIMCLUSTER_TRACE_STEPS": "2,3", "SIMCLUSTER_TOTAL_STEPS": "5",
-         "SIMCLUSTER_CPU_BRIDGES": "0"}
+         "SIMCLUSTER_CPU_BRIDGES": "0", "SIMCLUSTER_SIMULATED_GPUS": "0"}
     regenerate = text.splitlines()[1]  # the header's regenerate line gives every instrument flag back
-    assert all(f in regenerate for f in ("--trace-steps 2,3", "--traffic 1", "--total-steps 5", "--no-cpu-bridges"))
+    assert all(f in regenerate for f in ("--trace-steps 2,3", "--traffic 1", "--total-steps 5", "--no-cpu-bridges",
+                                         "--no-simulated-gpus"))
 
 
 @pytest.mark.parametrize("args, problem", [

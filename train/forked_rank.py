@@ -7,7 +7,7 @@ every rank from that process; the rank then calls ``run_module`` (``python -m MO
 ``run_script`` (``python SCRIPT ARGS``). Each makes the state a fresh interpreter starts with
 where a fork differs: the default signal dispositions, line-buffered output, ``sys.argv``,
 ``sys.path[0]`` (the script's folder, or the working directory for ``-m``), ``__name__ ==
-"__main__"``, and, for the user's code (SIMCLUSTER_INSTRUMENT=1), this project's instruments
+"__main__"``, each rank's own random seeds (Python's, numpy's, torch's CPU generator), and, for the user's code (SIMCLUSTER_INSTRUMENT=1), this project's instruments
 installed first, as the boot folder's sitecustomize installs them in a fresh interpreter
 (launcher/instrument/boot/). One difference stays: a ``sitecustomize`` of the user's own on
 PYTHONPATH ran once in the node wrapper, not once per rank.
@@ -65,12 +65,27 @@ def _as_fresh_interpreter(argv0: str, argv: tuple[str, ...], path0: str) -> None
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(line_buffering=True, write_through=False)
+    if argv0 != TRAINER_MODULE:  # the built-in trainer seeds itself, as before
+        _fresh_seeds()
     sys.argv = [argv0, *argv]
     if path0 not in sys.path[:1]:
         sys.path.insert(0, path0)
     if hook := os.environ.get(RANK_HOOK):  # e.g. the launcher's instruments of the user's code
         module, _, function = hook.partition(":")
         getattr(importlib.import_module(module), function)()
+
+
+def _fresh_seeds() -> None:
+    """Each rank its own random state, as a fresh interpreter seeds it from the OS (the fork copied
+    the agent's): Python's ``random``, numpy's global generator if imported, torch's CPU generator
+    (torch 2.13 seeds it nondeterministically in each process). A simulated GPU then seeds the
+    device's generator with CUDA's fixed default seed (launcher/instrument/gpu/device.py)."""
+    import random
+    random.seed()
+    if (np := sys.modules.get("numpy")) is not None:
+        np.random.seed()
+    if (torch := sys.modules.get("torch")) is not None:
+        torch.default_generator.seed()
 
 
 def _run(body) -> None:

@@ -8,7 +8,8 @@ rank's step clock (instrument/clock.py) and, once the user's code imports torch 
 instrument/lazy.py), registers the clock as torch's global optimizer-step hook, pushes the
 traffic mode (``--traffic 1``), starts the profiler of a traced first step (``--trace-steps``)
 and, once ``torch.distributed.tensor`` is imported, the CPU bridges (on unless
-``--no-cpu-bridges``). Outside a rank of the cluster (no SIMCLUSTER_OUTPUT_DIR) nothing is written.
+``--no-cpu-bridges``; FSDP2's gradient divide factor on gloo too: instrument/fsdp_gloo.py); with torch, first of all, the simulated GPU (instrument/gpu/, on unless
+``--no-simulated-gpus``). Outside a rank of the cluster (no SIMCLUSTER_OUTPUT_DIR) nothing is written.
 """
 from __future__ import annotations
 
@@ -55,9 +56,15 @@ def install(env=os.environ) -> Clock:
     per_node = int(env.get("LOCAL_WORLD_SIZE", "1"))  # torchrun's: the ranks of this node
     CLOCK = Clock(out_dir, rank)
 
-    def on_torch(_torch) -> None:
+    def on_torch(torch) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
+        if inst.simulated_gpus:
+            try:
+                from simcluster.launcher.instrument.gpu.install import install as simulate
+                simulate(torch, per_node, inst.gpu)
+            except Exception as e:  # noqa: BLE001
+                _warn("simulated GPUs", e)
         register_optimizer_step_post_hook(CLOCK.on_optimizer_step)
         if out_dir and inst.traffic:
             try:
@@ -76,7 +83,15 @@ def install(env=os.environ) -> Clock:
         except Exception as e:  # noqa: BLE001
             _warn("CPU bridges", e)
 
+    def on_fsdp(collectives) -> None:
+        try:
+            from simcluster.launcher.instrument.fsdp_gloo import install as bridge
+            bridge(collectives)
+        except Exception as e:  # noqa: BLE001
+            _warn("FSDP2 gloo bridge", e)
+
     when_imported("torch", on_torch)
     if inst.cpu_bridges:
         when_imported("torch.distributed.tensor", on_dtensor)
+        when_imported("torch.distributed.fsdp._fully_shard._fsdp_collectives", on_fsdp)
     return CLOCK

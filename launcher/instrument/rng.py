@@ -18,11 +18,16 @@ draw gives a base seed and the state every rank ends in; the local op runs under
 ``base + shard index * a large odd constant`` in a forked generator, so the values depend on the
 shard index (and thus on the mesh, as on GPUs) but never on the rank. It is installed as DTensor's
 tracker (``torch.distributed.tensor._random._rng_tracker``), which DTensor's dispatch then uses for
-every random op on a non-CUDA tensor; a tracker torch or the user set first is left alone.
+every random op on a non-CUDA tensor; a tracker torch or the user set first is left alone. With the
+tracker installed, torch's warnings that random ops and ``manual_seed`` "may not have complete
+support on cpu device mesh" are silenced (the bridge handles them), and DTensor's
+``manual_seed(seed, mesh)`` on a CPU mesh seeds the generator the tracker draws from (on GPUs, the
+CUDA generator its tracker draws from), where torch would warn and do nothing.
 """
 from __future__ import annotations
 
 import contextlib
+import warnings
 
 GUARANTEES = ("no two shards of a sharded random op are alike", "replicas of a shard are equal",
               "every rank's generator ends in the same state", "a rerun on the same mesh repeats the values")
@@ -69,8 +74,23 @@ def install() -> bool:
     import torch
     from torch.distributed.tensor import _random
 
-    if torch.accelerator.is_available():  # a GPU's own tracker applies there
+    if torch._C._get_accelerator().type != "cpu":  # a real GPU's own tracker applies (not the simulated one's)
         return False
     if _random._rng_tracker is None:
         _random._rng_tracker = tracker_class()()
-    return type(_random._rng_tracker).__name__ == "CpuRNGTracker"
+    ours = type(_random._rng_tracker).__name__ == "CpuRNGTracker"
+    if ours:
+        warnings.filterwarnings("ignore", message="DTensor random operators may not have complete support on cpu "
+                                                  "device mesh")
+        warnings.filterwarnings("ignore", message="DTensor manual_seed.. may not have complete support")
+        if not hasattr(_random.manual_seed, "__simulated__"):
+            torch_seed = _random.manual_seed
+
+            def manual_seed(seed: int, device_mesh) -> None:
+                if device_mesh.device_type == "cpu":
+                    torch.default_generator.manual_seed(int(seed))
+                    return
+                torch_seed(seed, device_mesh)
+            manual_seed.__simulated__ = torch_seed
+            _random.manual_seed = manual_seed
+    return ours

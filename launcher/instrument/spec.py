@@ -2,16 +2,19 @@
 
     python -c "from simcluster.launcher.instrument.spec import Instruments; print(Instruments(traffic=True, trace_steps=(2,)).env())"
 
-The launcher resolves ``--traffic``, ``--trace-steps``, ``--total-steps`` and ``--no-cpu-bridges``
+The launcher resolves ``--traffic``, ``--trace-steps``, ``--total-steps``, ``--no-cpu-bridges``,
+``--no-simulated-gpus`` and ``--gpu``
 of a script or module job into one frozen ``Instruments``; every engine's document carries it as
 the environment below (``engines/document.py node_env``), and each rank reads it back with
 ``Instruments.from_env`` (``instrument/rank.py``). Step timing is always on; the rest is off by
-default except the CPU bridges (``instrument/bridges.py``).
+default except the CPU bridges (``instrument/bridges.py``) and the simulated GPUs (``instrument/gpu/``).
 
     SIMCLUSTER_TRAFFIC=1          count every communication per step (instrument/traffic.py)
     SIMCLUSTER_TRACE_STEPS=2,3    profile these steps into one Perfetto trace (instrument/trace.py)
     SIMCLUSTER_TOTAL_STEPS=N      the run's steps, for progress and ETA (else the logging API's)
     SIMCLUSTER_CPU_BRIDGES=0      leave torch's CPU-only DTensor gaps unbridged
+    SIMCLUSTER_SIMULATED_GPUS=0   no simulated GPU: torch.cuda answers as torch's CPU build does
+    SIMCLUSTER_GPU=a100-80g       the simulated GPU's model (default h100-sxm; train/plan/hardware.py)
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ ENABLE = "SIMCLUSTER_INSTRUMENT"  # set to "1" by the node wrapper for user code
 OWNER = "SIMCLUSTER_INSTRUMENT_PID"  # the pid that installed them: a child interpreter (spawn) is not a rank
 TRAFFIC, TRACE_STEPS, TOTAL_STEPS, CPU_BRIDGES = ("SIMCLUSTER_TRAFFIC", "SIMCLUSTER_TRACE_STEPS",
                                                   "SIMCLUSTER_TOTAL_STEPS", "SIMCLUSTER_CPU_BRIDGES")
+SIMULATED_GPUS, GPU = "SIMCLUSTER_SIMULATED_GPUS", "SIMCLUSTER_GPU"
+DEFAULT_GPU = "h100-sxm"  # the simulated GPU unless --gpu names another (train/plan/hardware.py GPU_NAMES)
 BOOT_DIR = "boot"  # beside this file: the folder whose sitecustomize.py starts the instruments in a rank
 STEPS_DIR = "steps"  # RUN_DIR/steps/rank-R.jsonl: {"step", "step_time_s", "rss_mb", "time"} per step
 
@@ -33,12 +38,16 @@ class Instruments:
     trace_steps: the (1-based) steps each rank profiles with torch.profiler.
     total_steps: the run's step count, for progress and ETA (None: unknown unless logged).
     cpu_bridges: register DTensor sharding strategies torch lacks on CPU (on by default).
+    simulated_gpus: each rank sees one GPU of its node, tensors on the CPU (on by default).
+    gpu: the simulated GPU's model, a name of train/plan/hardware.py's GPU_NAMES.
     """
 
     traffic: bool = False
     trace_steps: tuple[int, ...] = ()
     total_steps: int | None = None
     cpu_bridges: bool = True
+    simulated_gpus: bool = True
+    gpu: str = DEFAULT_GPU
 
     def env(self) -> dict[str, str]:
         """The environment variables that carry these instruments (only those not at their default)."""
@@ -51,6 +60,10 @@ class Instruments:
             out[TOTAL_STEPS] = str(self.total_steps)
         if not self.cpu_bridges:
             out[CPU_BRIDGES] = "0"
+        if not self.simulated_gpus:
+            out[SIMULATED_GPUS] = "0"
+        if self.gpu != DEFAULT_GPU:
+            out[GPU] = self.gpu
         return out
 
     @classmethod
@@ -60,4 +73,5 @@ class Instruments:
         total = env.get(TOTAL_STEPS, "")
         return cls(traffic=env.get(TRAFFIC) == "1", trace_steps=steps,
                    total_steps=int(total) if total.isdigit() and int(total) > 0 else None,
-                   cpu_bridges=env.get(CPU_BRIDGES) != "0")
+                   cpu_bridges=env.get(CPU_BRIDGES) != "0", simulated_gpus=env.get(SIMULATED_GPUS) != "0",
+                   gpu=env.get(GPU) or DEFAULT_GPU)

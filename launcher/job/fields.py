@@ -19,6 +19,7 @@ from simcluster.launcher.job.checks import MIN_CPUS
 from simcluster.launcher.job.launch import RDZV_BACKENDS, EngineOptions
 from simcluster.train.config import Config
 from simcluster.train.errors import ConfigError
+from simcluster.train.plan.hardware import GPU_NAMES
 
 MAX_INT = 2**63 - 1  # every int field's bound unless its own is smaller (the trainer's seed is < 2**63)
 MAX_STEPS = 10**7  # steps, total_steps and a traced step: far beyond any simulated run
@@ -64,7 +65,9 @@ JOB = {
     "code": Spec("str", None, "examples"), "nodes": Spec("int", None, 2, 1, MAX_NODES),
     "nproc_per_node": Spec("int", None, 2, 1, MAX_RANKS), "mount": Spec("strs", (), "/tmp/data:/data:ro"),
     "total_steps": Spec("int", None, 5, 1, MAX_STEPS), "no_cpu_bridges": Spec("bool", False, True),
-    "requirements": Spec("str", None, "requirements.txt"), "env": Spec("strs", (), "WANDB_MODE=offline"), "wheel": Spec("strs", (), "dist/mypkg-0.1-py3-none-any.whl"),
+    "no_simulated_gpus": Spec("bool", False, True), "gpu": Spec("str", None, "h100-sxm", choices=GPU_NAMES),
+    "requirements": Spec("str", None, "requirements.txt"), "env": Spec("strs", (), "WANDB_MODE=offline"),
+    "wheel": Spec("strs", (), "dist/mypkg-0.1-py3-none-any.whl"),
 }
 NODE = {
     "cpus_per_node": Spec("float", None, 1.0, MIN_CPUS, None, unit=" CPUs"), "memory_per_node": Spec("str", None, "3g"),

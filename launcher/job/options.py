@@ -20,7 +20,7 @@ from simcluster.launcher.job.env import env_pairs
 from simcluster.launcher.job.checks import example, memory_bytes, run_dir_problem, text_errors
 from simcluster.launcher.job.fields import FIELDS, UP_ONLY, flag
 from simcluster.launcher.job.files import host_abspath, repo_path
-from simcluster.launcher.instrument.spec import Instruments
+from simcluster.launcher.instrument.spec import DEFAULT_GPU, Instruments
 from simcluster.launcher.job.entry import parse_mount, resolve_code, resolve_training
 from simcluster.launcher.job.launch import EngineOptions, Launch, NodeOptions, check_engine_options
 from simcluster.launcher.job.request import JobRequest, check_text
@@ -68,7 +68,8 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     if cfg.profile_step:
         steps |= set(parse_steps(str(cfg.profile_step), last))
     return Instruments(traffic=bool(cfg.traffic), trace_steps=tuple(sorted(steps)), total_steps=req.total_steps,
-                       cpu_bridges=not req.no_cpu_bridges)
+                       cpu_bridges=not req.no_cpu_bridges, simulated_gpus=not req.no_simulated_gpus,
+                       gpu=req.gpu or DEFAULT_GPU)
 
 
 def config_of(req: JobRequest) -> Config:

@@ -126,11 +126,18 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
         if v["nodes"] is not None or v["nproc_per_node"] is not None or argv:
             raise _error("nodes", "the built-in trainer takes --mesh and its own flags, not --nodes/--nproc-per-node "
                                   "or arguments after --; to run your code, add --script FILE or --module NAME")
-        if v["total_steps"] is not None or v["no_cpu_bridges"]:
-            name = "total_steps" if v["total_steps"] is not None else "no_cpu_bridges"
+        own = [n for n in ("total_steps", "no_cpu_bridges", "no_simulated_gpus", "gpu") if v.get(n) not in (None, False)]
+        if own:
+            name = own[0]
             raise _error(name, f"{flag(name)}: an option of your own code's runs; the built-in trainer takes "
                                f"--steps N")
         return
+    if v.get("no_cpu_bridges") and not v.get("no_simulated_gpus"):
+        raise _error("no_cpu_bridges", "--no-cpu-bridges: the simulated GPUs need the CPU bridges (a \"cuda\" mesh is a "
+                                       "CPU mesh: its attention and random ops are bridged); turn both off, e.g. "
+                                       "--no-cpu-bridges --no-simulated-gpus")
+    if v.get("gpu") is not None and v.get("no_simulated_gpus"):
+        raise _error("gpu", f"--gpu {v['gpu']}: no effect with --no-simulated-gpus; drop one, e.g. --gpu a100-80g")
     defaults = Config()
     trainer_only = [f.name for f in fields(Config) if f.name not in SHARED + INSTRUMENTS
                     and v[f.name] not in (None, getattr(defaults, f.name))]

@@ -49,24 +49,36 @@ class Hardware:
     shared_latency_s: float = 0.0
     shared_flops: float = 0.0
     collective_cpu: tuple[tuple[str, int, float, float], ...] = ()
+    device_name: str = ""
+    capability: tuple[int, int] = (0, 0)
+    sm_count: int = 0
+    l2_cache: int = 0
 
 
 H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: FP32 67 TFLOPS, BF16 1,979 TFLOPS with sparsity, 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s)"
 DGX_H100_DS = "NVIDIA DGX H100 datasheet (8x H100 SXM, 8x ConnectX-7 400 Gb/s InfiniBand: one 50 GB/s port per GPU)"
 A100_DS = "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: FP32 19.5 TFLOPS, BF16 624 TFLOPS with sparsity, 80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s)"
 DGX_A100_DS = "NVIDIA DGX A100 datasheet (8x A100 80GB SXM, 8x ConnectX-6 200 Gb/s HDR InfiniBand: one 25 GB/s port per GPU)"
+CUDA_NAMES = ("device names, compute capability, SM count and L2 as torch.cuda.get_device_properties reports them "
+              "(NVIDIA CUDA C++ Programming Guide, compute capabilities; H100 SXM5: 132 SMs, 50 MB L2; "
+              "A100 SXM4: 108 SMs, 40 MB L2, per NVIDIA's Hopper and Ampere architecture whitepapers)")
 LATENCY = "assumption: 5 us per message (no datasheet gives one)"
 
 # name -> Hardware; NVLink's datasheet figure is both directions together, halved here
 HARDWARE: dict[str, Hardware] = {
     "h100-sxm-8x": Hardware("h100-sxm-8x", flops=67e12, bf16_flops=1979e12 / 2, memory=80 * G, memory_bw=3.35e12,
                             intra_bw=900 * G / 2, inter_bw=400 * G / 8, latency_s=5e-6, ranks_per_node=8,
-                            sources=(H100_DS, DGX_H100_DS, LATENCY)),
+                            sources=(H100_DS, DGX_H100_DS, LATENCY, CUDA_NAMES), device_name="NVIDIA H100 80GB HBM3",
+                            capability=(9, 0), sm_count=132, l2_cache=50 * 2**20),
     "a100-80g-8x": Hardware("a100-80g-8x", flops=19.5e12, bf16_flops=624e12 / 2, memory=80 * G, memory_bw=2.039e12,
                             intra_bw=600 * G / 2, inter_bw=200 * G / 8, latency_s=5e-6, ranks_per_node=8,
-                            sources=(A100_DS, DGX_A100_DS, LATENCY)),
+                            sources=(A100_DS, DGX_A100_DS, LATENCY, CUDA_NAMES), device_name="NVIDIA A100-SXM4-80GB",
+                            capability=(8, 0), sm_count=108, l2_cache=40 * 2**20),
 }
 NAMES = (*HARDWARE, "local")
+# --gpu: one GPU of a named target, by the GPU's name or the target's (a simulated rank's device)
+GPU_ALIASES = {"h100-sxm": "h100-sxm-8x", "a100-80g": "a100-80g-8x"}
+GPU_NAMES = (*GPU_ALIASES, *HARDWARE)
 
 
 def memory_of_rank(hw: Hardware, world_size: int) -> float:

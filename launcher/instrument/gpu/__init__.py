@@ -1,0 +1,1 @@
+"""The simulated GPU of each rank of the user's code (cuda -> cpu, nccl -> gloo): see install.py."""

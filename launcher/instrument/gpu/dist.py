@@ -1,0 +1,87 @@
+"""torch.distributed on the simulated GPUs: nccl -> gloo, a "cuda" DeviceMesh on the CPU.
+
+    python -c "from simcluster.launcher.instrument.gpu.dist import backend_of; print(backend_of('cpu:gloo,cuda:nccl'))"
+
+``install_dist`` wraps, in ``torch.distributed``: ``init_process_group`` and ``new_group`` (a
+backend naming nccl, alone or as ``cpu:gloo,cuda:nccl``, becomes gloo; ``device_id=`` is accepted
+and not bound: the ranks' tensors are CPU tensors), ``barrier(device_ids=...)`` (the ids checked,
+then gloo's barrier), ``is_nccl_available`` (True); in ``torch.distributed.device_mesh``:
+``DeviceMesh`` and ``init_device_mesh`` given "cuda" build a CPU mesh. NCCL_* variables in the
+environment are accepted; rank 0 names them once as without effect.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from simcluster.launcher.instrument.gpu.device import STATE
+
+
+def backend_of(backend):
+    """The backend gloo runs for ``backend`` (None, "nccl", "gloo", "cpu:gloo,cuda:nccl", Backend)."""
+    if backend is None:
+        return None
+    text = str(backend).lower()
+    if "nccl" not in text:
+        return backend
+    return "gloo"
+
+
+def _nccl_note() -> None:
+    names = sorted(k for k in os.environ if k.startswith("NCCL_"))
+    if names and os.environ.get("RANK", "0") == "0":
+        print(f"[simcluster] {', '.join(names)}: no effect on the simulated GPUs (gloo carries the collectives)",
+              file=sys.stderr, flush=True)
+
+
+def install_dist(torch) -> None:
+    """Wrap torch.distributed's doors above (idempotent)."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+    from simcluster.launcher.instrument.gpu.tensors import _wrap
+
+    def init_pg(fn):
+        def wrapper(backend=None, *args, device_id=None, **kwargs):
+            if device_id is not None:
+                STATE.index(device_id)
+            _nccl_note()
+            return fn(backend_of(backend), *args, **kwargs)
+        return wrapper
+
+    def new_group(fn):
+        def wrapper(*args, **kwargs):
+            if "backend" in kwargs:
+                kwargs["backend"] = backend_of(kwargs["backend"])
+            elif len(args) >= 3:
+                args = (*args[:2], backend_of(args[2]), *args[3:])
+            kwargs.pop("device_id", None)
+            return fn(*args, **kwargs)
+        return wrapper
+
+    def barrier(fn):
+        def wrapper(group=None, async_op=False, device_ids=None, timeout=None):
+            for i in device_ids or ():
+                STATE.index(i)
+            return fn(group, async_op, timeout=timeout)
+        return wrapper
+
+    for mod in (dist, c10d):
+        _wrap(mod, "init_process_group", init_pg)
+        _wrap(mod, "new_group", new_group)
+        _wrap(mod, "barrier", barrier)
+        _wrap(mod, "is_nccl_available", lambda fn: lambda: True)
+
+
+def install_mesh(torch) -> None:
+    """DeviceMesh("cuda", ...) and init_device_mesh("cuda", ...) build a CPU mesh."""
+    import torch.distributed.device_mesh as dm
+    from simcluster.launcher.instrument.gpu.tensors import _wrap
+
+    def cpu(device_type):
+        return "cpu" if isinstance(device_type, str) and device_type.startswith("cuda") else device_type
+
+    _wrap(dm.DeviceMesh, "__init__", lambda fn: lambda self, device_type, *a, **k: fn(self, cpu(device_type), *a, **k))
+    _wrap(dm, "init_device_mesh", lambda fn: lambda device_type, *a, **k: fn(cpu(device_type), *a, **k))
+    import torch.distributed as dist
+    if getattr(dist, "init_device_mesh", None) is getattr(dm.init_device_mesh, "__simulated__", None):
+        dist.init_device_mesh = dm.init_device_mesh

@@ -1,0 +1,32 @@
+"""Install the simulated GPU in one rank of the user's code (called by instrument/rank.py once
+torch is imported).
+
+    SIMCLUSTER_INSTRUMENT=1 RANK=0 LOCAL_WORLD_SIZE=4 PYTHONPATH=launcher/instrument/boot python -c "import torch; print(torch.cuda.device_count(), torch.zeros(1, device='cuda:3').device)"
+
+The pieces: gpu/device.py (torch.cuda, torch.accelerator, properties, RNG), gpu/tensors.py
+(cuda -> cpu at every tensor door), gpu/dist.py (nccl -> gloo, the "cuda" DeviceMesh),
+gpu/memory.py (memory statistics from the rank's tensors), gpu/kernels.py (CUDA kernels refused,
+the flash-attn stand-in). See docs/own-code.md, "Simulated GPUs".
+"""
+from __future__ import annotations
+
+SUMMARY = "cuda -> cpu, nccl -> gloo"  # what the summary's "simulated GPUs" row says is mapped
+
+
+def install(torch, count: int, gpu: str) -> None:
+    """Make this process's torch answer as ``count`` GPUs of model ``gpu`` (a planner hardware name)
+    whose tensors live on the CPU."""
+    from simcluster.launcher.instrument.gpu import memory
+    from simcluster.launcher.instrument.gpu.device import install_device
+    from simcluster.launcher.instrument.gpu.dist import install_dist, install_mesh
+    from simcluster.launcher.instrument.gpu.kernels import install_kernels, install_standins
+    from simcluster.launcher.instrument.gpu.tensors import install_tensors
+    from simcluster.launcher.instrument.lazy import when_imported
+
+    install_device(torch, count, 0, gpu)
+    install_tensors(torch)
+    install_kernels(torch)
+    install_standins()
+    when_imported("torch.distributed.distributed_c10d", lambda _m: install_dist(torch))
+    when_imported("torch.distributed.device_mesh", lambda _m: install_mesh(torch))
+    memory.start()

@@ -1,0 +1,130 @@
+"""What the simulated GPU cannot run, refused at its first use with the kernel's name and the way
+to turn it off: CUDA graphs, float8 matmuls, Triton kernels, and flash-attn (a stand-in module).
+
+    python -c "from simcluster.launcher.instrument.gpu.kernels import refusal; print(refusal('flash_attn_func', 'flash-attn', 'use your attention option for torch SDPA'))"
+
+A CUDA kernel has no CPU twin, so each is refused with a RuntimeError, never run half-way:
+``torch.cuda.CUDAGraph``/``graph``/``make_graphed_callables`` (CUDA graphs), ``torch._scaled_mm``
+(float8 matmul on FP8 tensor cores), a Triton kernel launched (``triton.runtime.jit.JITFunction``).
+flash-attn installs only with CUDA: when the rank's code imports ``flash_attn`` and no real
+package is found, a stand-in module imports (every attribute, every submodule), and its first
+call raises, naming the function, where the program called it, and the portable path.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import traceback
+import types
+
+STANDIN = ("flash_attn", "flash_attn_interface", "flash_attn_2_cuda")  # top-level names a CUDA-only flash-attn provides
+
+
+def _caller() -> str:
+    for frame in reversed(traceback.extract_stack()[:-2]):
+        if "/instrument/gpu/" not in frame.filename and "importlib" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno}"
+    return "?"
+
+
+def refusal(kernel: str, what: str, fix: str) -> str:
+    """The message of a refused CUDA kernel: what it is, where it was called, how to turn it off."""
+    return (f"{kernel} is a CUDA kernel ({what}) and cannot run on simcluster's simulated GPU (its tensors "
+            f"live on the CPU); called from {_caller()}. Fix: {fix}, or run with --no-simulated-gpus to see "
+            f"the program's CPU behaviour.")
+
+
+class _Refused:
+    """A stand-in callable (or class) of a CUDA-only package: raises at its first call."""
+
+    def __init__(self, qualname: str):
+        self.qualname = qualname
+
+    def __call__(self, *args, **kwargs):
+        raise RuntimeError(refusal(self.qualname, "flash-attn ships CUDA kernels only, so simcluster stands in "
+                                   "an importable flash_attn that refuses each call",
+                                   "switch your program to its portable attention path (its option for torch's "
+                                   "F.scaled_dot_product_attention instead of flash-attn)"))
+
+    def __mro_entries__(self, bases):  # `class X(flash_attn.Something)` builds; X() then refuses
+        refused = self
+        return (type(self.qualname.rsplit(".", 1)[-1], (), {"__init__": lambda s, *a, **k: refused()}),)
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Refused(f"{self.qualname}.{name}")
+
+
+class _StandIn(types.ModuleType):
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Refused(f"{self.__name__}.{name}")
+
+
+class _Loader(importlib.abc.Loader):
+    def create_module(self, spec):
+        m = _StandIn(spec.name)
+        m.__path__ = []
+        m.__version__ = "2.8.3+simcluster.standin"
+        m.__simcluster_standin__ = True
+        return m
+
+    def exec_module(self, module):
+        pass
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Last on sys.meta_path: answers only when no real flash_attn was found."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] not in STANDIN:
+            return None
+        return importlib.machinery.ModuleSpec(name, _Loader(), is_package=True)
+
+
+def install_standins() -> None:
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.append(_Finder())
+
+
+def install_kernels(torch) -> None:
+    """Refuse CUDA graphs and float8 matmuls in ``torch``; Triton's launches once triton is imported."""
+    from simcluster.launcher.instrument.gpu.tensors import _wrap
+    from simcluster.launcher.instrument.lazy import when_imported
+
+    def graphs(*_a, **_k):
+        raise RuntimeError(refusal("CUDA graphs (torch.cuda.CUDAGraph)", "a captured CUDA stream replayed by the driver",
+                                   "turn CUDA graph capture off in your program (e.g. torch.compile's mode "
+                                   "'reduce-overhead' -> 'default', or its cuda-graphs option)"))
+
+    class CUDAGraph:
+        def __init__(self, *a, **k):
+            graphs()
+
+    torch.cuda.CUDAGraph, torch.cuda.graph, torch.cuda.make_graphed_callables = CUDAGraph, graphs, graphs
+    if hasattr(torch.cuda, "graphs"):
+        torch.cuda.graphs.CUDAGraph, torch.cuda.graphs.graph = CUDAGraph, graphs
+        torch.cuda.graphs.make_graphed_callables = graphs
+
+    def scaled_mm(fn):
+        def wrapper(*a, **k):
+            raise RuntimeError(refusal("torch._scaled_mm", "the float8 matmul of FP8 tensor cores",
+                                       "train without float8 (don't convert the model with torchao.float8; "
+                                       "torchtitan: leave 'float8' out of --model.converters)"))
+        return wrapper
+    _wrap(torch, "_scaled_mm", scaled_mm)
+
+    def on_triton(jit) -> None:
+        def run(fn):
+            def wrapper(self, *a, **k):
+                name = getattr(getattr(self, "fn", None), "__name__", "?")
+                raise RuntimeError(refusal(f"the Triton kernel {name}", "Triton compiles it for a real GPU",
+                                           "turn your program's Triton kernels off (its option for the eager "
+                                           "torch path)"))
+            return wrapper
+        if hasattr(jit, "JITFunction"):
+            _wrap(jit.JITFunction, "run", run)
+    when_imported("triton.runtime.jit", on_triton)
