@@ -78,8 +78,9 @@ def _pip(req: Requirements, constraints: list[str], dest: str) -> subprocess.Com
     with open(path, "w", encoding="utf-8") as fh:
         fh.writelines(f"{line}\n" for line in constraints)
     wanted = (["-r", os.path.abspath(req.file)] if req.file else []) + [os.path.abspath(w) for w in req.wheels]
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-input", "--retries", "2", "-d", dest,
-                           "-c", path, *PLATFORM, *wanted], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--progress-bar", "off", "--no-input", "--retries",
+                           "2", "-d", dest, "-c", path, *PLATFORM, *wanted],  # not -q: it hides a conflict's cause
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     os.remove(path)
     return proc
 
@@ -95,14 +96,14 @@ def download(req: Requirements, held: dict[str, str], fixed: dict[str, str], des
     and the package and constraint that clash."""
     lines = read_lines(req.file) if req.file else ()
     proc = _pip(req, [f"{n}=={v}" for n, v in sorted(held.items())], dest)
-    if proc.returncode != 0 and any(k in proc.stderr for k in RESOLVE):
+    if proc.returncode != 0 and any(k in proc.stdout for k in RESOLVE):
         for name in os.listdir(dest):
             os.remove(os.path.join(dest, name))
         proc = _pip(req, sorted(fixed.values()), dest)
     if proc.returncode == 0:
         found = {_norm(m["name"]): m["version"] for m in map(WHEEL.match, os.listdir(dest)) if m}
         return {n: v for n, v in sorted(found.items()) if n in held and held[n] != v}
-    why = pip_errors.reason(proc.stderr, pip_errors.locations(lines))
+    why = pip_errors.reason(proc.stdout, pip_errors.locations(lines))
     line = pip_errors.named_line(why, lines)
     where = f" ({line.where()})" if line else ""
     if (conflict := pip_errors.clash(why, fixed)) is not None:

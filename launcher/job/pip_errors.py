@@ -54,7 +54,7 @@ def named_line(why: str, lines: tuple[Line, ...]) -> Line | None:
     quotes, the most specific first; None when it names none."""
     reqs = [ln for ln in lines if not ln.text.startswith("-")]
     for ln in reqs:
-        if ln.text in why or ln.text.split(";")[0].strip() in why:
+        if ln.text in why or any(part.strip() and part.strip() in why for part in ln.text.split(";")):
             return ln
     for ln in reqs:
         name = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", ln.text)
@@ -75,14 +75,17 @@ def locations(lines: tuple[Line, ...]) -> tuple[str, ...]:
 
 def clash(why: str, fixed: dict[str, str]) -> str | None:
     """The package and the constraint that clash, when pip's reason is a conflict with a fixed package:
-    ``datasets 2.0 needs fsspec<=2024.6.1, and the image's torch fixes fsspec>=0.8.5``. fixed:
-    {normalised name: the constraint that fixes it (torch==2.13.0+cpu, fsspec>=0.8.5, ...)}."""
-    for name, spec in fixed.items():
-        pat = rf"(?<![\w.-]){re.escape(name).replace('-', '[-_.]')}(\[[^\]]*\])?(?P<want>[<>=!~][^\s;,)]*(,[<>=!~][^\s;,)]*)*)?"
-        for m in re.finditer(pat + r"(?P<src> \(from [^)]*\))?", why, re.I):
-            want, src = m["want"], (m["src"] or "").strip(" ()").removeprefix("from ")
-            if want and want.replace(" ", "") != spec[len(name):] and "constraint" not in why[m.end():m.end() + 14]:
-                who = src or "your requirements"
-                return f"{who} needs {name}{want}, and the image fixes {spec} (torch itself requires it)" \
-                    if name != "torch" else f"{who} needs torch{want}, and the image's torch is {spec}"
+    ``oldstack 1.0 needs fsspec<=2024.6.1, and the image fixes fsspec>=0.8.5``. fixed: {normalised
+    name: the constraint that fixes it (torch==2.13.0+cpu, fsspec>=0.8.5, ...)}."""
+    spec = r"(?:\[[^\]]*\])?(?P<want>[<>=!~][^\s;)]*)"
+    for name, constraint in fixed.items():
+        pkg = re.escape(name).replace("\\-", "[-_.]")
+        for pat, who in ((rf"(?P<who>[\w.-]+ [\w.+!-]+) depends on {pkg}{spec}", None),
+                         (rf"The user requested {pkg}{spec}", "your requirements"),
+                         (rf"satisfies the requirement {pkg}{spec} \(from (?P<who>[^)]*)\)", None)):
+            m = re.search(pat, why, re.I)
+            if m:
+                needs = f"{who or m['who']} needs {name}{m['want']}"
+                return f"{needs}, and the image's torch is {constraint}" if name == "torch" else \
+                    f"{needs}, and the image fixes {constraint} (torch itself requires it)"
     return None
