@@ -165,10 +165,11 @@ class Requirements:
                 raise ConfigError(f"wheel: {path!r} is not a readable wheel file (NAME-VERSION-...-PLATFORM.whl); "
                                   f"e.g. --wheel dist/mypkg-0.1-py3-none-any.whl")
 
-    def tag(self, base_id: str) -> str:
-        """The derived image's tag for a base image id: content-addressed (the base's id, the bytes of the
-        requirements file and of every file it includes, each wheel's name and bytes)."""
-        h = hashlib.sha256(base_id.encode() + b"\0")
+    def tag(self, base_id: str, recipe: str = "") -> str:
+        """The derived image's tag for a base image id: content-addressed (the base's id, the recipe that
+        builds it, the bytes of the requirements file and of every file it includes, each wheel's name
+        and bytes)."""
+        h = hashlib.sha256(base_id.encode() + b"\0" + recipe.encode() + b"\0")
         files = included(self.file) if self.file else ()
         for path in list(files) + sorted(self.wheels, key=os.path.basename):
             with open(path, "rb") as fh:

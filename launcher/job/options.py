@@ -105,7 +105,8 @@ def resolve(req: JobRequest, user: str) -> tuple[Launch, str]:
     else:
         launch = resolve_code(node, script=req.script, module=req.module, code=req.code, argv=req.args,
                               mesh=req.mesh, nodes=req.nodes, nproc_per_node=req.nproc_per_node,
-                              run_dir=req.run_dir, timeout_s=cfg.timeout_s, mounts=req.mount, host_path=repo_path)
+                              run_dir=req.run_dir, timeout_s=cfg.timeout_s, mounts=req.mount, host_path=repo_path,
+                              installs=bool(req.requirements or req.wheel))
         launch = dataclasses.replace(launch, instruments=instruments(cfg, req))
     launch = dataclasses.replace(launch, engine=engine_options(req),
                                  requirements=Requirements(_abs(req.requirements), tuple(map(_abs, req.wheel))),
