@@ -162,7 +162,8 @@ def traffic_totals(run_dir: str, since: float = 0.0) -> dict[int, dict]:
 def step_rows(run_dir: str, since: float = 0.0, strict: bool = False) -> list[dict]:
     """The run's steps, one merged row each: metrics.jsonl's rows (rows of one step merged) joined
     with the instruments' step records of the user's code (steps/rank-R.jsonl): where metrics.jsonl
-    lacks them, ``step_time_s`` (the slowest rank's), ``rss_mb`` (a list, per rank) and ``traffic``
+    lacks them, ``step_time_s`` (the slowest rank's), ``rss_mb`` (a list, per rank), ``device_peak_mb``
+    (rank -> MiB, a simulated GPU's peak; only where ranks record it) and ``traffic``
     (every rank's summed). Steps are those of either source, in step order; files last written
     before ``since`` are a previous run's and ignored. The trainer's folders hold metrics.jsonl
     only, so for it this is read_metrics with the rows merged.
@@ -178,6 +179,9 @@ def step_rows(run_dir: str, since: float = 0.0, strict: bool = False) -> list[di
         row = rows.setdefault(step, {"step": step})
         row.setdefault("step_time_s", max(r.get("step_time_s", 0.0) for r in recs))
         row.setdefault("rss_mb", [r.get("rss_mb") for r in recs])
+        if any("device_peak_mb" in r for r in recs):
+            row.setdefault("device_peak_mb", {rank: got[step].get("device_peak_mb")
+                                              for rank, got in per_rank.items() if step in got})
     for step, total in traffic_totals(run_dir, since).items():
         if step in rows:
             rows[step].setdefault("traffic", total)

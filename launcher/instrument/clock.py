@@ -12,7 +12,8 @@ step) calls ``simcluster.step()`` after each step: from its first call on, only 
 
 Each boundary ends step k (1-based) and starts step k + 1: listeners' ``end(k)`` run, the step's
 record is written (RUN_DIR/steps/rank-R.jsonl: ``{"step", "step_time_s", "rss_mb", "time", "restart"}``:
-seconds, MB of peak RSS so far, UNIX time of the boundary, $SIMCLUSTER_RESTART_COUNT; a restarted
+seconds, MB of peak RSS so far, UNIX time of the boundary, $SIMCLUSTER_RESTART_COUNT; with a simulated
+GPU ``device_peak_mb``, the most its tensors held so far, gpu/memory.py; a restarted
 job appends, counting its steps from 1 again), then ``begin(k + 1)``. A step's time
 runs from the previous boundary (for step 1: from when the instruments started, before the user's
 code imported torch, so it includes the setup) and leaves out the listeners' own work.
@@ -36,6 +37,7 @@ class Clock:
 
     def __init__(self, out_dir: str | None = None, rank: int = 0, listeners: list | None = None):
         self.step, self.explicit, self.listeners = 0, False, list(listeners or [])
+        self.fields: list = []  # callables returning more keys of each step record (the simulated GPU's peak)
         self._opt = None
         self._t = time.perf_counter()
         self.path = None
@@ -69,6 +71,8 @@ class Clock:
         rec = {"step": self.step, "step_time_s": round(now - self._t, 6),
                "rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                "time": round(time.time(), 3), "restart": self.restart}
+        for more in self.fields:
+            rec.update(more())
         for listener in self.listeners:
             listener.end(self.step)
         if self.path:

@@ -50,6 +50,7 @@ def _demo() -> None:
     model.set_gradient_divide_factor(4.0)
     model(torch.ones(2, 4) * (dist.get_rank() + 1)).sum().backward()
     print(dist.get_rank(), float(model.weight.grad.full_tensor().sum()), flush=True)
+    dist.barrier()  # both ranks done with the group before either tears it down
     dist.destroy_process_group()
 
 

@@ -8,7 +8,8 @@ rank's step clock (instrument/clock.py) and, once the user's code imports torch 
 instrument/lazy.py), registers the clock as torch's global optimizer-step hook, pushes the
 traffic mode (``--traffic 1``), starts the profiler of a traced first step (``--trace-steps``)
 and, once ``torch.distributed.tensor`` is imported, the CPU bridges (on unless
-``--no-cpu-bridges``; FSDP2's gradient divide factor on gloo too: instrument/fsdp_gloo.py); with torch, first of all, the simulated GPU (instrument/gpu/, on unless
+``--no-cpu-bridges``; FSDP2's gradient divide factor on gloo too: instrument/fsdp_gloo.py; FlexAttention's backward:
+instrument/flex_cpu.py); with torch, first of all, the simulated GPU (instrument/gpu/, on unless
 ``--no-simulated-gpus``). Outside a rank of the cluster (no SIMCLUSTER_OUTPUT_DIR) nothing is written.
 """
 from __future__ import annotations
@@ -63,6 +64,8 @@ def install(env=os.environ) -> Clock:
             try:
                 from simcluster.launcher.instrument.gpu.install import install as simulate
                 simulate(torch, per_node, inst.gpu)
+                from simcluster.launcher.instrument.gpu.memory import peak_record
+                CLOCK.fields.append(peak_record)
             except Exception as e:  # noqa: BLE001
                 _warn("simulated GPUs", e)
         register_optimizer_step_post_hook(CLOCK.on_optimizer_step)
@@ -90,8 +93,16 @@ def install(env=os.environ) -> Clock:
         except Exception as e:  # noqa: BLE001
             _warn("FSDP2 gloo bridge", e)
 
+    def on_flex(flex) -> None:
+        try:
+            from simcluster.launcher.instrument.flex_cpu import install as bridge
+            bridge(flex)
+        except Exception as e:  # noqa: BLE001
+            _warn("FlexAttention CPU bridge", e)
+
     when_imported("torch", on_torch)
     if inst.cpu_bridges:
+        when_imported("torch.nn.attention.flex_attention", on_flex)
         when_imported("torch.distributed.tensor", on_dtensor)
         when_imported("torch.distributed.fsdp._fully_shard._fsdp_collectives", on_fsdp)
     return CLOCK

@@ -42,7 +42,27 @@ def _final_metrics(run_dir: str, done: dict, since: float) -> dict:
     out["step_time_s"] = times[len(times) // 2] if times else None
     rss = [x for r in rows for x in (r.get("rss_mb") or []) if isinstance(x, (int, float))]
     out["rss_mb"] = max(rss) if rss else None
+    out["device_peak_mb"] = next((r["device_peak_mb"] for r in reversed(rows) if r.get("device_peak_mb")), None)
     return out
+
+
+def _gpus(launch: Launch) -> str | None:
+    """The "simulated GPUs" row: how many a node, what is mapped, the model (user code only)."""
+    inst = launch.instruments
+    if launch.train is not None or inst is None or not inst.simulated_gpus:
+        return None
+    from simcluster.launcher.instrument.gpu.install import SUMMARY
+    from simcluster.train.plan.hardware import GPU_ALIASES, HARDWARE
+    return (f"{launch.nproc_per_node} a node ({SUMMARY}), "
+            f"{HARDWARE[GPU_ALIASES.get(inst.gpu, inst.gpu)].device_name} (--gpu {inst.gpu})")
+
+
+def _peaks(peaks: dict) -> str:
+    """rank -> MiB as "ranks 0-3 1.25 MiB, 4-7 0.98 MiB" (ranks of one value together)."""
+    by: dict = {}
+    for rank, mb in sorted(peaks.items()):
+        by.setdefault(mb, []).append(rank)
+    return ", ".join(f"{_spans(ranks)} {mb} MiB" for mb, ranks in sorted(by.items(), key=lambda kv: kv[1][0]))
 
 
 def _merge_trace(launch: Launch, run_dir: str) -> None:
@@ -86,6 +106,11 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     elif launch.train is None and m["step_time_s"] is not None:
         show(f"  step time    {m['step_time_s']:.3f}s (median after step 1, slowest rank)"
              + (f"; peak RSS {m['rss_mb']:.0f} MB (any rank)" if m["rss_mb"] else ""))
+    if (gpus := _gpus(launch)) is not None:
+        show(f"  simulated GPUs: {gpus}")
+    if m["device_peak_mb"]:
+        show(f"  GPU memory   peak of each rank's tensors (max_memory_allocated), ranks {_peaks(m['device_peak_mb'])}; "
+             f"no prediction: the planner knows the built-in trainer's model only")
     if m["traffic"]:
         show(f"  traffic/step {traffic_text(m['traffic'], launch.node_hosts)} (all ranks; per rank: "
              f"{launch.run_dir}/traffic/)")

@@ -157,7 +157,7 @@ def functions(torch) -> dict:
         "get_device_capability": lambda device=None: (STATE.model.major, STATE.model.minor),
         "get_device_properties": _properties, "get_arch_list": lambda: ["sm_80", "sm_90"],
         "is_bf16_supported": lambda including_emulation=True: True, "is_tf32_supported": lambda: True,
-        "synchronize": _sync, "empty_cache": lambda: None, "ipc_collect": lambda: None,
+        "is_current_stream_capturing": lambda: False, "synchronize": _sync, "empty_cache": lambda: None, "ipc_collect": lambda: None,
         "Stream": streams.Stream, "Event": streams.Event, "StreamContext": streams.StreamContext,
         "stream": streams.StreamContext, "current_stream": _stream, "default_stream": _default_stream,
         "set_stream": lambda s: STATE.streams.__setitem__(s.device_index, s),

@@ -37,7 +37,7 @@ def make_tracker():
 
         def __init__(self):
             super().__init__()
-            self.allocated = self.peak = self.reserved = self.peak_reserved = 0
+            self.allocated = self.peak = self.reserved = self.peak_reserved = self.run_peak = 0
             self.total_allocated = self.total_freed = self.count = self.total_count = 0
             self.seen: set[int] = set()
 
@@ -51,7 +51,9 @@ def make_tracker():
         def track(self, t) -> None:
             if is_traceable_wrapper_subclass(t):
                 for name in t.__tensor_flatten__()[0]:
-                    self.track(getattr(t, name))
+                    inner = getattr(t, name, None)
+                    if isinstance(inner, torch.Tensor):
+                        self.track(inner)
                 return
             if t.device.type != "cpu" or t.is_sparse or t.is_nested:
                 return
@@ -68,6 +70,7 @@ def make_tracker():
             self.total_count += 1
             if self.allocated > self.peak:
                 self.peak = self.allocated
+                self.run_peak = max(self.run_peak, self.peak)
             if self.allocated > self.reserved:
                 self.reserved = self.allocated
                 self.peak_reserved = max(self.peak_reserved, self.reserved)
@@ -108,6 +111,12 @@ def start():
         TRACKER = make_tracker()
         TRACKER.__enter__()
     return TRACKER
+
+
+def peak_record() -> dict:
+    """The step record's ``device_peak_mb``: the most bytes the rank's tensors held since the tracker
+    started, in MiB (not reset by ``reset_peak_memory_stats``)."""
+    return {"device_peak_mb": round(TRACKER.run_peak / 2**20, 3)} if TRACKER else {}
 
 
 def _t():

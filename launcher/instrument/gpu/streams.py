@@ -39,6 +39,10 @@ class Stream:
     def query(self) -> bool:
         return True
 
+    def is_capturing(self) -> bool:
+        """No CUDA graph is ever captured (gpu/kernels.py refuses them)."""
+        return False
+
     def record_event(self, event=None):
         event = event or Event()
         event.record(self)
