@@ -126,6 +126,18 @@ def test_cxx_abort_keeps_the_teardown_hint(stream, capsys):
     assert "gloo's teardown race" in out
 
 
+def test_a_missing_module_names_requirements_and_triton_its_cuda_wheels(stream, capsys):
+    """torchtitan imports triton at start: the FAILED line says a CPU image lacks it and how to add it."""
+    for rank, name in ((1, "triton"), (3, "wandb")):
+        for x in ["Traceback (most recent call last):", '  File "/opt/venv/lib/python3.11/site-packages/torchtitan/'
+                  'models/moe/kernels.py", line 8, in <module>', f"ModuleNotFoundError: No module named '{name}'"]:
+            stream.handle(f"node-{rank // 2}", f"[rank{rank}]:{x}")
+    out = summary_of(stream, {"node-0": 1, "node-1": 1, "rendezvous": 0}, capsys)
+    assert "      (triton: torch's CUDA wheels install it, the image's CPU torch does not; add triton==3.9.0 to " \
+           "your --requirements file (it installs on CPU; a kernel it launches on the simulated GPU is refused))" in out
+    assert "      (wandb: not in the image; add the package that provides it to your --requirements file)" in out
+
+
 def test_script_without_metrics_printing_on_some_ranks(stream, capsys):
     """Every rank exited 0, no metrics.jsonl, ranks 1 and 3 printed nothing: no '?' row."""
     for service, line in [("node-0", "[rank0]:hello from 0"), ("node-1", "[rank2]:hello from 2"),

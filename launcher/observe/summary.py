@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import posixpath
 
-from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT
+from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT, missing_module_hint
 from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.job.launch import Launch
 from simcluster.train.rundir import METRICS, step_rows
@@ -229,6 +229,8 @@ def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> No
         show(f"  FAILED rank {rank} on {launch.names[node_of(rank, launch.nproc_per_node)]}{waited}: {lines[-1]}")
         for line in lines[:-1]:
             show(f"      {line}")
+        if (fix := missing_module_hint(lines[-1])) is not None:
+            show(f"      ({fix})")
         if lines[-1].startswith("terminate called without an active exception"):
             show("      (a C++ thread outlived the interpreter: after the last step this is gloo's teardown race; free "
                  "what holds process groups after destroy_process_group: `del model; gc.collect()`, see README)")
