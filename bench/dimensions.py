@@ -28,6 +28,7 @@ from simcluster.train.errors import ConfigError
 from simcluster.train.config import parse_mesh
 from simcluster.train.rundir import read_metrics
 from bench.throughput import WARMUP, mesh_command, single_command
+from bench.args import positive
 
 STEP_LINE = re.compile(r"^step (\d+)/(\d+) ")
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
@@ -105,9 +106,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mesh", default="2x2x2")
     p.add_argument("--model", default="small")
     p.add_argument("--schedule", default="1f1b")
-    p.add_argument("--steps", type=int, default=8, help=f"steps a run; the first {WARMUP} are warm-up")
-    p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--cores", type=int, default=os.cpu_count(), help="cores shared by all processes (default: all)")
+    p.add_argument("--steps", type=positive(int), default=8, help=f"steps a run; the first {WARMUP} are warm-up")
+    p.add_argument("--rounds", type=positive(int), default=2)
+    p.add_argument("--cores", type=positive(int), default=os.cpu_count(),
+                   help="cores shared by all processes (default: all)")
     p.add_argument("--out", default=None, help="folder for the runs (default: a temp folder)")
     args, extra = p.parse_known_args(argv)
     if args.steps < WARMUP + 2:

@@ -22,6 +22,7 @@ import tempfile
 from simcluster.launcher.job.files import SOURCE
 from simcluster.launcher.instrument.spec import Instruments
 from simcluster.train.rundir import read_metrics
+from bench.args import positive
 
 SETTINGS = ("plain", "steps", "traffic", "trace")
 
@@ -47,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     own, job = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = argparse.ArgumentParser(prog="python -m bench.instruments", description=__doc__.split("\n\n")[0])
     p.add_argument("--script", default="examples/manual_3d.py")
-    p.add_argument("--nproc", type=int, default=4)
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--nproc", type=positive(int), default=4)
+    p.add_argument("--repeats", type=positive(int), default=2)
     a = p.parse_args(own)
     steps = int(job[job.index("--steps") + 1]) if "--steps" in job else 5
     got: dict[str, list[float]] = {s: [] for s in SETTINGS}

@@ -3,6 +3,7 @@
     python -m bench.memory --mesh 2x2x2
     python -m bench.memory --mesh 16x8x2 --n-layers 16 --global-batch 128 --timeout-s 600
 
+Flags it does not know go to `launcher up`, checked as `up` checks them before anything starts.
 Runs ``python -m launcher up --model tiny --steps 3 --mount-code --quiet --memory-probe 1`` (this
 checkout's code) and, every ``--every-s`` seconds until it exits, sums ``Pss`` and ``Rss`` of
 /proc/PID/smaps_rollup over every process of this machine and over the job's: the node wrappers,
@@ -33,6 +34,7 @@ import sys
 import tempfile
 import time
 
+from bench.args import check_up_flags, positive
 from simcluster.train.errors import ConfigError
 from simcluster.train.config import parse_mesh
 
@@ -113,10 +115,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mesh", required=True, help="pp x dp x tp, e.g. 8x4x2")
-    p.add_argument("--every-s", type=float, default=2.0, help="seconds between samples (default 2)")
+    p.add_argument("--every-s", type=positive(float), default=2.0, help="seconds between samples (default 2)")
     args, up_flags = p.parse_known_args(argv)
     try:
         world = parse_mesh(args.mesh).world_size
+        check_up_flags(["--mesh", args.mesh, "--model", "tiny", "--steps", "3", "--mount-code", "--quiet",
+                        "--memory-probe", "1", *up_flags])  # before any folder or cluster
     except ConfigError as e:
         p.error(str(e))
     run_dir = os.path.join(tempfile.mkdtemp(prefix="bench-memory-"), "run")

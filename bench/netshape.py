@@ -31,6 +31,7 @@ from simcluster.launcher.drills.shaping import NETTOOLS_IMAGE, tbf_command
 from simcluster.train.units import rate_bits_per_s
 from simcluster.launcher.container.layout import IMAGE
 from simcluster.train.rundir import read_metrics
+from bench.args import positive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -89,8 +90,8 @@ def pipeline(rate: str | None, model: str = "tiny", steps: int = 5) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rates", default="none,1gbit,100mbit,50mbit,20mbit")
-    p.add_argument("--mbytes", type=float, default=8.0)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--mbytes", type=positive(float), default=8.0)
+    p.add_argument("--repeats", type=positive(int), default=3)
     p.add_argument("--pipeline", action="store_true")
     p.add_argument("--model", default="tiny", help="--pipeline: the model (small: 2 MiB per message)")
     a = p.parse_args()

@@ -14,7 +14,9 @@ after ``--skip``). Prints one markdown row a run with the load average before it
 (bare / cluster for the steady step, cluster - bare for step 1, cluster / bare for the wall;
 medians over the rounds), and last one line ``steady=R``: bare torchrun's median steady step
 time divided by the cluster's (1.0: no overhead per step). Arguments after ``--`` go to the
-program. Needs Docker and the trainer image; torchrun on the host.
+program (its own flags, checked by the program: a bad one fails its first run, which names its log);
+a flag of its own out of range, or unknown before ``--``, exits 2 before anything starts. Needs
+Docker and the trainer image; torchrun on the host.
 """
 from __future__ import annotations
 
@@ -27,6 +29,8 @@ import sys
 import tempfile
 import time
 
+from bench.args import check_up_flags, positive
+from simcluster.train.errors import ConfigError
 from simcluster.train.rundir import METRICS, read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,19 +72,33 @@ def one_run(kind: str, steps: int, skip: int, extra: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=3, help="rounds, each one cluster and one bare run (default 3)")
-    p.add_argument("--steps", type=int, default=20, help="steps a run (default 20)")
-    p.add_argument("--skip", type=int, default=2, help="first steps left out of the steady time (default 2)")
-    args, extra = p.parse_known_args(argv)
-    extra = [a for a in extra if a != "--"]
+    p.add_argument("--rounds", type=positive(int), default=3, help="rounds, each one cluster and one bare run "
+                   "(default 3)")
+    p.add_argument("--steps", type=positive(int), default=20, help="steps a run (default 20)")
+    p.add_argument("--skip", type=positive(int, zero=True), default=2, help="first steps left out of the steady "
+                   "time (default 2)")
+    argv = sys.argv[1:] if argv is None else argv
+    own, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = p.parse_args(own)  # an unknown flag before `--` is refused (exit 2), not passed to the program
     if args.steps <= args.skip:
-        p.error(f"--steps {args.steps} must exceed --skip {args.skip}")
+        p.error(f"--steps {args.steps} must exceed --skip {args.skip}; e.g. --steps 20 --skip 2")
+    if bad := next((a for a in extra if a.split("=")[0] in ("--pp", "--dp", "--tp", "--steps", "--out-dir")), None):
+        p.error(f"{bad} after --: set by the benchmark itself (mesh 2x2x2, --steps, its run folder); drop it")
+    try:
+        check_up_flags(["--nodes", "2", "--nproc-per-node", "4", "--script", SCRIPT, "--mount-code", "--quiet", "--",
+                        *MESH, "--steps", str(args.steps), *extra])
+    except ConfigError as e:
+        p.error(str(e))
     runs: list[dict] = []
     print("| round | kind | load before | wall s | to step 1 s | steady step ms |")
     print("|---|---|---|---|---|---|")
     for r in range(args.rounds):
         for kind in (("cluster", "bare") if r % 2 == 0 else ("bare", "cluster")):
-            run = one_run(kind, args.steps, args.skip, extra)
+            try:
+                run = one_run(kind, args.steps, args.skip, extra)
+            except RuntimeError as e:  # the run's log named; its folder kept for it
+                print(f"error: {e}", file=sys.stderr)
+                return 1
             runs.append(run)
             print(f"| {r + 1} | {kind} | {run['load']:.1f} | {run['wall']:.1f} | {run['step1']:.1f} "
                   f"| {run['steady'] * 1000:.1f} |", flush=True)

@@ -16,6 +16,7 @@ import tempfile
 
 from bench.throughput import run_mesh, run_single, steady_tokens_per_s
 from simcluster.train.config import parse_mesh
+from bench.args import positive
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default="small")
     p.add_argument("--schedule", default="1f1b")
     p.add_argument("--meshes", default="1x1x1,2x1x1,1x2x1,1x1x2,2x2x2,4x2x2")
-    p.add_argument("--steps", type=int, default=6, help="steps per run; the first 2 are warm-up")
-    p.add_argument("--cores", type=int, default=os.cpu_count())
+    p.add_argument("--steps", type=positive(int), default=6, help="steps per run; the first 2 are warm-up")
+    p.add_argument("--cores", type=positive(int), default=os.cpu_count())
     p.add_argument("--out", default=None)
     args, extra = p.parse_known_args(argv)
     out = args.out or tempfile.mkdtemp(prefix="scaling-")

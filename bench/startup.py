@@ -26,6 +26,7 @@ import time
 
 from simcluster.train.errors import ConfigError
 from simcluster.train.config import parse_mesh
+from bench.args import positive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MILESTONES = {"config": re.compile(r"\[simcluster\] config: "), "banner": re.compile(r"\[simcluster\] rank=\d+ "),
@@ -62,7 +63,7 @@ def one_run(mesh: str, world_size: int, extra: list[str]) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__.split("\n\n")[0])
     p.add_argument("--mesh", default="2x2x2", help="pp x dp x tp (default 2x2x2)")
-    p.add_argument("--runs", type=int, default=3, help="runs in a row (default 3)")
+    p.add_argument("--runs", type=positive(int), default=3, help="runs in a row (default 3)")
     p.add_argument("--torchrun", action="store_true", help="stock torchrun on the nodes (a fresh interpreter a rank)")
     p.add_argument("--image", action="append", default=[],
                    help="the trainer image (default: the built one); given twice or more, the runs alternate "

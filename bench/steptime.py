@@ -34,6 +34,7 @@ from simcluster.train.plan.predict import plan
 from simcluster.train.plan.project import measured, project
 from simcluster.train.plan.steptime import step_time
 from simcluster.train.preflight import preflight
+from bench.args import positive
 
 MESHES = ("1x1x1", "2x1x1", "1x2x1", "1x1x2", "2x2x2", "4x2x2")
 RATES = ("50mbit", "200mbit")
@@ -102,7 +103,7 @@ def load() -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.steptime", description=__doc__.split("\n\n")[0])
     p.add_argument("--meshes", default=",".join(MESHES))
-    p.add_argument("--rounds", type=int, default=2, help="fresh clusters a mesh, alternating (default 2)")
+    p.add_argument("--rounds", type=positive(int), default=2, help="fresh clusters a mesh, alternating (default 2)")
     p.add_argument("--no-project", action="store_true", help="skip the --inter-node-bandwidth runs")
     p.add_argument("--recalibrate", action="store_true", help="measure the local hardware model first")
     p.add_argument("--search", default="", metavar="MESHES",

@@ -14,6 +14,7 @@ import tempfile
 
 from bench.throughput import run_mesh, steady_tokens_per_s
 from simcluster.train.config import parse_mesh
+from bench.args import positive
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,8 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mesh", default="2x1x2")
     p.add_argument("--model", default="tiny")
     p.add_argument("--schedule", default="1f1b")
-    p.add_argument("--steps", type=int, default=8, help="steps per run; the first 2 are warm-up")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--steps", type=positive(int), default=8, help="steps per run; the first 2 are warm-up")
+    p.add_argument("--repeats", type=positive(int), default=3)
     a = p.parse_args(argv)
     out = tempfile.mkdtemp(prefix="bench-traffic-")
     threads = 1 if parse_mesh(a.mesh).world_size > 1 else 2

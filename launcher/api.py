@@ -148,11 +148,18 @@ def up(args: JobRequest, chaos: tuple = (), chaos_lines: list[str] | None = None
     from simcluster.launcher.engines.registry import ENGINES
     from simcluster.train.layout import host_names
 
+    from simcluster.train.series import metric_pattern
+
+    if args.metric_regex is not None:
+        try:
+            metric_pattern(args.metric_regex)
+        except ValueError as e:
+            raise ConfigError(f"metric_regex: {e}") from None
     launch, command = resolve(args, user=container_user())
     engine = ENGINES[args.target]
     opts = UpOptions(build=args.build, keep=args.keep, quiet=args.quiet, progress_every=args.progress_every,
                      max_restarts=args.max_restarts, start_late=dict(args.start_late),
-                     wall_timeout_s=args.wall_timeout_s)
+                     wall_timeout_s=args.wall_timeout_s, metric_regex=args.metric_regex)
     engine.check(launch, opts)  # an engine that only renders here refuses `up` first
     shaping.check(launch, "up", engine, opts.start_late)
     hosts = tuple(host_names(launch.engine.hosts or 0))

@@ -1,4 +1,4 @@
-"""Command line of the launcher: generate | up | down | status | logs | chaos | report | build | compare | plan | project.
+"""Command line of the launcher: generate | up | down | status | logs | chaos | report | build | compare | sweep | plan | project.
 
     python -m launcher generate --mesh 2x2x2 [--target compose|swarm|slurm|jobset|trainjob] [--out FILE] [--stdout] ...
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
@@ -11,13 +11,14 @@
     python -m launcher report [--run-dir DIR]     # PNGs + one HTML page of a run (default: the newest)
     python -m launcher build [--force]             # the trainer image, from this installation's code
     python -m launcher compare --script FILE --mesh 2x2x2 --against 2x2x1 [--metric loss] [--rtol 1e-5] -- ARGS
+    python -m launcher sweep --script FILE --nodes 2 --nproc-per-node 2 [--metric loss] [--rtol 1e-5] -- ARGS
     python -m launcher plan --mesh 2x2x2 --model small [--schedule 1f1b] [--microbatches N] [--hardware NAME] [--json]
     python -m launcher plan --search --world-size 8 --model small [--hardware local] [--memory-per-rank GB]
     python -m launcher project RUN_DIR --hardware h100-sxm-8x [--inter-node-bandwidth 50mbit] [--json]
 
 Installed with pip, the same commands are `simcluster ...` or `python -m simcluster ...`.
 
-Exit codes: 0 ok; 1 the run failed (a node exited non-zero, Docker error; compare: the runs differ); 2 bad options
+Exit codes: 0 ok; 1 the run failed (a node exited non-zero, Docker error; compare, sweep: the runs differ); 2 bad options
 (mesh, preflight, node options), with the reason on stderr and no file written.
 """
 from __future__ import annotations
@@ -114,7 +115,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from simcluster.launcher.observe.report import cmd_report as report
 
-    return report(args.run_dir, ROOT)
+    return report(args.run_dir, ROOT, args.metric_regex)
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
@@ -147,6 +148,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not values["strict_memory"]:
         values.pop("strict_memory")
     result = compare(**values)
+    print(result_text(result), flush=True)
+    return 0 if result.ok else 1
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """The layout sweep and its table (launcher/sweep.py; `up`'s flags make its one JobRequest);
+    0 when every layout agrees, 1 when one differs or failed.
+
+    Raises:
+        ConfigError: a bad option (exit 2).
+    """
+    from simcluster.launcher.sweep import result_text, sweep_request
+
+    own = {k: getattr(args, k) for k in ("metric", "metric_regex", "rtol", "quiet")}
+    request = request_from_cli({**{k: v for k, v in vars(args).items() if k not in own}, "command": "up"})
+    result = sweep_request(request, **own)
     print(result_text(result), flush=True)
     return 0 if result.ok else 1
 
@@ -199,7 +216,7 @@ def _run_of(args: argparse.Namespace):
 
 COMMANDS = {"generate": cmd_generate, "up": cmd_up, "build": cmd_build, "report": cmd_report, "chaos": cmd_chaos,
             "status": cmd_status, "logs": cmd_logs, "down": cmd_down, "compare": cmd_compare,
-            "plan": cmd_plan, "project": cmd_project}
+            "sweep": cmd_sweep, "plan": cmd_plan, "project": cmd_project}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -166,6 +166,10 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     up.add_argument("--wall-timeout-s", type=float, default=None, metavar="S",
                     help="kill the whole run, restarts included, after S seconds; it fails as timed out (default: "
                          "no limit; --timeout-s is the job's own, ending a run whose peers went silent)")
+    up.add_argument("--metric-regex", default=None, metavar="REGEX",
+                    help="how the summary reads a loss your ranks only print: one group (the value; n-th match = "
+                         "step n) or named groups step and value (default: the common formats, 'loss: 1.2', "
+                         "'loss=1.2', 'step 3 | loss 1.2', torchtitan's 'step: 3  loss: 1.2')")
     st = sub.add_parser("status", help="table: node, ranks, state, last step")
     _target_args(st)
     lg = sub.add_parser("logs", help="the cluster's logs (compose logs)")
@@ -199,6 +203,8 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                     "image (version, code, Dockerfile, requirements) for a CI cache of `docker save`")
     rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
     rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
+    rp.add_argument("--metric-regex", default=None, metavar="REGEX",
+                    help="read a loss the ranks only printed (cluster.log) as up does (default: the common formats)")
     pl = sub.add_parser("plan", help="predict per rank memory, traffic per kind and link, and the bubble of a "
                         "trainer run from its shapes and schedule; starts nothing (needs torch)")
     add_config_args(pl)
@@ -223,10 +229,26 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     pj.add_argument("--json", action="store_true", help="print the projection as JSON (seconds)")
     _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
                                  "(exit 1 beyond --rtol)"))
-    for command in ("generate", "up", "compare"):
+    _sweep_args(sub.add_parser("sweep", help="run your code or the trainer on its own node layout, on one node and on "
+                               "one rank per node, the mesh the same; compare a metric step by step (exit 1: differs)"))
+    for command in ("generate", "up", "compare", "sweep"):
         _text_only(sub.choices[command])
     parser.commands = sub.choices  # command -> its subparser (the Python API parses `up`'s keywords with it)
     return parser
+
+
+def _sweep_args(sp: argparse.ArgumentParser) -> None:
+    """`sweep` (launcher/sweep.py): `up`'s job, then the metric and its tolerance."""
+    add_config_args(sp)
+    add_job_args(sp)
+    g = sp.add_argument_group("the comparison (against the job's own layout)")
+    g.add_argument("--metric", default="loss", help="key of the metrics.jsonl rows to compare (default loss)")
+    g.add_argument("--metric-regex", default=None, metavar="REGEX", help="read the metric from what the ranks print "
+                   "instead: one group (the value; n-th match = step n) or named groups step and value")
+    g.add_argument("--rtol", type=float, default=1e-5, metavar="R", help="largest |X - own| / |own| allowed "
+                   "(default 1e-5)")
+    g.add_argument("--quiet", action="store_true", help="runs' lines only in their cluster.log; show the table")
+    add_node_args(sp)
 
 
 def _compare_args(cp: argparse.ArgumentParser) -> None:

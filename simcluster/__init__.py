@@ -12,7 +12,7 @@ pip they are the folders themselves (pyproject.toml). docs/layout.md draws the f
 
 API for your code on the cluster: ``simcluster.log(step=..., loss=...)`` and ``simcluster.step()``.
 API for your tests (imported on first use: the ranks never load it): ``simcluster.run(...) -> Run``
-(launcher/api.py), ``simcluster.compare(...)`` (launcher/compare.py), the faults ``Kill``, ``Stop``,
+(launcher/api.py), ``simcluster.compare(...)`` (launcher/compare.py), ``simcluster.sweep(...)`` (launcher/sweep.py), the faults ``Kill``, ``Stop``,
 ``Pause``, ``Disconnect``, ``Freeze``, ``KillHost``, ``DisconnectHost`` (launcher/drills/faults.py) for
 ``run(chaos=...)``, and the
 errors ``ConfigError`` (bad input: the CLI's exit 2; train/errors.py) and ``LauncherError`` (Docker
@@ -29,6 +29,8 @@ def __getattr__(name):
         from simcluster.launcher import api as home
     elif name == "compare":
         from simcluster.launcher import compare as home
+    elif name == "sweep":
+        from simcluster.launcher import sweep as home
     elif name in FAULTS:
         from simcluster.launcher.drills import faults as home
     elif name == "ConfigError":

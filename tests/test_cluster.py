@@ -162,6 +162,12 @@ def test_2x2x2_losses_match_the_single_process_reference(cluster_2x2x2):
     ref = [r["loss"] for r in run_reference(run)]
     bad = [(i + 1, m, r) for i, (m, r) in enumerate(zip(losses, ref)) if abs(m - r) > 1e-4 * abs(r)]
     assert not bad, f"steps (step, mesh loss, reference loss) off by > 1e-4 relative: {bad}"
+    # docs/output.md quotes this run's step 12 and final loss (4 decimals): they must stay what it measures
+    doc = (ROOT / "docs" / "output.md").read_text()
+    quoted = re.search(r"step 12/20 loss (\d+\.\d{4}) .*\n\s*done steps=20 final_loss=(\d+\.\d{4}) ", doc)
+    assert quoted, "docs/output.md no longer quotes the 20-step run's step 12 and done lines"
+    assert [float(x) for x in quoted.groups()] == [round(losses[11], 4), round(losses[-1], 4)], (quoted.groups(),
+                                                                                                   losses)
 
 
 def test_node_containers_are_hardened(cluster_2x2x2):

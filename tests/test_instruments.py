@@ -230,3 +230,20 @@ def test_report_merges_the_trace_of_a_run_started_without_up(tmp_path):
     assert {e["args"]["step"] for e in events if e.get("ph") == "X"} == {2}
     assert any(e["name"].startswith("Optimizer.step") for e in events)
     assert str(out / "report" / "timeline.png") in pngs and os.path.isfile(page)
+
+
+def test_each_ranks_collectives_are_counted_at_its_end(tmp_path):
+    """instrument/work.py: gloo's per-group sequence numbers, read before destroy_process_group (which
+    empties them) and at the end; a program without torch.distributed counts 0 (the summary's NO WORK)."""
+    (tmp_path / "c.py").write_text(
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)\n"
+        "t = torch.ones(2)\ndist.all_reduce(t)\ndist.broadcast(t, 0)\ng = dist.new_group([0])\ndist.all_reduce(t, group=g)\n"
+        "dist.destroy_process_group()\n")
+    (tmp_path / "none.py").write_text("print('no gpu, exiting')\n")
+    for script, count in (("c.py", 3), ("none.py", 0)):
+        out = tmp_path / f"run-{script}"
+        proc = subprocess.run([sys.executable, script], cwd=tmp_path, env=rank_env(out), capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        assert records(out / "steps" / "rank-0.work.json") == [{"collectives": count}], script

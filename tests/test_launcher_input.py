@@ -6,6 +6,7 @@ check it: exit 2, the message naming the field and a fix, nothing written. Also 
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -203,10 +204,13 @@ def _run_folder(tmp_path: Path, capsys) -> Path:
 
 
 def test_chaos_on_a_run_where_nothing_runs_says_so_and_exits_1(capsys, tmp_path, monkeypatch):
+    """A run folder of `up` (job.json first) where no container runs yet: chaos waits for them, then says so."""
     from simcluster.launcher.engines import docker as engine
     from simcluster.launcher.drills import chaos
 
     run = _run_folder(tmp_path, capsys)
+    (run / "job.json").write_text(json.dumps({"nodes": {"node-0": "0", "node-1": "1"}, "nproc_per_node": 1,
+                                              "world_size": 2, "image": "x"}))
     monkeypatch.setattr(engine, "containers", lambda project, stack=False: {})
     monkeypatch.setattr(chaos, "START_WAIT_S", 0.3)
     code, out, err = main(capsys, "chaos", "--kill", "node-1", "--at-step", "5", "--run-dir", str(run))
@@ -215,6 +219,16 @@ def test_chaos_on_a_run_where_nothing_runs_says_so_and_exits_1(capsys, tmp_path,
     assert "(--wait-s 3600)" in out and "no container of project" in out  # what it waits for, at once
     assert "appeared within 0.3 s: nothing runs in" in err and "`python -m launcher up --run-dir" in err
     assert "Traceback" not in err
+
+
+def test_chaos_on_a_folder_made_by_generate_refuses_at_once(capsys, tmp_path, monkeypatch):
+    """compose.yml, no job.json, no container: never a run of `up`, so nothing to wait for (node-9 or any)."""
+    from simcluster.launcher.engines import docker as engine
+
+    run = _run_folder(tmp_path, capsys)
+    monkeypatch.setattr(engine, "containers", lambda project, stack=False: {})
+    code, out, err = main(capsys, "chaos", "--kill", "node-9", "--at-step", "5", "--run-dir", str(run))
+    assert code == 2 and "no job.json and no container of it runs" in err and "generate" in err, out + err
 
 
 def test_chaos_on_an_ended_run_exits_1_at_once(capsys, tmp_path, monkeypatch):

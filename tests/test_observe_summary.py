@@ -4,7 +4,9 @@
 
 Deep tracebacks (a hundred frames, on several ranks at once, interleaved) still name each rank
 with its exception and last frames; the cause is told from ranks that only saw a peer die; a job
-that logs no metrics and prints on some ranks only gets no ``?`` rows.
+that logs no metrics and prints on some ranks only gets no ``?`` rows; a loss only printed is the
+final loss; an exit 0 without a step or a collective is NO WORK; each failed node's row names the
+node whose rank failed first.
 """
 from __future__ import annotations
 
@@ -194,3 +196,74 @@ def test_a_chained_exception_names_its_root_cause(stream, capsys):
     assert "FAILED rank 3 on node-1: IndexError: later" in text and "ValueError: earlier" not in text
     failed = {f["rank"]: f["lines"] for f in json.loads((Path(stream.launch.run_dir) / "summary.json").read_text())["failed"]}
     assert failed[1][0].startswith("root cause: KeyError") and failed[1][-1].startswith("RuntimeError")
+
+
+def test_a_node_row_blames_the_node_whose_rank_failed_first(stream, capsys):
+    """node-1's rank 2 raised first; node-0's rank 0 only saw its connection close, but node-0 reported
+    first, so the verdict (and node-1's own report) named node-0: the rows name node-1 instead."""
+    for line in deep_traceback(2, 3, "ValueError: bad batch on rank 2"):
+        stream.handle("node-1", line)
+    for line in deep_traceback(0, 3, "RuntimeError: [../gloo/transport/tcp/pair.cc:534] Connection closed by peer"):
+        stream.handle("node-0", line)
+    stream.handle("rendezvous", "rendezvous: node-0 (ranks 0-1) exited 1")
+    stream.handle("rendezvous", "rendezvous: node-1 (ranks 2-3) exited 1 (node-0 (ranks 0-1) failed with exit 1)")
+    out = summary_of(stream, {"node-0": 1, "node-1": 1, "rendezvous": 1}, capsys)
+    assert "  node-0       ranks 0-1      exit 1 (node-1 failed first)\n" in out, out
+    assert "  node-1       ranks 2-3      exit 1 (its rank 2 failed first)\n" in out, out
+    assert "  FAILED rank 2 on node-1: ValueError: bad batch on rank 2\n" in out and "then failed  rank(s) 0" in out
+    assert json.loads((Path(stream.launch.run_dir) / "summary.json").read_text())["first_failed"] == "node-1"
+
+
+def test_a_lost_node_keeps_its_own_reason(stream, capsys):
+    for line in deep_traceback(0, 2, "RuntimeError: Connection closed by peer"):
+        stream.handle("node-0", line)
+    stream.handle("rendezvous", "rendezvous: node-0 (ranks 0-1) exited 1 (node-1 (ranks 2-3) lost: no heartbeat for 25s)")
+    out = summary_of(stream, {"node-0": 1, "node-1": 137, "rendezvous": 1}, capsys)
+    assert "  node-0       ranks 0-1      exit 1 (node-1 (ranks 2-3) lost: no heartbeat for 25s)\n" in out, out
+
+
+def test_a_loss_only_printed_is_the_final_loss(stream, capsys):
+    for step, loss in ((1, 2.5), (2, 2.25)):  # torchtitan's format, colours and all, on every rank
+        for r in range(4):
+            stream.handle(f"node-{r // 2}", f"[rank{r}]:\x1b[31mstep: {step:2}  \x1b[32mloss: {loss:7.4f}  \x1b[39m")
+    out = summary_of(stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
+    assert out.startswith(" OK ==") and "  final loss   2.25 after 2 steps (as rank 0 printed it)\n" in out, out
+    assert json.loads((Path(stream.launch.run_dir) / "summary.json").read_text())["final_loss"] == 2.25
+    stream.metric_regex = r"^step: +(?P<step>\d+) +loss: +(?P<value>\S+)"  # the colours are taken off first
+    assert "  final loss   2.25 after 2 steps (as rank 0 printed it)\n" in summary_of(
+        stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
+
+
+def test_exit_0_without_a_step_or_a_collective_is_no_work(stream, capsys):
+    run = Path(stream.launch.run_dir)
+    (run / "steps").mkdir()
+    for r in range(4):
+        stream.handle(f"node-{r // 2}", f"[rank{r}]:Unable to locate sufficient 4 gpus to run this example. Exiting.")
+        (run / "steps" / f"rank-{r}.work.json").write_text(json.dumps({"collectives": 0}) + "\n")
+    codes = {"node-0": 0, "node-1": 0, "rendezvous": 0}
+    out = summary_of(stream, codes, capsys)
+    assert out.startswith(" NO WORK ==\n  NO WORK      every rank exited 0 without a step or a collective"), out
+    assert json.loads((run / "summary.json").read_text())["no_work"] is True
+    (run / "steps" / "rank-3.work.json").write_text(json.dumps({"collectives": 2}) + "\n")  # one all_reduce: work
+    assert summary_of(stream, codes, capsys).startswith(" OK ==")
+    (run / "steps" / "rank-3.work.json").unlink()  # a rank without its record: nothing is claimed
+    assert summary_of(stream, codes, capsys).startswith(" OK ==")
+
+
+def test_quiet_keeps_rank_0s_step_lines_in_the_log_for_the_printed_loss(stream, capsys):
+    assert stream.quiet
+    for step, loss in ((1, 0.856526), (2, 0.865871)):
+        stream.handle("node-0", f"[rank0]:step {step}/2 loss {loss:.6f}")
+    assert "step 2/2 loss" not in capsys.readouterr().out  # hidden, as --quiet does
+    out = summary_of(stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
+    assert "  final loss   0.865871 after 2 steps (as rank 0 printed it)\n" in out, out
+    assert "node-0 r0 | step 2/2 loss 0.865871" in " ".join(Path(stream.log.name).read_text().split())
+
+
+def test_a_bad_metric_regex_is_refused_before_anything_starts(tmp_path, capsys):
+    from simcluster.launcher import cli
+
+    run = tmp_path / "run"
+    assert cli.main(["up", "--script", str(ROOT / "examples" / "ddp.py"), "--nodes", "1", "--nproc-per-node", "1",
+                     "--run-dir", str(run), "--metric-regex", "(a)(b)"]) == 2
+    assert "metric_regex: '(a)(b)' has 2 group(s)" in capsys.readouterr().err and not run.exists()

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from simcluster.train.series import (compare_series, metric_pattern, rel, series_from_lines,
+from simcluster.train.series import (compare_series, metric_pattern, rel, series_from_lines, series_from_rank_lines,
                                                 series_from_rows, spans, table_text)
 
 # examples/manual_3d.py, 3 steps: mesh 2x2x2 against 2x2x1 on the cluster (metrics.jsonl's loss)
@@ -126,3 +126,25 @@ def test_metric_pattern_refuses_other_groups(text, why):
 
 def test_spans():
     assert spans([1, 2, 3, 7, 9, 10]) == "1-3, 7, 9-10" and spans([]) == ""
+
+
+@pytest.mark.parametrize("line,step,value", [
+    ("loss: 1.23", None, 1.23), ("loss=1.23", None, 1.23), ("Loss 1.23", None, 1.23),
+    ("step 3 | loss 1.23", 3, 1.23), ("step 3/10 loss 0.716 step_time 0.2s", 3, 0.716),
+    ("Step [3/10], Loss: 0.5", 3, 0.5), ("\x1b[31mstep:  3  \x1b[32mloss:  8.1521  \x1b[33mgrad_norm:  1.2", 3, 8.1521),
+    ("epoch 1 train_loss=0.3", None, 0.3), ("Loss tensor(0.25, grad_fn=<MseLossBackward0>)", None, 0.25),
+    ("loss: nan", None, math.nan),
+    ("val_loss: 2.0", None, None), ("loss_scale 1024", None, None), ("train/loss 3", None, None),
+    ("computing the loss now", None, None), ("rank=0 host=node-0", None, None),
+])
+def test_the_printed_loss_formats_read_by_default(line, step, value):
+    rank, series = series_from_rank_lines([(2, line)])
+    if value is None:
+        assert (rank, series) == (None, []), series
+    else:
+        assert rank == 2 and series[0][0] == (step or 1) and (series[0][1] == value or math.isnan(value)), series
+
+
+def test_a_loss_every_rank_prints_counts_once_a_step_from_the_lowest_rank():
+    lines = [(3, "loss: 9"), (1, "loss 2.0"), (0, "hello"), (1, "loss 1.5"), (3, "loss: 8")]
+    assert series_from_rank_lines(lines) == (1, [(1, 2.0), (2, 1.5)])

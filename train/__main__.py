@@ -32,5 +32,18 @@ def main(argv: list[str] | None = None) -> int:
     return run(cfg)
 
 
+def exit_now(code: int) -> None:
+    """End a fresh interpreter's rank whose run is over (every file closed, the process group destroyed)
+    with its exit code and no interpreter teardown: no gloo C++ thread can then outlive the interpreter
+    and abort the rank at exit ('terminate called without an active exception', SIGABRT, after its last
+    step). A forked rank (train/forked_rank.py) returns instead: its agent collects its result, and its
+    process already ends without teardown (multiprocessing's os._exit)."""
+    if "simcluster.train.forked_rank" in sys.modules:
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -20,6 +20,7 @@ from simcluster.train.errors import ConfigError
 
 METRICS = "metrics.jsonl"
 STEPS = "steps"  # the instruments' step records of the user's code: steps/rank-R.jsonl (instrument/spec.py)
+WORK = ".work.json"  # steps/rank-R.work.json: {"collectives": N} at a rank's end (launcher/instrument/work.py)
 TRAFFIC = "traffic"  # traffic/rank-R.jsonl: one summary per step and rank (train/traffic.py)
 
 
@@ -124,6 +125,19 @@ def _rank_files(run_dir: str, folder: str) -> dict[int, str]:
     return dict(sorted(found.items()))
 
 
+def collectives(run_dir: str, since: float = 0.0) -> dict[int, int]:
+    """rank -> the collectives and point-to-point calls it made (steps/rank-R.work.json, written at
+    the end of each rank of the user's code; files older than ``since`` ignored): ranks without one
+    are left out (the built-in trainer, a rank killed, an engine without the instruments)."""
+    found = {}
+    for path in glob.glob(os.path.join(run_dir, STEPS, f"rank-*{WORK}")):
+        tail = os.path.basename(path)[len("rank-"):-len(WORK)]
+        rows = _read(path, since) if tail.isdigit() else []
+        if rows and isinstance(rows[-1].get("collectives"), int):
+            found[int(tail)] = rows[-1]["collectives"]
+    return dict(sorted(found.items()))
+
+
 def rank_traffic(run_dir: str, step: int, strict: bool = False) -> dict[int, dict]:
     """rank -> its traffic/rank-R.jsonl record of ``step`` (ranks that recorded it).
 
@@ -186,6 +200,17 @@ def step_rows(run_dir: str, since: float = 0.0, strict: bool = False) -> list[di
         if step in rows:
             rows[step].setdefault("traffic", total)
     return [rows[s] for s in sorted(rows)]
+
+
+def rank_last_steps(run_dir: str, since: float = 0.0) -> dict[int, int]:
+    """rank -> the last step of its own record (steps/rank-R.jsonl, the instruments of the user's code),
+    for the ranks that have one written since ``since``."""
+    out = {}
+    for rank, path in _rank_files(run_dir, STEPS).items():
+        steps = [r["step"] for r in _read(path, since) if isinstance(r.get("step"), int)]
+        if steps:
+            out[rank] = max(steps)
+    return out
 
 
 def last_step(run_dir: str | None, since: float = 0.0) -> int | None:

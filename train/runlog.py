@@ -168,6 +168,24 @@ def rank_lines(run_dir: str) -> list[tuple[int, str]]:
     return [(int(m.group(1)), m.group(2)) for line in _log_lines(run_dir) if (m := _RANK_LINE.match(line))]
 
 
+def printed_series(run_dir: str, regex: str | None = None) -> tuple[int | None, list[tuple[int, float]]]:
+    """(rank, its (step, value) pairs) of a metric the ranks printed (cluster.log): the lowest rank
+    whose lines match ``regex`` (a --metric-regex: one group, or groups step and value), by default
+    series.LOSS_REGEX (the common ways of printing a loss); (None, []) when none matches, or a match
+    is no number (train/series.py series_from_rank_lines, the one home of these rules).
+
+    Raises:
+        ValueError: regex is not a --metric-regex (series.metric_pattern's message).
+    """
+    from simcluster.train.series import metric_pattern, series_from_rank_lines
+
+    pattern = metric_pattern(regex) if regex is not None else None
+    try:
+        return series_from_rank_lines(rank_lines(run_dir), pattern)
+    except ValueError:
+        return None, []
+
+
 def log_lines(run_dir: str, node: str | None = None, rank: int | None = None) -> list[str]:
     """RUN_DIR/cluster.log's lines as `up` showed them (``node-1 r4 | text``), or only those of
     one node (its agent's and its ranks' lines), or only what one rank printed (the text, its
@@ -195,8 +213,8 @@ def write_job(run_dir: str, record: dict) -> None:
 
 
 def read_job(run_dir: str | None) -> dict | None:
-    """RUN_DIR/job.json: {"nodes": {name: "first-last"}, "nproc_per_node", "world_size", "image", and on
-    rehearsal hosts "hosts": {name: host}}, or None
+    """RUN_DIR/job.json: {"nodes": {name: "first-last"}, "nproc_per_node", "world_size", "image", the
+    last step "steps" where known, and on rehearsal hosts "hosts": {name: host} (every node, in node order)}, or None
     when the folder has none (a run of an older launcher, or a compose file started by hand).
 
     Raises:
@@ -215,4 +233,15 @@ def read_job(run_dir: str | None) -> dict | None:
             and isinstance(record.get("world_size"), int)):
         raise ConfigError(f"{path}: not a job record (nodes and world_size); delete it, or rerun the job with "
                           f"launcher up")
+    hosts = record.get("hosts")
+    if hosts is not None and not (isinstance(hosts, dict) and list(hosts) == list(nodes)
+                                  and all(isinstance(v, str) and v for v in hosts.values())):
+        shown = sorted(hosts) if isinstance(hosts, dict) else type(hosts).__name__
+        raise ConfigError(f"{path}: its \"hosts\" map ({shown}) does not name a host for each of its nodes "
+                          f"({', '.join(nodes)}), in node order; the record is truncated or edited: rerun the job "
+                          f"with launcher up --target swarm --hosts N")
+    steps = record.get("steps")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ConfigError(f"{path}: its \"steps\" ({steps!r}) is not a step count >= 1; delete it, or rerun the job "
+                          f"with launcher up")
     return record

@@ -18,6 +18,13 @@ import re
 from dataclasses import dataclass
 
 Series = list[tuple[int, float]]
+# The printed loss `up`, `report` and `sweep` read by default: "loss: 1.23", "loss=1.23", "Loss 1.23",
+# "step 3 | loss 1.23", "step 3/10 loss 1.23", "Step [3/10], Loss: 1.23", torchtitan's "step:  3  loss:  8.1"
+# and "loss: tensor(1.23)"; the step when "step N" comes before it (else the n-th match is step n). Not
+# "val_loss", "loss_scale" or "train/loss" (a key of another name).
+LOSS_REGEX = (r"(?i)(?:(?<![\w/])step\b[\s:=#\[(]*(?P<step>\d+)\b.*?)?(?<![\w./-])(?:train[ _])?loss\b[\s:=]*"
+              r"(?:tensor\()?(?P<value>[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|[-+]?nan|[-+]?inf)\b")
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours (torchtitan's log lines carry them)
 
 
 def rel(a: float, b: float) -> float:
@@ -194,7 +201,8 @@ def metric_pattern(text: str) -> re.Pattern:
 
 def series_from_lines(lines: list[str], pattern: re.Pattern) -> Series:
     """(step, value) of each line the pattern (metric_pattern's) is found in (re.search): the
-    ``step`` group's number, else the match's count (1, 2, ...); the ``value`` group, else group 1.
+    ``step`` group's number (where it took part), else the match's count (1, 2, ...); the ``value``
+    group, else group 1.
 
     Raises:
         ValueError: a matched value or step is not a number (naming the line).
@@ -205,10 +213,27 @@ def series_from_lines(lines: list[str], pattern: re.Pattern) -> Series:
         if not m:
             continue
         value = m.group("value") if "value" in pattern.groupindex else m.group(1)
-        step = m.group("step") if "step" in pattern.groupindex else str(len(out) + 1)
+        step = m.group("step") if "step" in pattern.groupindex and m.group("step") is not None else str(len(out) + 1)
         try:
             out.append((int(step), float(value)))
         except (TypeError, ValueError):
             raise ValueError(f"matched {line.strip()!r}, but its step {step!r} or value {value!r} is not a "
                              f"number") from None
     return out
+
+
+def series_from_rank_lines(lines: list[tuple[int, str]], pattern: re.Pattern | None = None) -> tuple[int | None, Series]:
+    """(rank, its series) of what the ranks printed ((rank, text) pairs in order, runlog.rank_lines):
+    the lines of the lowest rank that printed a match of ``pattern`` (default LOSS_REGEX), terminal
+    colour codes taken off, read by ``series_from_lines``; (None, []) when no line matches. One rank's
+    lines, so that a loss every rank prints is counted once a step.
+
+    Raises:
+        ValueError: a matched value or step is not a number (series_from_lines').
+    """
+    pattern = pattern or re.compile(LOSS_REGEX)
+    clean = [(rank, ANSI.sub("", text)) for rank, text in lines]
+    rank = min((r for r, text in clean if pattern.search(text)), default=None)
+    if rank is None:
+        return None, []
+    return rank, series_from_lines([text for r, text in clean if r == rank], pattern)

@@ -210,9 +210,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.workdir:  # your code's ranks: a cluster's shared working directory, in the run folder
         os.makedirs(args.workdir, exist_ok=True)
-        if args.code_dir and (line := workdir.prepare(args.code_dir, args.workdir, args.run_dir or args.workdir,
-                                                      first=args.node_rank == 0)):
-            print(f"[{name}] {line}", flush=True)
+        if args.code_dir:  # the code linked in before a rank starts; recorded once the heartbeat runs
+            workdir.link(args.code_dir, args.workdir)
     cmd = torchrun_command(args, name, train_argv)
     env = dict(os.environ)
     env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")
@@ -228,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     silent_s = args.lost_after_s
     hb = Heartbeat(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node)
     hb.start()
+    if args.workdir and args.code_dir and args.node_rank == 0:  # bounded reads (workdir.py), heartbeat already on
+        print(f"[{name}] {workdir.record_line(args.code_dir, args.run_dir or args.workdir)}", flush=True)
     if args.wait_for and not wait_for(args.wait_for, args.join_timeout_s, name):
         if agent:
             agent.cancel()

@@ -19,6 +19,12 @@ The rules (docs/own-code.md, "Your working directory"):
   folder too) when it holds at most COPY_LIMIT bytes, else ``RUN_DIR/code.sha256`` lists every file with its size and
   sha256 (and says why). Made by node 0 at each new `up` into the folder (an earlier run's record
   is replaced, its stale links removed from WORK), kept across the launcher's restarts of one run.
+- The record is cheap whatever the folder holds (a data set, a checkpoint beside the script): it reads
+  at most COPY_LIMIT bytes to copy, or HASH_BUDGET bytes to hash, and stats at most MAX_FILES files.
+  A file above HASH_FILE_LIMIT, or past the budget, is listed with its size and ``-`` for its hash;
+  files past MAX_FILES are not listed. Its line says what it left out. It is written beside its
+  place (``.partial``) and moved there whole; a stale ``.partial`` of a run cut short is removed.
+  The node wrapper makes it after its heartbeat has started (launcher/container/node.py).
 """
 from __future__ import annotations
 
@@ -32,6 +38,9 @@ import tempfile
 CODE_COPY = "code"  # RUN_DIR/CODE_COPY: the copy of the code that ran
 CODE_LIST = "code.sha256"  # RUN_DIR/CODE_LIST: instead, above COPY_LIMIT: "sha256  size  path" a file
 COPY_LIMIT = 20 * 2**20  # bytes of code copied into the run folder (above: listed with hashes)
+HASH_FILE_LIMIT = 8 * 2**20  # a listed file above this many bytes is not hashed (a data set, a checkpoint)
+HASH_BUDGET = 64 * 2**20  # bytes hashed at most for one listing; the files after are listed unhashed
+MAX_FILES = 20_000  # files stat'ed at most (a data set of many small files); the rest are not listed
 SKIP = ("__pycache__", ".git")  # never copied nor listed, nor a run folder inside the code folder
 RUN_MARKERS = ("cluster.log", "job.json")  # a folder holding one is a run folder (train/runlog.py)
 
@@ -79,17 +88,20 @@ def _skipped(base: str, names: list[str], run_dir: str) -> set[str]:
     return out
 
 
-def _files(code_dir: str, run_dir: str) -> list[tuple[str, int]]:
-    """(path relative to code_dir, size) of every file below it, sorted; SKIP and run folders left out,
-    links not followed."""
+def _files(code_dir: str, run_dir: str, most: int | None = None) -> tuple[list[tuple[str, int]], bool]:
+    """((path relative to code_dir, size) of every file below it, sorted; SKIP and run folders left out,
+    links not followed; whether it stopped at ``most`` files, default MAX_FILES)."""
+    most = MAX_FILES if most is None else most
     out = []
     for base, dirs, names in os.walk(code_dir):
         dirs[:] = sorted(set(dirs) - _skipped(base, dirs, run_dir))
         for name in sorted(set(names) - _skipped(base, names, run_dir)):
             path = os.path.join(base, name)
             if os.path.isfile(path) and not os.path.islink(path):
+                if len(out) == most:
+                    return out, True
                 out.append((os.path.relpath(path, code_dir), os.path.getsize(path)))
-    return out
+    return out, False
 
 
 def link(code_dir: str, work: str) -> None:
@@ -121,34 +133,53 @@ def record(code_dir: str, run_dir: str, fresh: bool = True, limit: int = COPY_LI
     copy, listing = os.path.join(run_dir, CODE_COPY), os.path.join(run_dir, CODE_LIST)
     if not fresh and (os.path.exists(copy) or os.path.exists(listing)):
         return f"code: recorded before in {copy if os.path.exists(copy) else listing}"
-    shutil.rmtree(copy, ignore_errors=True)
-    if os.path.exists(listing):
-        os.remove(listing)
-    files = _files(code_dir, run_dir)
+    for stale in (copy, copy + ".partial"):
+        shutil.rmtree(stale, ignore_errors=True)
+    for stale in (listing, listing + ".partial"):
+        if os.path.exists(stale):
+            os.remove(stale)
+    files, cut = _files(code_dir, run_dir)
     total = sum(size for _, size in files)
-    if total <= limit:
+    if total <= limit and not cut:
         tmp = copy + ".partial"
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.copytree(code_dir, tmp, symlinks=True, ignore=lambda base, names: _skipped(base, names, run_dir))
         os.replace(tmp, copy)
         return f"code: {len(files)} files ({total} bytes) copied to {copy}"
+    budget, unhashed = HASH_BUDGET, []
     with open(listing + ".partial", "w", encoding="utf-8") as fh:
-        fh.write(f"# {len(files)} files, {total} bytes: above the copy limit of {limit} bytes, listed, not copied\n")
+        fh.write(f"# {len(files)} files, {total} bytes: above the copy limit of {limit} bytes, listed, not copied"
+                 + (f"; listing stopped at {MAX_FILES} files" if cut else "") + "\n")
         for rel, size in files:
+            if size > HASH_FILE_LIMIT or size > budget:  # never read unbounded bytes: sized, not hashed
+                unhashed.append(rel)
+                fh.write(f"-  {size}  {rel}\n")
+                continue
+            budget -= size
             with open(os.path.join(code_dir, rel), "rb") as src:
                 digest = hashlib.file_digest(src, "sha256").hexdigest()
             fh.write(f"{digest}  {size}  {rel}\n")
     os.replace(listing + ".partial", listing)
-    return f"code: {len(files)} files ({total} bytes, above {limit}) listed with their sha256 in {listing}"
+    line = f"code: {len(files)} files ({total} bytes, above {limit}) listed with their sha256 in {listing}"
+    if unhashed:
+        shown = ", ".join(unhashed[:3]) + (f" and {len(unhashed) - 3} more" if len(unhashed) > 3 else "")
+        line += (f"; {len(unhashed)} not hashed (above {HASH_FILE_LIMIT} bytes each, or past {HASH_BUDGET} bytes "
+                 f"hashed), listed by size: {shown}")
+    if cut:
+        line += f"; listing stopped at {MAX_FILES} files (the rest not recorded)"
+    return line
 
 
 def prepare(code_dir: str, work: str, run_dir: str, first: bool) -> str | None:
-    """link() on every node, and on the first node also record(); the record's line, or None. A record
-    that fails (a file that vanished or cannot be read mid-copy) is said in its line, never raised:
-    the run goes on, as the ranks' own reads decide."""
+    """link() on every node, and on the first node also record_line(); the record's line, or None."""
     link(code_dir, work)
-    if not first:
-        return None
+    return record_line(code_dir, run_dir) if first else None
+
+
+def record_line(code_dir: str, run_dir: str) -> str:
+    """record() for this start (fresh unless SIMCLUSTER_RESTART_COUNT > 0), its line. A record that fails
+    (a file that vanished or cannot be read mid-copy) is said in its line, never raised: the run goes
+    on, as the ranks' own reads decide."""
     try:
         return record(code_dir, run_dir, fresh=os.environ.get("SIMCLUSTER_RESTART_COUNT", "0") == "0")
     except (OSError, shutil.Error) as e:

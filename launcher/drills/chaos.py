@@ -136,6 +136,21 @@ def check_args(kind: str, node: str, at_step: int, wait_s: float, run_dir: str |
                           f"e.g. --run-dir runs/mesh-2x2x2")
 
 
+def check_step(at_step: int, run_dir: str | None, flag: str) -> None:
+    """Refuse at once a step after the run's last, where its record knows it (RUN_DIR/job.json "steps").
+
+    flag: the fault's flag and value for the example (``--kill node-1``).
+
+    Raises:
+        ConfigError: at_step is after the last step, naming both and a valid step.
+    """
+    job = read_job(run_dir) if run_dir else None
+    last = job.get("steps") if job else None
+    if last is not None and at_step > last:
+        raise ConfigError(f"at_step: --at-step {at_step} is after the last step ({last}) of the run in {run_dir}: it "
+                          f"would never be reached; e.g. {flag} --at-step {last}")
+
+
 def cluster_nodes(target: Handle, found: dict) -> tuple[dict[str, str], int] | None:
     """({node: its ranks "4-7"}, world size) of the run: its record (RUN_DIR/job.json, written by
     `up`), else its rendezvous container's labels (nnodes, nproc-per-node) once found; None for a
@@ -201,7 +216,15 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
         early = Handle.find(run_dir, file, project)
     except ConfigError:  # not there yet: `up` may be about to make it
         early = None
+    if early is not None and not early.stack and early.run_dir and read_job(early.run_dir) is None \
+            and not engine.containers(early.project, early.stack):  # `up` writes job.json before compose.yml
+        raise ConfigError(f"--run-dir {run_dir or early.run_dir}: holds {os.path.basename(early.file)} but no job.json "
+                          f"and no container of it runs: not a run folder of `python -m launcher up` (a file written "
+                          f"by `generate`?), so none will appear; start it with launcher up --run-dir DIR, or for a cluster "
+                          f"you started with docker compose pass --file {early.file}")
     checked = early is not None and check_node(kind, str(node), early, {})
+    if early is not None:
+        check_step(at_step, early.run_dir, f"--{kind} {node}")
     say(f"chaos: waiting for step {at_step} of {named} to {kind} {node}; giving up at {until} (--wait-s "
           f"{wait_s:g})", False)
     target = _find_target(run_dir, file, project, appear_by)

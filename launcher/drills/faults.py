@@ -143,8 +143,9 @@ def check(faults: tuple, names: tuple[str, ...], world_size: int, hosts: tuple[s
     """The problems of the faults for a launch of these nodes, ranks and rehearsal hosts, each naming the fault."""
     errors = []
     for f in faults:
-        if not isinstance(f.at_step, int) or f.at_step < 1:
-            errors.append(f"chaos: {f}: at_step must be an int >= 1; e.g. {type(f).__name__}(..., at_step=3)")
+        if isinstance(f.at_step, bool) or not isinstance(f.at_step, int) or f.at_step < 1:
+            errors.append(f"chaos: {f}: at_step must be an int >= 1 (a bool is no step), got {f.at_step!r}; e.g. "
+                          f"{type(f).__name__}(..., at_step=3)")
         elif why := (f.problem(names, world_size, hosts) if isinstance(f, HostFault) else f.problem(names, world_size)):
             errors.append(f"chaos: {f}: {why}")
     return errors
@@ -158,9 +159,12 @@ def start(fault, run_dir: str, wait_s: float, lines: list[str]) -> threading.Thr
 
     def go() -> None:
         try:
-            (chaos_host if isinstance(fault, HostFault) else chaos)(
-                fault.kind, fault.target, fault.at_step, run_dir=run_dir, wait_s=wait_s,
-                say=lambda text, error=False: lines.append(text))
+            say = lambda text, error=False: lines.append(text)  # noqa: E731
+            if isinstance(fault, HostFault):  # its run folder is made by the `up` starting beside it
+                chaos_host(fault.kind, fault.target, fault.at_step, run_dir=run_dir, wait_s=wait_s, say=say,
+                           starting=True)
+            else:
+                chaos(fault.kind, fault.target, fault.at_step, run_dir=run_dir, wait_s=wait_s, say=say)
         except Exception as e:  # noqa: BLE001 - a fault that could not be applied is reported, not raised
             lines.append(f"chaos: {fault} failed: {type(e).__name__}: {e}")
 

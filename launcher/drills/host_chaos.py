@@ -21,6 +21,7 @@ import glob
 import os
 import time
 
+from simcluster.launcher.drills.chaos import check_step
 from simcluster.launcher.engines import docker_hosts
 from simcluster.launcher.engines.swarm import hosts as rehearsal
 from simcluster.launcher.job.files import ROOT, host_abspath
@@ -31,11 +32,14 @@ HOST_FAULTS = ("kill-host", "disconnect-host")
 START_WAIT_S = 300.0  # how long it waits for `up` to bring the hosts up (a first push of the image included)
 
 
-def _run_dir(run_dir: str | None) -> str:
+def _run_dir(run_dir: str | None, starting: bool) -> str:
     if run_dir is not None:
         if os.path.exists(host_abspath(run_dir)) and not os.path.isdir(host_abspath(run_dir)):
             raise ConfigError(f"--run-dir {run_dir}: a file, not a folder; pass the run folder of `launcher up "
                               f"--target swarm --hosts N`, e.g. --run-dir runs/mesh-2x1x1")
+        if not starting and not os.path.isdir(host_abspath(run_dir)):
+            raise ConfigError(f"--run-dir {run_dir}: no such folder; start the run first (python -m launcher up "
+                              f"--target swarm --hosts 2 --run-dir {run_dir} ...), then run chaos while it runs")
         return host_abspath(run_dir)
     found = sorted(glob.glob(os.path.join(ROOT, "runs", "*", rehearsal.HOSTS_FILE)), key=os.path.getmtime)
     if not found:
@@ -56,18 +60,26 @@ def check_host(kind: str, host: str, names: list[str], where: str) -> None:
 
 
 def chaos_host(kind: str, host: str, at_step: int, run_dir: str | None = None, wait_s: float = 3600.0,
-               poll_s: float = 0.5, say=None) -> int:
+               poll_s: float = 0.5, say=None, starting: bool = False) -> int:
     """Wait for step at_step of the run on rehearsal hosts, then apply kind to host; the exit code.
 
-    say: where its lines go, ``say(text, error)`` (default: printed). Raises ConfigError: an unknown
-    kind or host, a step below 1, a run folder that is a file, or none with hosts.
+    say: where its lines go, ``say(text, error)`` (default: printed). starting: the run is being started
+    beside it (simcluster.run's faults), so its folder may not exist yet; else a missing one is refused.
+
+    Raises:
+        ConfigError: an unknown kind or host, a step below 1 or after the run's last (its job.json), a
+            --wait-s not a finite number > 0, a run folder that is a file, missing, a Compose run's or
+            none with hosts, a hosts record that is not one.
     """
     say = say or (lambda text, error=False: print(text, flush=True))
     if kind not in HOST_FAULTS:
         raise ConfigError(f"chaos: unknown host fault {kind!r}; choose one of {', '.join(HOST_FAULTS)}")
     if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 1:
         raise ConfigError(f"at_step: --at-step {at_step!r} is not a step (steps count from 1); e.g. --at-step 3")
-    folder = _run_dir(run_dir)
+    if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not (0 < wait_s < float("inf")):
+        raise ConfigError(f"wait_s: --wait-s {wait_s!r} must be a finite number of seconds > 0; e.g. --wait-s 600")
+    folder = _run_dir(run_dir, starting)
+    check_step(at_step, folder if os.path.isdir(folder) else None, f"--{kind} {host}")
     if (early := rehearsal.read(folder)) is not None:
         check_host(kind, host, early.names, folder)
     elif os.path.isfile(os.path.join(folder, "compose.yml")):

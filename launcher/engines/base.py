@@ -33,7 +33,8 @@ class UpOptions:
     containers), quiet (progress lines instead of step lines), progress_every (s), max_restarts
     (whole-cluster restarts after a failure), start_late (node -> seconds after the others),
     wall_timeout_s (the whole `up`, restarts included, is killed and fails after S seconds; None:
-    no limit)."""
+    no limit), metric_regex (how the summary reads a loss the ranks only print: a --metric-regex;
+    None: the common formats, train/series.py LOSS_REGEX)."""
 
     build: bool = False
     keep: bool = False
@@ -42,6 +43,7 @@ class UpOptions:
     max_restarts: int = 0
     start_late: dict = field(default_factory=dict)
     wall_timeout_s: float | None = None
+    metric_regex: str | None = None
 
     def deadline(self, t0: float) -> tuple[float, float] | None:
         """(the time.monotonic() by which `up`, started at t0, must end, wall_timeout_s), or None."""

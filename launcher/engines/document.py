@@ -91,11 +91,26 @@ class Flow(list):
     """A list dumped on one line (``[a, b]``): each ``command`` of a compose or stack file."""
 
 
+# A plain scalar that YAML 1.2's core schema (Compose's and kubectl's go-yaml) reads as a number, a bool or
+# null, where PyYAML (YAML 1.1) writes it unquoted: 1e-05, 1E5, +1, 0o17, .5e3, .NaN, True.
+_YAML12_NOT_STR = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|0o[0-7]+|0x[0-9a-fA-F]+"
+                             r"|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)|true|True|TRUE|false|False|FALSE|null|Null|NULL|~")
+
+
 class _Dumper(yaml.SafeDumper):
     def ignore_aliases(self, data) -> bool:  # no &id001 anchors: every value written out
         return True
 
 
+def _str(dumper: yaml.SafeDumper, value: str):
+    """A string quoted whenever a YAML 1.2 reader would take it plain for another type (``'1e-05'``), so
+    every reader of the document gets the string the launcher wrote."""
+    if _YAML12_NOT_STR.fullmatch(value):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="'")
+    return dumper.represent_str(value)
+
+
+_Dumper.add_representer(str, _str)
 _Dumper.add_representer(Flow, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
 
 

@@ -24,7 +24,7 @@ from simcluster.launcher.observe.summary import summarise
 
 def open_stream(launch: Launch, run_dir: str, opts: UpOptions) -> Stream:
     """The follower of one attempt: lines shown and appended to RUN_DIR/cluster.log."""
-    return Stream(launch, os.path.join(run_dir, CLUSTER_LOG), opts.quiet, opts.progress_every)
+    return Stream(launch, os.path.join(run_dir, CLUSTER_LOG), opts.quiet, opts.progress_every, opts.metric_regex)
 
 
 def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: dict, run_dir: str, since: float,

@@ -56,6 +56,12 @@ def install(env=os.environ) -> Clock:
     rank, out_dir = int(env.get("RANK", "0")), env.get("SIMCLUSTER_OUTPUT_DIR")
     per_node = int(env.get("LOCAL_WORLD_SIZE", "1"))  # torchrun's: the ranks of this node
     CLOCK = Clock(out_dir, rank)
+    if out_dir:
+        try:
+            from simcluster.launcher.instrument.work import install as count_work
+            count_work(out_dir, rank)
+        except Exception as e:  # noqa: BLE001 - an instrument must never stop the user's code
+            _warn("collective count", e)
 
     def on_torch(torch) -> None:
         from torch.optim.optimizer import register_optimizer_step_post_hook

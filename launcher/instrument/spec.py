@@ -28,6 +28,7 @@ SIMULATED_GPUS, GPU = "SIMCLUSTER_SIMULATED_GPUS", "SIMCLUSTER_GPU"
 DEFAULT_GPU = "h100-sxm"  # the simulated GPU unless --gpu names another (train/plan/hardware.py GPU_NAMES)
 BOOT_DIR = "boot"  # beside this file: the folder whose sitecustomize.py starts the instruments in a rank
 STEPS_DIR = "steps"  # RUN_DIR/steps/rank-R.jsonl: {"step", "step_time_s", "rss_mb", "time"} per step
+WORK_SUFFIX = ".work.json"  # RUN_DIR/steps/rank-R.work.json: {"collectives": N} at the rank's end (instrument/work.py)
 
 
 @dataclass(frozen=True)

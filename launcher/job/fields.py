@@ -87,7 +87,7 @@ UP = {
     "build": Spec("bool", False, True), "keep": Spec("bool", False, True), "quiet": Spec("bool", False, True),
     "progress_every": Spec("float", 10.0, 10.0, 0, 86400, strict_lo=True),
     "max_restarts": Spec("int", 0, 1, 0, MAX_RESTARTS), "start_late": Spec("pairs", (), {"node-1": 20}),
-    "wall_timeout_s": Spec("float", None, 600.0),
+    "wall_timeout_s": Spec("float", None, 600.0), "metric_regex": Spec("str", None, r"^step (?P<step>\d+) loss (?P<value>\S+)"),
 }
 GENERATE = {"out": Spec("str", None, "compose/mesh-2x2x2.yml"), "stdout": Spec("bool", False, True)}
 # every field, in the command line's order (the header's regenerate line lists them so)
@@ -185,6 +185,9 @@ def check_value(name: str, value):
         if not isinstance(node, str) or not node or sec is None or isinstance(sec, bool) \
                 or not isinstance(sec, (int, float)) or not math.isfinite(sec) or sec < 0 or sec > 86400:
             raise _bad(name, value, "a mapping NODE -> seconds in 0..86400")
+        if any(node == seen for seen, _ in out):
+            raise _bad(name, value, f"each node once ({node} is given twice: one start-late per node, e.g. "
+                                    f"--start-late {node}={sec:g})")
         out.append((node, float(sec)))
     return tuple(sorted(out))
 

@@ -128,10 +128,17 @@ def container_user() -> str:
 def make_run_dir(path: str, user: str, job: dict | None = None) -> None:
     """Create the run folder (mode RUN_DIR_MODE) owned by the containers' user ``UID:GID``
     (a chown only when running as root; otherwise the user is the invoking one), and write the job's
-    record there (RUN_DIR/job.json: Launch.record(), train/runlog.py) when given."""
+    record there (RUN_DIR/job.json: Launch.record(), train/runlog.py) when given. A folder that was
+    there before, not empty and no run folder (no job.json, cluster.log or compose.yml: a folder of the user's)
+    keeps its owner and mode: the containers' user must be able to write it (the node checks, and
+    says so)."""
+    ours = not os.path.isdir(path) or not os.listdir(path) or any(
+        os.path.exists(os.path.join(path, f)) for f in ("job.json", "cluster.log", "compose.yml", "stack.yml"))
     os.makedirs(path, exist_ok=True)
     if job is not None:
         write_job(path, job)
+    if not ours:
+        return
     os.chmod(path, RUN_DIR_MODE)
     if os.getuid() == 0:
         uid, gid = (int(x) for x in user.split(":"))

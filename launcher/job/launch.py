@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from simcluster.launcher.job.checks import MIN_CPUS, image_problem, memory_problem
-from simcluster.train.units import rate_bits_per_s
+from simcluster.train.units import tc_rate_problem
 from simcluster.launcher.job.deps import Requirements
 from simcluster.launcher.instrument.spec import Instruments
 from simcluster.launcher.container.layout import (CODE_DIR, IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, WORK_DIR,
@@ -77,10 +77,9 @@ def check_node_options(node: NodeOptions) -> list[str]:
         errors.append(f"rdzv_backend: choose one of {', '.join(RDZV_BACKENDS)}, got {node.rdzv_backend!r}")
     if not (node.join_timeout_s > 0 and math.isfinite(node.join_timeout_s)):
         errors.append(f"join_timeout_s: must be > 0 seconds, got {node.join_timeout_s}; e.g. --join-timeout-s 120")
-    if node.inter_node_bandwidth is not None and rate_bits_per_s(node.inter_node_bandwidth) is None:
-        errors.append(f"inter_node_bandwidth: {node.inter_node_bandwidth!r} is not a tc rate; write a number "
-                      f"and a unit of bit, kbit, mbit, gbit (or bps, kbps, mbps, gbps for bytes/s), e.g. "
-                      f"--inter-node-bandwidth 100mbit")
+    if node.inter_node_bandwidth is not None and (why := tc_rate_problem("--inter-node-bandwidth",
+                                                                          node.inter_node_bandwidth)):
+        errors.append(f"inter_node_bandwidth: {why}")
     if node.inter_node_latency is not None:
         errors.append(f"inter_node_latency: {node.inter_node_latency!r} cannot be applied: this machine's kernel "
                       f"has no netem qdisc (tc answers 'Specified qdisc kind is unknown'), the only way to add "
@@ -133,12 +132,13 @@ def check_engine_options(eng: EngineOptions) -> list[str]:
                       f"--container-image nvcr.io#nvidia/pytorch:24.05-py3")
     if eng.workdir is not None and (not eng.workdir or re.search(r"\s", eng.workdir)):
         errors.append(f"workdir: {eng.workdir!r} is empty or holds whitespace; e.g. --workdir /shared/me/simcluster")
-    if eng.inter_host_bandwidth is not None and rate_bits_per_s(eng.inter_host_bandwidth) is None:
-        errors.append(f"inter_host_bandwidth: {eng.inter_host_bandwidth!r} is not a tc rate; write a number and a unit "
-                      f"of bit, kbit, mbit, gbit (or bps, kbps, mbps, gbps for bytes/s), e.g. --inter-host-bandwidth 100mbit")
-    if eng.inter_host_bandwidth is not None and eng.hosts is None:
-        errors.append("inter_host_bandwidth: shapes the links between rehearsal hosts, and there are none; add "
-                      "--target swarm --hosts 2, or use --inter-node-bandwidth on one engine")
+    if eng.inter_host_bandwidth is not None and (why := tc_rate_problem("--inter-host-bandwidth",
+                                                                         eng.inter_host_bandwidth)):
+        errors.append(f"inter_host_bandwidth: {why}")
+    if eng.inter_host_bandwidth is not None and (eng.hosts or 0) < 2:
+        errors.append(f"inter_host_bandwidth: shapes the links between rehearsal hosts, and "
+                      f"{'there are none' if eng.hosts is None else 'one host has none'} (--hosts {eng.hosts}); add "
+                      f"--target swarm --hosts 2, or use --inter-node-bandwidth on one engine")
     return errors
 
 
@@ -239,10 +239,14 @@ class Launch:
 
     def record(self) -> dict:
         """The job as RUN_DIR/job.json keeps it (train/runlog.py write_job, read_job): each node's ranks,
-        the ranks a node, the world size, the image every node runs and, on rehearsal hosts, each
-        node's host (train/layout.py placement)."""
+        the ranks a node, the world size, the image every node runs, the last step where it is known
+        (the trainer's steps, your code's total_steps) and, on rehearsal hosts, each node's host
+        (train/layout.py placement)."""
         out = {"nodes": {name: format_ranks(node_ranks(k, self.nproc_per_node)) for k, name in enumerate(self.names)},
                "nproc_per_node": self.nproc_per_node, "world_size": self.world_size, "image": self.node.image}
+        steps = self.train.config.steps if self.train is not None else self.instruments.total_steps
+        if steps is not None:
+            out["steps"] = steps  # the run's last step, where known (`chaos` refuses a step after it at once)
         if self.node_hosts:
             out["hosts"] = dict(zip(self.names, self.node_hosts))
         return out

@@ -51,8 +51,10 @@ def _pump(service: str, container, out: queue.Queue) -> None:
 class Stream:
     """Follows every container's log until all containers stopped; tracks progress and ranks."""
 
-    def __init__(self, launch: Launch, log_path: str, quiet: bool, progress_every: float):
+    def __init__(self, launch: Launch, log_path: str, quiet: bool, progress_every: float,
+                 metric_regex: str | None = None):
         self.launch, self.quiet, self.every = launch, quiet, progress_every
+        self.metric_regex = metric_regex  # how the summary reads a printed loss (None: series.LOSS_REGEX)
         self.names = launch.names
         self.width = max(len(n) for n in self.names + [RDZV_HOST]) + 4
         self.progress = Progress()
@@ -71,6 +73,7 @@ class Stream:
         self.timed_out: float | None = None  # the --wall-timeout-s (s) once up has killed the run for it
         self.reasons: dict[str, str] = {}  # node -> why it stopped, from the rendezvous' report lines
         self.traces: dict[int, RankTrace] = {}  # rank -> its latest traceback or C++ abort, as it streams by
+        self.failed_at: dict[int, float] = {}  # rank -> time.monotonic() its first traceback or abort was complete
         self.placed: dict[str, str] = {}  # service -> the rehearsal host it runs on (up --hosts; else empty)
         self.lost_hosts: dict[str, list[str]] = {}  # host -> the services that went with it, once it stopped answering
         self._queue: queue.Queue | None = None
@@ -92,7 +95,10 @@ class Stream:
             text = text.removeprefix(f"[rank{rank}]: ")  # torch's own excepthook prefixes a rank's traceback too
             if self.first_worker_s is None:
                 self.first_worker_s = time.monotonic() - self.t0
-            self.traces.setdefault(rank, RankTrace()).feed(text)
+            trace = self.traces.setdefault(rank, RankTrace())
+            trace.feed(text)
+            if rank not in self.failed_at and (trace.done is not None or trace.abort):
+                self.failed_at[rank] = time.monotonic()
             if rank not in self.seen_ranks:  # torchrun prefixes every line of a rank with [rankR]:
                 self.seen_ranks[rank] = service
                 k = node_of(rank, self.launch.nproc_per_node)
@@ -103,8 +109,11 @@ class Stream:
         if done:
             self.progress.done = done
         prefix = f"{service} r{rank}" if rank is not None else service
-        if not (step and self.quiet):
-            self.show(f"{prefix:<{self.width}}| {text}")
+        line = f"{prefix:<{self.width}}| {text}"
+        if step and self.quiet:  # --quiet hides rank 0's step lines; the log keeps them (a printed loss is read there)
+            self.log.write(line + "\n")
+        else:
+            self.show(line)
 
     def on_metrics(self, row: dict) -> None:
         """A new metrics.jsonl row (the schema of train/metrics.py): update and maybe show progress."""

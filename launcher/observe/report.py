@@ -2,10 +2,12 @@
 
     python -m launcher report                       # the newest run under runs/ with a metrics.jsonl
     python -m launcher report --run-dir runs/mesh-2x2x2
+    python -m launcher report --run-dir runs/train-nodes-2x2 --metric-regex 'step (?P<step>[0-9]+) loss (?P<value>[^ ]+)'
 
 Works on any folder with a metrics.jsonl (the schema of train/metrics.py; only ``step`` is
 required) or the instruments' steps/ of the user's code (rundir.step_rows joins both; a trace of
-such a run started with plain ``docker compose up`` is merged here). Draws what the run recorded: loss and
+such a run started with plain ``docker compose up`` is merged here), or a loss the ranks only printed
+(cluster.log; ``--metric-regex``, by default the common formats: runlog.printed_series). Draws what the run recorded: loss and
 validation loss, tokens/s, peak memory per rank (``rss_mb``), the node x node traffic matrix
 (``--traffic 1``; and host x host on rehearsal hosts, from job.json's "hosts") and the pipeline timeline (``--trace-steps``). Writes RUN_DIR/report/*.png and
 RUN_DIR/report/index.html and prints the page's path. A folder without metrics.jsonl exits 2.
@@ -24,23 +26,33 @@ from simcluster.train.runlog import newest_run
 from simcluster.train.errors import ConfigError
 
 
-def read_rows(run_dir: str) -> list[dict]:
+def read_rows(run_dir: str, metric_regex: str | None = None) -> list[dict]:
     """The run's step rows (rundir.step_rows: metrics.jsonl joined with the instruments' step
-    records of the user's code), in step order.
+    records of the user's code), in step order; where no row has a ``loss``, the loss the ranks
+    printed (runlog.printed_series: ``metric_regex``, else the common formats) joins them by step.
 
     Raises:
-        ConfigError: no such folder, neither metrics.jsonl nor steps/, a line of metrics.jsonl
-            that is not JSON, or no record with a step.
+        ConfigError: no such folder, neither metrics.jsonl, steps/ nor a printed loss, a line of
+            metrics.jsonl that is not JSON, or no record with a step; a metric_regex that is not one.
     """
     path = os.path.join(run_dir, METRICS)
-    if not os.path.isfile(path) and not os.path.isdir(os.path.join(run_dir, STEPS)):
+    try:
+        printed = runlog.printed_series(run_dir, metric_regex)[1]
+    except ValueError as e:
+        raise ConfigError(f"report: --metric-regex: {e}") from None
+    if not os.path.isfile(path) and not os.path.isdir(os.path.join(run_dir, STEPS)) and not printed:
         raise ConfigError(f"report: {path} does not exist; pass --run-dir with a run folder that holds "
-                          f"metrics.jsonl (one JSON object per step with at least \"step\", see train/metrics.py) "
-                          f"or the steps/ records of your own code's run")
+                          f"metrics.jsonl (one JSON object per step with at least \"step\", see train/metrics.py), "
+                          f"the steps/ records of your own code's run, or a loss its ranks printed (--metric-regex)")
     try:
         rows = step_rows(run_dir, strict=True)
     except ConfigError as e:
         raise ConfigError(f"report: {e}") from None
+    if printed and not any("loss" in r for r in rows):
+        by_step = {r["step"]: r for r in rows}
+        for step, value in printed:
+            by_step.setdefault(step, {"step": step}).setdefault("loss", value)
+        rows = [by_step[s] for s in sorted(by_step)]
     if not rows:
         raise ConfigError(f"report: {run_dir} has no record with an integer \"step\"; write one JSON object per "
                           f"step such as {{\"step\": 1, \"loss\": 2.5}}")
@@ -72,7 +84,7 @@ def _img(path: str) -> str:
     return f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(os.path.basename(path))}"></figure>'
 
 
-def make_report(run_dir: str) -> tuple[str, list[str]]:
+def make_report(run_dir: str, metric_regex: str | None = None) -> tuple[str, list[str]]:
     """Draw every figure the run supports and the HTML page into a fresh folder beside RUN_DIR/report,
     then put it in place of RUN_DIR/report only once complete; returns (page path, PNG paths).
 
@@ -80,8 +92,9 @@ def make_report(run_dir: str) -> tuple[str, list[str]]:
         ConfigError: see ``read_rows``; a config.yaml or trace.json that cannot be read (rundir
             names the file); RUN_DIR/report/ is left as it was.
     """
-    rows = read_rows(run_dir)
+    rows = read_rows(run_dir, metric_regex)
     config = runlog.read_config(run_dir)  # refuses a garbled one before anything is drawn
+    runlog.read_job(run_dir)  # likewise a truncated or edited job.json (its hosts map: node i's host)
     config_text = ""
     if config is not None:  # shown as written (comments and order kept)
         with open(os.path.join(run_dir, runlog.CONFIG), encoding="utf-8") as fh:
@@ -127,7 +140,7 @@ def _draw(plots, rows: list[dict], events: list[dict] | None, config: str, run_d
             plots.plot_memory(rows, os.path.join(out, "memory.png"))]
     traffic = next((r["traffic"] for r in reversed(rows) if isinstance(r.get("traffic"), dict)), None)
     job = runlog.read_job(run_dir) or {}
-    hosts = list(job["hosts"].values()) if isinstance(job.get("hosts"), dict) else None  # node order
+    hosts = [job["hosts"][n] for n in job["nodes"]] if job.get("hosts") else None  # node i's host (read_job checks)
     if traffic:
         pngs.append(plots.plot_traffic(traffic, os.path.join(out, "traffic.png")))
         if hosts:
@@ -158,11 +171,11 @@ def _draw(plots, rows: list[dict], events: list[dict] | None, config: str, run_d
     return pngs
 
 
-def cmd_report(run_dir: str | None, root: str) -> int:
+def cmd_report(run_dir: str | None, root: str, metric_regex: str | None = None) -> int:
     """``launcher report``: write the report and print where; 0, or raises ConfigError (exit 2)."""
     folder = run_dir or newest_run(root)
     runlog.run_folder(folder, "report: --run-dir", "launcher report --run-dir runs/mesh-2x2x2")
-    path, pngs = make_report(folder)
+    path, pngs = make_report(folder, metric_regex)
     for p in pngs:
         print(p)
     print(f"report: {path}")

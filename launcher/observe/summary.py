@@ -12,26 +12,33 @@ where they would come from. ``rank output`` counts the ranks whose output
 reached the launcher (torchrun prefixes each line of rank R with ``[rankR]:``): a rank that printed
 nothing is named as such, not as missing, and only ranks that printed are checked for their node
 (MISPLACED). A failed rank is named with its exception and last frames (launcher/observe/failures.py).
+A rank that aborted at exit in C++ (gloo's teardown) after its work was done does not fail the run:
+the summary names it, its last step and that its work was done (observe/teardown.py).
 """
 from __future__ import annotations
 
 import os
 import posixpath
+import re
 
 from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT, missing_module_hint
 from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.job.launch import Launch
-from simcluster.train.rundir import METRICS, step_rows
-from simcluster.train.runlog import write_summary
+from simcluster.launcher.observe.teardown import TEARDOWN_ABORT, aborted_after_work, show_aborted
+from simcluster.train.rundir import METRICS, collectives, step_rows
+from simcluster.train.runlog import printed_series, write_summary
 from simcluster.launcher.container.layout import RDZV_HOST
 from simcluster.train.layout import format_ranks, node_of, node_ranks
 from simcluster.train.metrics import host_links, traffic_text
 
+BLAME = re.compile(r"^(\S+) \(ranks [^)]*\) failed with exit -?\d+")  # a node stopped for the verdict's failed node
 
-def _final_metrics(run_dir: str, done: dict, since: float) -> dict:
+
+def _final_metrics(run_dir: str, done: dict, since: float, metric_regex: str | None = None) -> dict:
     """final_loss / tokens_per_s / wall_s from the done line, else metrics.jsonl's last row (of a
-    file written since ``since``: not a previous run's in a reused folder); and the ``traffic``
-    totals of the last row that has them (``--traffic 1``). The file is read once."""
+    file written since ``since``: not a previous run's in a reused folder), else the last loss a
+    rank printed (runlog.printed_series: metric_regex, else the common formats; printed_by: that
+    rank); and the ``traffic`` totals of the last row that has them (``--traffic 1``). The file is read once."""
     out = {k: done.get(k) for k in ("final_loss", "tokens_per_s", "wall_s", "steps")}
     rows = step_rows(run_dir, since=since)
     if out["final_loss"] is None and rows:
@@ -43,6 +50,12 @@ def _final_metrics(run_dir: str, done: dict, since: float) -> dict:
     rss = [x for r in rows for x in (r.get("rss_mb") or []) if isinstance(x, (int, float))]
     out["rss_mb"] = max(rss) if rss else None
     out["device_peak_mb"] = next((r["device_peak_mb"] for r in reversed(rows) if r.get("device_peak_mb")), None)
+    out["printed_by"] = None
+    if out["final_loss"] is None:  # a loss the ranks only printed (--metric-regex, else the common formats)
+        rank, printed = printed_series(run_dir, metric_regex)
+        if printed:
+            out.update(final_loss=printed[-1][1], printed_by=rank)
+            out["steps"] = out["steps"] if out["steps"] is not None else printed[-1][0]
     return out
 
 
@@ -65,6 +78,36 @@ def _peaks(peaks: dict) -> str:
     return ", ".join(f"{_spans(ranks)} {mb} MiB" for mb, ranks in sorted(by.items(), key=lambda kv: kv[1][0]))
 
 
+def _no_work(launch: Launch, run_dir: str, since: float, m: dict) -> bool:
+    """Your code's job made no step, printed no loss, and every rank counted no collective and no
+    send or recv (launcher/instrument/work.py's records; without one for every rank, nothing is claimed)."""
+    if launch.train is not None or m["steps"] is not None or m["final_loss"] is not None:
+        return False
+    counts = collectives(run_dir, since)
+    return len(counts) == launch.world_size and not any(counts.values())
+
+
+def _first_failed(stream: Stream, launch: Launch, tracebacks: dict[int, list[str]]) -> tuple[str, int] | None:
+    """(node, rank) of the rank whose traceback (or abort) came first, a cause before a rank that only
+    saw a peer's connection close (failures.PEER_FAILED); None without any."""
+    ranks = [r for r in tracebacks if r in stream.failed_at]
+    cause = [r for r in ranks if not PEER_FAILED.search(tracebacks[r][-1])] or ranks
+    if not cause:
+        return None
+    rank = min(cause, key=lambda r: (stream.failed_at[r], r))
+    return launch.names[node_of(rank, launch.nproc_per_node)], rank
+
+
+def _node_reason(name: str, code, reason: str | None, first: tuple[str, int] | None) -> str | None:
+    """A failed node's reason, blaming the node that failed first: the node a verdict named is the one
+    that reported first, not always the one whose rank failed first (a node whose ranks only saw the
+    other's die may report sooner); lost, frozen and stopped nodes keep their own reason."""
+    if first is None or code in (0, None) or (reason is not None and not BLAME.match(reason)):
+        return reason
+    node, rank = first
+    return f"its rank {rank} failed first" if name == node else f"{node} failed first"
+
+
 def _merge_trace(launch: Launch, run_dir: str) -> None:
     """The user's code: merge the ranks' traced steps into RUN_DIR/trace.json (the trainer's rank 0
     merges its own); a trace that cannot be merged does not fail the run."""
@@ -81,12 +124,21 @@ def _merge_trace(launch: Launch, run_dir: str) -> None:
 def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: float, since: float = 0.0) -> bool:
     """Print the summary of an ended run (codes: service -> exit code; wall: seconds since the
     command's start; since: UNIX time the run started, older run-folder files are a previous
-    run's); returns whether every node exited 0 and none was lost."""
+    run's); returns whether every node exited 0 and none was lost. A job of your code that ended
+    so without a step, a printed loss or a single collective is headlined NO WORK, not OK."""
     ok = all(codes.get(n) == 0 for n in launch.names) and not (stream.lost or stream.timed_out or stream.lost_hosts)
     _merge_trace(launch, run_dir)
-    m = _final_metrics(run_dir, stream.progress.done, since)
+    m = _final_metrics(run_dir, stream.progress.done, since, stream.metric_regex)
+    no_work = ok and _no_work(launch, run_dir, since, m)
+    tracebacks = stream.tracebacks()
+    aborted = {} if ok else aborted_after_work(stream, launch, run_dir, codes, tracebacks, since)
+    ok = ok or bool(aborted)  # ranks that aborted at exit after their work explain the failure: not one
     show = stream.show
-    show(f"== summary: {'OK' if ok else 'FAILED'} ==")
+    show(f"== summary: {'NO WORK' if no_work else 'OK' if ok else 'FAILED'} ==")
+    if no_work:
+        show(f"  NO WORK      every rank exited 0 without a step or a collective: nothing was trained or "
+             f"communicated (did your code find what it needs, GPUs or data, and exit early? its output: "
+             f"{launch.run_dir}/cluster.log)")
     show(f"  run folder   {launch.run_dir}")
     if launch.requirements:
         show(f"  image        {launch.node.image} (FROM the trainer image, with your requirements)")
@@ -94,7 +146,8 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     if stream.first_worker_s is not None:
         show(f"  first rank output after {stream.first_worker_s:.1f}s")
     if m["final_loss"] is not None:
-        show(f"  final loss   {m['final_loss']}" + (f" after {m['steps']} steps" if m["steps"] is not None else ""))
+        show(f"  final loss   {m['final_loss']}" + (f" after {m['steps']} steps" if m["steps"] is not None else "")
+             + (f" (as rank {m['printed_by']} printed it)" if m["printed_by"] is not None else ""))
     elif m["steps"] is not None:
         show(f"  steps        {m['steps']}, without a loss" + ("" if launch.train is not None else
              " (for one: simcluster.log(loss=...) or a \"loss\" in your metrics.jsonl)"))
@@ -117,12 +170,14 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     if os.path.isfile(os.path.join(run_dir, "trace.json")):
         show(f"  trace        {launch.run_dir}/trace.json (open in https://ui.perfetto.dev)")
     if os.path.isfile(os.path.join(run_dir, METRICS)) or (launch.train is None and m["steps"] is not None):
-        show(f"  report       {_report(launch, run_dir)}")
+        show(f"  report       {_report(launch, run_dir, stream.metric_regex)}")
     if stream.per_rank:  # each line tells its rank (torchrun's [rankR]: prefix); a Slurm job's one file does not
         show(f"  rank output  {_rank_output(stream, launch.world_size)}"
              + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
+    first = None if ok else _first_failed(stream, launch, tracebacks)
     for k, name in enumerate(launch.names):
-        why = f" ({stream.reasons[name]})" if name in stream.reasons else ""
+        reason = _node_reason(name, codes.get(name), stream.reasons.get(name), first)
+        why = f" ({reason})" if reason else ""
         on = f" on {stream.placed[name]}" if name in stream.placed else ""
         show(f"  {name:<11}  ranks {format_ranks(node_ranks(k, launch.nproc_per_node)):<8} exit {codes.get(name)}{on}{why}")
     if RDZV_HOST in codes:  # engines with the static rendezvous (Slurm) have no rendezvous container
@@ -137,12 +192,16 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
         show(f"  TIMED OUT    after {stream.timed_out:g}s (--wall-timeout-s): up killed every container")
     elif stream.forced:
         show(f"  killed by up {', '.join(stream.forced)} (lost, or still up after the rendezvous ended)")
-    tracebacks = stream.tracebacks()
+    show_aborted(show, launch, aborted)
     if not ok:
         _show_failures(show, launch, tracebacks)
     stream.log.close()
-    write_summary(run_dir, _record(launch, stream, codes, ok, wall, m, tracebacks))
+    record = _record(launch, stream, codes, ok, wall, m, tracebacks)
+    write_summary(run_dir, {**record, "no_work": no_work, "first_failed": first[0] if first else None,
+                            "aborted_at_exit": [{"rank": r, "node": launch.names[node_of(r, launch.nproc_per_node)],
+                                                 "after_step": s} for r, s in aborted.items()]})
     return ok
+
 
 
 def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, m: dict,
@@ -156,7 +215,8 @@ def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, 
     every node ran (image: the trainer's, --image, or the derived image of --requirements); with rehearsal
     hosts (up --hosts) the host each container ran on (hosts: service -> host), the hosts that stopped
     answering with the services that went with them (lost_hosts), the last step's bytes per host pair
-    (host_traffic: train/metrics.py host_links, or null), and --inter-host-bandwidth."""
+    (host_traffic: train/metrics.py host_links, or null), and --inter-host-bandwidth; summarise adds
+    no_work (the NO WORK headline) and first_failed (the node whose rank failed first, or null)."""
     def failed(rank: int, lines: list[str]) -> dict:
         node = launch.names[node_of(rank, launch.nproc_per_node)]
         return {"rank": rank, "node": node, "exit": codes.get(node), "lines": lines,
@@ -205,13 +265,13 @@ def _spans(ranks: list[int]) -> str:
     return ", ".join(out)
 
 
-def _report(launch: Launch, run_dir: str) -> str:
+def _report(launch: Launch, run_dir: str, metric_regex: str | None = None) -> str:
     """Write the run's report (launcher/report.py, about a second) and return its page as the user
     names the run folder; a report that cannot be drawn does not fail the run."""
     from simcluster.launcher.observe.report import make_report
 
     try:
-        page, _ = make_report(run_dir)
+        page, _ = make_report(run_dir, metric_regex)
     except Exception as e:  # noqa: BLE001 - a plot problem must not turn a good run into a failure
         return f"not written ({type(e).__name__}: {e}); python -m launcher report --run-dir {launch.run_dir}"
     return posixpath.join(launch.run_dir, os.path.relpath(page, run_dir))
@@ -229,11 +289,19 @@ def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> No
         show(f"  FAILED rank {rank} on {launch.names[node_of(rank, launch.nproc_per_node)]}{waited}: {lines[-1]}")
         for line in lines[:-1]:
             show(f"      {line}")
+<<<<<<< HEAD
         if (fix := missing_module_hint(lines[-1])) is not None:
             show(f"      ({fix})")
         if lines[-1].startswith("terminate called without an active exception"):
             show("      (a C++ thread outlived the interpreter: after the last step this is gloo's teardown race; free "
                  "what holds process groups after destroy_process_group: `del model; gc.collect()`, see README)")
+=======
+        if lines[-1].startswith(TEARDOWN_ABORT):
+            show("      (SIGABRT: a C++ thread outlived the interpreter, gloo's teardown race when it comes after the "
+                 "last step; the launcher counts it as done only when it knows the last step: --total-steps N, or "
+                 "a \"total_steps\" your code logs; free what holds process groups after destroy_process_group: "
+                 "`del model; gc.collect()`, see README)")
+>>>>>>> main
     after = sorted(set(tracebacks) - set(cause)) if cause else []
     if after:
         show(f"  then failed  rank(s) {', '.join(map(str, after))}: a peer's connection closed")

@@ -36,8 +36,13 @@ class Swarm(Engine):
         return launch.engine.workdir or project_dir_for(out)
 
     def problems(self, launch: Launch, local: bool) -> list[str]:
-        """--workdir must be absolute (swarm bind sources are host paths)."""
+        """--workdir must be absolute (swarm bind sources are host paths); --inter-host-bandwidth is applied by
+        ``up`` on its rehearsal hosts (tc in each host's engine container), never by a stack file."""
         errors = []
+        if not local and launch.engine.inter_host_bandwidth:
+            errors.append(f"--inter-host-bandwidth {launch.engine.inter_host_bandwidth}: applied by `python -m launcher "
+                          f"up --target swarm --hosts N` to its rehearsal hosts (tc on each host's link); a stack file "
+                          f"alone cannot apply it, and generate would drop it: use launcher up, or drop the option")
         if launch.engine.workdir and not posixpath.isabs(launch.engine.workdir):
             errors.append(f"--workdir {launch.engine.workdir}: swarm bind mounts need an absolute host path; give the "
                           f"checkout's absolute path on shared storage, e.g. --workdir /shared/me/simcluster")

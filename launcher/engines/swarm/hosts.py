@@ -219,7 +219,14 @@ def read(run_dir: str) -> Rehearsal | None:
     try:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)
-        return Rehearsal(os.path.abspath(run_dir), tuple(doc["hosts"].items()), doc["registry"], doc["bring_up_s"])
+        hosts = doc["hosts"]
+        if not (isinstance(hosts, dict) and hosts and all(isinstance(k, str) and k and isinstance(v, str) and v
+                                                          for k, v in hosts.items())):
+            raise ValueError(f"its hosts are {hosts!r}, not one name -> engine URL or more")
+        if not isinstance(doc["registry"], str) or isinstance(doc["bring_up_s"], bool) \
+                or not isinstance(doc["bring_up_s"], (int, float)):
+            raise TypeError("registry is not text, or bring_up_s not a number")
+        return Rehearsal(os.path.abspath(run_dir), tuple(hosts.items()), doc["registry"], float(doc["bring_up_s"]))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ConfigError(f"{path}: not a hosts record of `up --hosts` ({type(e).__name__}: {e}); it is written "
                           f"by python -m launcher up --target swarm --hosts N") from None

@@ -11,11 +11,14 @@ naming the registry's image and each node pinned to its host (render.py's placem
 lost host's nodes placed on the others). At the end, success or not: the stack removed, the hosts
 removed (--keep: both left for ``status``, ``logs`` and ``down``), and the launcher back on this
 machine's engine.
+A refusal (ConfigError: kept hosts that do not fit, the engine) leaves no run folder that this `up` made.
 ``attach`` directs a later command (status, logs, down, chaos) at a run's hosts from RUN_DIR/hosts.json.
 """
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import time
 
 from simcluster.launcher.engines import docker as engine
@@ -24,6 +27,7 @@ from simcluster.launcher.engines.base import UpOptions
 from simcluster.launcher.engines.handle import Handle
 from simcluster.launcher.engines.swarm import hosts as rehearsal
 from simcluster.launcher.engines.swarm import run
+from simcluster.launcher.job.files import host_abspath
 from simcluster.launcher.job.launch import Launch, restart_launch
 from simcluster.train.errors import ConfigError
 
@@ -45,6 +49,18 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
     """
     t0 = time.monotonic()
     launch = run.prepare_image(launch)
+    folder = host_abspath(launch.run_dir)
+    made = not os.path.lexists(folder)
+    try:
+        return _up(launch, command, opts, t0)
+    except ConfigError:  # refused before the job ran (kept hosts that do not fit, the engine): no folder left
+        if made:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+
+
+def _up(launch: Launch, command: str, opts: UpOptions, t0: float) -> int:
+    """up's body, once the image is made."""
     reh = rehearsal.bring_up(launch, _show)
     once = dataclasses.replace(opts, max_restarts=0)
     try:
