@@ -200,17 +200,13 @@ def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | 
             errors.append(f"module: {module!r} is not a Python module name; e.g. mypkg.train")
         elif code_dir is not None and not installs and _module_file(code_dir, module) is None:
             errors.append(f"module: {module} not found in --code {code_dir} (no {module.replace('.', '/')}.py "
-<<<<<<< HEAD
                           f"or {module.replace('.', '/')}/__init__.py); fix --module or --code, or install it with "
                           f"--requirements")
-=======
-                          f"or {module.replace('.', '/')}/__init__.py); fix --module or --code")
     if code_dir is not None and run_dir is not None and os.path.realpath(run_dir) == os.path.realpath(code_dir):
         errors.append(f"run_dir: {os.path.abspath(run_dir)} is the code folder itself (mounted read-only at "
                       f"{CODE_DIR}; the run's records, compose file and working folder would be written among your "
                       f"files); pass a folder of its own, e.g. --run-dir runs/{os.path.basename(code_dir) or 'job'} "
                       f"(a run folder inside the code folder is fine: the code record skips it)")
->>>>>>> main
     extra = _mounts(mounts, host_path, node.user, errors)
     if code_dir is not None and not errors and (why := unreadable(code_dir, node.user)):
         errors.append(f"code: {why}")

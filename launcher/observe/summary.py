@@ -289,19 +289,13 @@ def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> No
         show(f"  FAILED rank {rank} on {launch.names[node_of(rank, launch.nproc_per_node)]}{waited}: {lines[-1]}")
         for line in lines[:-1]:
             show(f"      {line}")
-<<<<<<< HEAD
         if (fix := missing_module_hint(lines[-1])) is not None:
             show(f"      ({fix})")
-        if lines[-1].startswith("terminate called without an active exception"):
-            show("      (a C++ thread outlived the interpreter: after the last step this is gloo's teardown race; free "
-                 "what holds process groups after destroy_process_group: `del model; gc.collect()`, see README)")
-=======
         if lines[-1].startswith(TEARDOWN_ABORT):
             show("      (SIGABRT: a C++ thread outlived the interpreter, gloo's teardown race when it comes after the "
                  "last step; the launcher counts it as done only when it knows the last step: --total-steps N, or "
                  "a \"total_steps\" your code logs; free what holds process groups after destroy_process_group: "
                  "`del model; gc.collect()`, see README)")
->>>>>>> main
     after = sorted(set(tracebacks) - set(cause)) if cause else []
     if after:
         show(f"  then failed  rank(s) {', '.join(map(str, after))}: a peer's connection closed")
