@@ -123,14 +123,15 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
          mesh: str | None = None, nodes: int | None = None, nproc_per_node: int | None = None,
          against: str | None = None, against_nodes: int | None = None, against_nproc_per_node: int | None = None,
          run_dir: str | None = None, mounts=(), node: NodeOptions | None = None, timeout_s: float = Config.timeout_s,
-         total_steps: int | None = None, cpu_bridges: bool = True, simulated_gpus: bool = True, traffic: int = 0,
+         total_steps: int | None = None, cpu_bridges: bool = True, simulated_gpus: bool = True,
+         gpu: str | None = None, traffic: int = 0,
          trace_steps: str | None = None, requirements: str | None = None, wheel=(), env=(),
          **node_options) -> tuple[Side, Side]:
     """The two sides, every input checked by the one JobRequest constructor (job/request.py) and
     resolved as `launcher up` resolves it, before anything starts; nothing is written. Paths are
     relative to the current folder. total_steps, cpu_bridges, traffic, trace_steps: the instruments'
     options of your code, for both runs (`up --total-steps`, `--no-cpu-bridges`, `--traffic 1`, simulated_gpus
-    (`--no-simulated-gpus`),
+    (`--no-simulated-gpus`), gpu (`--gpu a100-80g`),
     `--trace-steps 2`); requirements, wheel: your code's dependencies (`--requirements`, `--wheel`:
     one derived image, both runs); env: KEY=VALUE entries for every rank of both runs (`--env`);
     node_options: NodeOptions' fields by name (``mount_code=True``), over ``node``'s.
@@ -158,7 +159,7 @@ def plan(*, script: str | None = None, module: str | None = None, code: str | No
     given_user = node_kw.pop("user", None)
     user = given_user or container_user()
     job = dict(script=script, module=module, code=code, args=args, mount=mounts, total_steps=total_steps,
-               no_cpu_bridges=not cpu_bridges, no_simulated_gpus=not simulated_gpus, traffic=traffic or None,
+               no_cpu_bridges=not cpu_bridges, no_simulated_gpus=not simulated_gpus, gpu=gpu, traffic=traffic or None,
                trace_steps=trace_steps, user=given_user,
                timeout_s=None if timeout_s == Config.timeout_s else timeout_s, requirements=requirements,
                wheel=wheel, env=env, **node_kw)

@@ -2,7 +2,7 @@
 tests/test_simulated_gpus.py in a fresh interpreter with the rank's environment: LOCAL_WORLD_SIZE=4,
 --gpu a100-80g). Prints one JSON object of what it saw.
 
-    SIMCLUSTER_INSTRUMENT=1 RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=4 SIMCLUSTER_GPU=a100-80g MASTER_ADDR=127.0.0.1 MASTER_PORT=29533 NCCL_DEBUG=INFO PYTHONPATH=launcher/instrument/boot:. python tests/gpu_check.py /tmp/gpu
+    SIMCLUSTER_INSTRUMENT=1 RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=4 SIMCLUSTER_GPU=a100-80g MASTER_ADDR=127.0.0.1 MASTER_PORT=29533 NCCL_DEBUG=INFO PYTHONPATH=launcher/instrument/boot:. python tests/gpu_check.py
 """
 import io
 import json
@@ -87,6 +87,8 @@ scaler.update()
 out["scaler_step"] = w.detach().tolist()
 
 dist.init_process_group("cpu:gloo,cuda:nccl", device_id=torch.device("cuda", 2))
+dist.destroy_process_group()
+dist.init_process_group("nccl", device_id=2)  # NCCL_* named once a process, not once a group
 out["backend"] = dist.get_backend()
 g = dist.new_group([0], backend="nccl")
 t = torch.ones(2, device="cuda")
@@ -101,4 +103,12 @@ out["scaled_mm"] = err(lambda: torch._scaled_mm(torch.ones(16, 16), torch.ones(1
 from flash_attn import flash_attn_func  # noqa: E402 - the stand-in of a CUDA-only package
 import flash_attn.layers.rotary  # noqa: E402,F401
 out["flash"] = err(lambda: flash_attn_func(torch.ones(1), torch.ones(1), torch.ones(1), causal=True))
+if len(sys.argv) > 1:  # a folder holding the test's own minimal triton (torch is done looking for one by now)
+    sys.path.append(sys.argv[1])
+    from triton.runtime.jit import JITFunction
+
+    def add_kernel(x):
+        return x
+
+    out["triton"] = err(lambda: JITFunction(add_kernel).run(torch.ones(2, device="cuda"), grid=(1,)))
 json.dump(out, sys.stdout)

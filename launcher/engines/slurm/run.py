@@ -19,6 +19,7 @@ Slurm enforces no CPU or memory limit; Docker's own limits still apply to each n
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import time
@@ -199,7 +200,9 @@ def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout
     exit_code = 0 if state == "COMPLETED" else int(code.split(":")[0]) if code.split(":")[0].isdigit() else 1
     codes = {name: exit_code for name in launch.names}  # the job's exit code: Slurm keeps no per-node one
     wall = time.monotonic() - t0
-    return 0 if summarise(stream, launch, run_dir, codes, wall, time.time() - wall) and state == "COMPLETED" else 1
+    # Slurm's nodes run stock torchrun, without the node wrapper that installs the simulated GPUs
+    shown = dataclasses.replace(launch, instruments=dataclasses.replace(launch.instruments, simulated_gpus=False))
+    return 0 if summarise(stream, shown, run_dir, codes, wall, time.time() - wall) and state == "COMPLETED" else 1
 
 
 def _show(stream, launch: Launch, line: str) -> None:

@@ -15,18 +15,14 @@ device, seeded at install with CUDA's fixed default seed) and the memory statist
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
+import types
+from dataclasses import dataclass
 
+from simcluster.launcher.instrument.gpu.state import STATE
 from simcluster.train.plan.hardware import GPU_ALIASES, HARDWARE
 
 CUDA_DEFAULT_SEED = 67280421310721  # c10::detail::default_rng_seed_val: a CUDA generator's seed until seeded
 DEFAULT_GPU = "h100-sxm"
-INVALID_ORDINAL = ("CUDA error: invalid device ordinal\nGPU device may be out of range, do you have enough GPUs?\n"
-                   "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
-                   "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
-                   "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
-
-
 @dataclass(frozen=True)
 class GpuModel:
     """The GPU a rank simulates: name (as ``get_device_name``), total memory (bytes), compute
@@ -67,36 +63,6 @@ class DeviceProperties:
                 f"uuid={self.uuid}, L2_cache_size={self.L2_cache_size // 2**20}MB)")
 
 
-@dataclass
-class State:
-    """This rank's simulated devices: how many, which is current, the model, current streams."""
-
-    count: int = 1
-    current: int = 0
-    model: GpuModel | None = None
-    streams: dict = field(default_factory=dict)
-    default_streams: dict = field(default_factory=dict)
-
-    def index(self, device=None, optional: bool = True) -> int:
-        """The local index ``device`` names (None, int, "cuda", "cuda:N", torch.device); torch's
-        invalid-ordinal CUDA error beyond the node's devices."""
-        if device is None or device == "cuda":
-            return self.current
-        if isinstance(device, int):
-            i = device
-        else:
-            import torch
-            d = torch.device(device)
-            if d.type != "cuda":
-                raise ValueError(f"Expected a cuda device, but got: {d}")
-            i = self.current if d.index is None else d.index
-        if not 0 <= i < self.count:
-            import torch
-            raise torch.AcceleratorError(INVALID_ORDINAL)
-        return i
-
-
-STATE = State()
 
 
 @contextlib.contextmanager
@@ -190,6 +156,16 @@ def accelerator_functions(torch) -> dict:
     return acc
 
 
+def _own(fn, name: str):
+    """A function object of its own for each name it is installed under (torch.compile registers
+    its handlers by function object, once each), the same code; a class as is."""
+    if not isinstance(fn, types.FunctionType):
+        return fn
+    new = types.FunctionType(fn.__code__, fn.__globals__, name, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__, new.__doc__ = fn.__kwdefaults__, fn.__doc__
+    return new
+
+
 def install_device(torch, count: int, current: int, gpu: str) -> None:
     """Make ``torch.cuda`` and ``torch.accelerator`` answer as ``count`` GPUs of model ``gpu``, the
     current one ``current`` (LOCAL_RANK; torchrun's ranks start on device 0 until set_device, as on
@@ -200,12 +176,12 @@ def install_device(torch, count: int, current: int, gpu: str) -> None:
     for name, fn in functions(torch).items():
         for mod in mods:
             if mod is torch.cuda or hasattr(mod, name):
-                setattr(mod, name, fn)
+                setattr(mod, name, _own(fn, name))
     torch.cuda.nvtx.range_push = lambda msg: 0
     torch.cuda.nvtx.range_pop = lambda: 0
     torch.cuda.nvtx.mark = lambda msg: None
     torch.cuda.nvtx.range = _no_op_ctx
     for name, fn in accelerator_functions(torch).items():
-        setattr(torch.accelerator, name, fn)
+        setattr(torch.accelerator, name, _own(fn, name))
         if hasattr(torch.accelerator, "memory") and hasattr(torch.accelerator.memory, name):
-            setattr(torch.accelerator.memory, name, fn)
+            setattr(torch.accelerator.memory, name, _own(fn, name))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from simcluster.launcher.instrument.gpu.device import STATE
+from simcluster.launcher.instrument.gpu.state import STATE
 
 
 def backend_of(backend):
@@ -27,9 +27,13 @@ def backend_of(backend):
     return "gloo"
 
 
+_NOTED: list = []  # the note is printed once a process
+
+
 def _nccl_note() -> None:
     names = sorted(k for k in os.environ if k.startswith("NCCL_"))
-    if names and os.environ.get("RANK", "0") == "0":
+    if names and os.environ.get("RANK", "0") == "0" and not _NOTED:
+        _NOTED.append(names)
         print(f"[simcluster] {', '.join(names)}: no effect on the simulated GPUs (gloo carries the collectives)",
               file=sys.stderr, flush=True)
 

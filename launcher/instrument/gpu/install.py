@@ -1,7 +1,8 @@
 """Install the simulated GPU in one rank of the user's code (called by instrument/rank.py once
 torch is imported).
 
-    SIMCLUSTER_INSTRUMENT=1 RANK=0 LOCAL_WORLD_SIZE=4 PYTHONPATH=launcher/instrument/boot python -c "import torch; print(torch.cuda.device_count(), torch.zeros(1, device='cuda:3').device)"
+    python -c "from simcluster.launcher.instrument.gpu.install import SUMMARY; print(SUMMARY)"
+    SIMCLUSTER_INSTRUMENT=1 RANK=0 LOCAL_WORLD_SIZE=4 PYTHONPATH=launcher/instrument/boot:. python3 tests/gpu_check.py  # a rank's answers
 
 The pieces: gpu/device.py (torch.cuda, torch.accelerator, properties, RNG), gpu/tensors.py
 (cuda -> cpu at every tensor door), gpu/dist.py (nccl -> gloo, the "cuda" DeviceMesh),

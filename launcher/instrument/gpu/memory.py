@@ -1,6 +1,6 @@
 """The simulated device's memory statistics, counted from the rank's own tensors.
 
-    python -c "import torch; from simcluster.launcher.instrument.gpu.memory import Tracker; t = Tracker(); t.__enter__(); x = torch.zeros(1000); print(t.stats())"
+    python -c "import torch; from simcluster.launcher.instrument.gpu.memory import make_tracker; t = make_tracker(); t.__enter__(); x = torch.zeros(1000); t.__exit__(None, None, None); print(t.allocated, t.peak)"
 
 Method: one ``TorchDispatchMode`` (``Tracker``) sees the outputs of every aten op the rank runs
 in its main thread; each output's storage (a wrapper subclass's, as DTensor's, through its inner
@@ -10,7 +10,8 @@ bytes of live tensor storages created since the tracker started (at torch's impo
 user's code made a tensor); ``max_memory_allocated`` its high-water mark since the last
 ``reset_peak_memory_stats``. Differences from CUDA's caching allocator: no workspace or temporary
 buffers inside one op (a kernel's scratch), no tensors made in other threads (a DataLoader's
-workers, a pin-memory thread) or inside ``torch.compile``d regions; ``memory_reserved`` is the
+workers, a pin-memory thread), no intermediates inside ``torch.compile``d code (the mode steps aside
+while torch compiles: ``ignore_compile_internals``); ``memory_reserved`` is the
 high-water mark of allocated bytes since the last ``empty_cache`` (a caching allocator that
 reuses freed blocks perfectly: no fragmentation, no 2 MiB segments). The cost per op is in
 BENCHMARKS.md (``python -m bench.gpu_memory``).
@@ -35,6 +36,11 @@ def make_tracker():
     class Tracker(TorchDispatchMode):
         """Counts the live storages of the tensors the rank's ops return (see the module's docstring)."""
 
+        @classmethod
+        def ignore_compile_internals(cls) -> bool:
+            """Off while torch.compile compiles, on while its compiled code runs: compile works."""
+            return True
+
         def __init__(self):
             super().__init__()
             self.allocated = self.peak = self.reserved = self.peak_reserved = self.run_peak = 0
@@ -43,19 +49,22 @@ def make_tracker():
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor):
-                    self.track(t)
+            if type(out) is torch.Tensor:
+                self.track(out)
+            elif out is not None:
+                for t in (out if type(out) in (tuple, list) else tree_flatten(out)[0]):
+                    if isinstance(t, torch.Tensor):
+                        self.track(t)
             return out
 
         def track(self, t) -> None:
-            if is_traceable_wrapper_subclass(t):
+            if type(t) is not torch.Tensor and is_traceable_wrapper_subclass(t):
                 for name in t.__tensor_flatten__()[0]:
                     inner = getattr(t, name, None)
                     if isinstance(inner, torch.Tensor):
                         self.track(inner)
                 return
-            if t.device.type != "cpu" or t.is_sparse or t.is_nested:
+            if not t.is_cpu or t.is_sparse or t.is_nested:
                 return
             s = t.untyped_storage()
             key = s._cdata

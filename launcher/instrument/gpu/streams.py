@@ -17,7 +17,7 @@ class Stream:
     device: the local device index; priority: kept, as CUDA's (lower is higher)."""
 
     def __init__(self, device=None, priority: int = 0, **_kwargs):
-        from simcluster.launcher.instrument.gpu.device import STATE
+        from simcluster.launcher.instrument.gpu.state import STATE
         self.device_index = STATE.index(device)
         self.priority = priority
         self.stream_id = id(self)
@@ -101,7 +101,7 @@ class StreamContext:
         self.stream = stream
 
     def __enter__(self):
-        from simcluster.launcher.instrument.gpu.device import STATE
+        from simcluster.launcher.instrument.gpu.state import STATE
         if self.stream is None:
             return None
         self.prev = STATE.streams.get(self.stream.device_index)
@@ -109,7 +109,7 @@ class StreamContext:
         return self.stream
 
     def __exit__(self, *exc):
-        from simcluster.launcher.instrument.gpu.device import STATE
+        from simcluster.launcher.instrument.gpu.state import STATE
         if self.stream is not None:
             STATE.streams[self.stream.device_index] = self.prev
         return False

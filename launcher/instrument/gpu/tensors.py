@@ -1,6 +1,6 @@
 """Tensors and modules asked for the simulated GPU live on the CPU: cuda -> cpu at each door.
 
-    python -c "import torch; from simcluster.launcher.instrument.gpu.tensors import install_tensors; install_tensors(torch); print(torch.zeros(2, device='cuda').device)"
+    python -c "from simcluster.launcher.instrument.gpu.tensors import to_cpu; print(to_cpu('cuda:0'), to_cpu('meta'))"
 
 The doors (each a Python-level wrapper of torch's own function, so every thread sees it and
 torch's kernels run unchanged): the factories torch's ``with torch.device(...)`` handles
@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import functools
 
-from simcluster.launcher.instrument.gpu.device import STATE
+from simcluster.launcher.instrument.gpu.state import STATE
 
 LIKE = ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like")
 NEW = ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "new_empty_strided")
 
 
 def to_cpu(d):
-    """``d`` with a cuda device (str, torch.device) made cpu (its index checked); anything else as is."""
+    """``d`` with a cuda device (str, torch.device, or an int: a cuda index, as torch reads one) made
+    cpu (its index checked); anything else as is."""
     import torch
-    if isinstance(d, str) and d.startswith("cuda") or isinstance(d, torch.device) and d.type == "cuda":
+    if (isinstance(d, str) and d.startswith("cuda") or isinstance(d, torch.device) and d.type == "cuda"
+            or type(d) is int):
         STATE.index(d)
         return torch.device("cpu")
     return d
