@@ -227,10 +227,10 @@ def test_a_loss_only_printed_is_the_final_loss(stream, capsys):
         for r in range(4):
             stream.handle(f"node-{r // 2}", f"[rank{r}]:\x1b[31mstep: {step:2}  \x1b[32mloss: {loss:7.4f}  \x1b[39m")
     out = summary_of(stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
-    assert out.startswith(" OK ==") and "  final loss   2.25 after 2 steps (as rank 0 printed it)\n" in out, out
+    assert out.startswith(" OK ==") and "  final loss   2.25 after 2 steps (as rank 3 printed it)\n" in out, out
     assert json.loads((Path(stream.launch.run_dir) / "summary.json").read_text())["final_loss"] == 2.25
     stream.metric_regex = r"^step: +(?P<step>\d+) +loss: +(?P<value>\S+)"  # the colours are taken off first
-    assert "  final loss   2.25 after 2 steps (as rank 0 printed it)\n" in summary_of(
+    assert "  final loss   2.25 after 2 steps (as rank 3 printed it)\n" in summary_of(
         stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
 
 

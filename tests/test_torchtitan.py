@@ -72,6 +72,7 @@ def test_torchtitan_trains_3d_on_simulated_gpus_and_resumes(tmp_path):
     by_step = losses(out)
     assert sorted(by_step) == [1, 2, 3, 4] and by_step[4] < by_step[1] * 0.9, by_step
     assert "CUDA capacity: NVIDIA H100 80GB HBM3 with 74.51GiB memory" in out, out[-5000:]  # its memory monitor
+    assert f"  final loss   {by_step[4]:g} after 4 steps (as rank 7 printed it)" in out, out[-3000:]  # the last stage
     assert re.search(r"memory:\s+[\d.]+GiB\([\d.]+%\)", out), out[-5000:]  # each step, of the simulated device
     ckpt = run / "work" / "outputs" / "checkpoint"
     assert sorted(p.name for p in ckpt.iterdir()) == ["step-2", "step-4"], list(ckpt.iterdir())
