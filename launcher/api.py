@@ -144,8 +144,8 @@ def up(args: JobRequest, chaos: tuple = (), chaos_lines: list[str] | None = None
     from simcluster.launcher.drills import shaping
     from simcluster.launcher.job.files import container_user, host_abspath
     from simcluster.launcher.job.options import resolve
-    from simcluster.launcher.engines.base import UpOptions
-    from simcluster.launcher.engines.registry import ENGINES
+    from simcluster.launcher.job.sections import UpOptions
+    from simcluster.launcher.engines.registry import ENGINES, engine_named
     from simcluster.train.layout import host_names
 
     from simcluster.train.series import metric_pattern
@@ -155,13 +155,11 @@ def up(args: JobRequest, chaos: tuple = (), chaos_lines: list[str] | None = None
             metric_pattern(args.metric_regex)
         except ValueError as e:
             raise ConfigError(f"metric_regex: {e}") from None
+    engine = engine_named(args.target)
     launch, command = resolve(args, user=container_user())
-    engine = ENGINES[args.target]
-    opts = UpOptions(build=args.build, keep=args.keep, quiet=args.quiet, progress_every=args.progress_every,
-                     max_restarts=args.max_restarts, start_late=dict(args.start_late),
-                     wall_timeout_s=args.wall_timeout_s, metric_regex=args.metric_regex)
+    opts = args.section(UpOptions)
     engine.check(launch, opts)  # an engine that only renders here refuses `up` first
-    shaping.check(launch, "up", engine, opts.start_late)
+    shaping.check(launch, "up", engine, dict(opts.start_late))
     hosts = tuple(host_names(launch.engine.hosts or 0))
     if errors := _faults.check(chaos, launch.names, launch.world_size, hosts) + _fault_steps(chaos, launch):
         raise ConfigError("\n  ".join(["invalid launch:", *errors]))

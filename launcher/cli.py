@@ -31,7 +31,7 @@ import sys
 from simcluster.launcher.job.checks import out_problem
 from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.job.files import ROOT, container_user, repo_path, write_atomic
-from simcluster.launcher.job.launch import NodeOptions
+from simcluster.launcher.container.layout import IMAGE_USER
 from simcluster.launcher.parser import build_parser as _build_parser
 from simcluster.launcher.job.options import resolve, split_job_argv
 from simcluster.launcher.job.request import cli_values, request_from_cli
@@ -44,20 +44,21 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """`generate`: the engine's document (engines/registry.py ENGINES[--target]), written or printed."""
     from simcluster.launcher.drills import shaping
     from simcluster.launcher.engines.deps_image import with_image
-    from simcluster.launcher.engines.registry import ENGINES
+    from simcluster.launcher.engines.registry import engine_named
 
-    engine = ENGINES[args.target]
-    launch, command = resolve(request_from_cli(vars(args)), user=NodeOptions.user)
+    req = request_from_cli(vars(args))
+    engine = engine_named(req.target)
+    launch, command = resolve(req, user=IMAGE_USER)
     shaping.check(launch, "generate", engine, {})
     engine.check(launch)
-    out = args.out or os.path.join(ROOT, engine.out_path(launch.job_name))
-    if not args.stdout and (why := out_problem(out)):
+    out = req.out or os.path.join(ROOT, engine.out_path(launch.job_name))
+    if not req.stdout and (why := out_problem(out)):
         raise ConfigError(f"out: {why}; e.g. --out {engine.out_path(launch.job_name)}")
     launch = with_image(launch, say=lambda line: print(line, file=sys.stderr))  # after every check: the document names it
     for warning in engine.warnings(launch):
         print(f"warning: {warning}", file=sys.stderr)
     text = engine.render(launch, command, repo_path(out), engine.project_dir(launch, out))
-    if args.stdout:
+    if req.stdout:
         sys.stdout.write(text)
     else:
         write_atomic(out, text)
@@ -132,21 +133,16 @@ def cmd_chaos(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    """Two runs and the table (launcher/compare.py; the flags mapped onto its keywords, typed by
-    job/request.py); 0 within --rtol, 1 beyond it or a run failed.
+    """Two runs and the table (launcher/compare.py; the flags are its keywords, typed by job/request.py);
+    0 within --rtol, 1 beyond it or a run failed.
 
     Raises:
         ConfigError: a bad option (exit 2).
     """
     from simcluster.launcher.compare import compare, result_text
 
-    values = cli_values(vars(args))
+    values = cli_values(vars(args))  # the request's names: compare takes them as they are
     values.pop("command")
-    values["mounts"] = tuple(values.pop("mount"))
-    values["cpu_bridges"] = not values.pop("no_cpu_bridges")
-    values["simulated_gpus"] = not values.pop("no_simulated_gpus")
-    if not values["strict_memory"]:
-        values.pop("strict_memory")
     result = compare(**values)
     print(result_text(result), flush=True)
     return 0 if result.ok else 1

@@ -16,8 +16,6 @@ must agree too (a determinism check). ``compare`` returns the Comparison; the CL
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import inspect
 import os
 import re
 import shutil
@@ -25,11 +23,12 @@ from dataclasses import dataclass, fields
 
 from simcluster.launcher.engines.docker import LauncherError
 from simcluster.launcher.job.files import ROOT, host_abspath, repo_path
-from simcluster.launcher.job.launch import Launch, NodeOptions
+from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.job.sections import (COMPARE_RUN, COMPARE_TRAINER, CompareOptions, JobOptions, NodeOptions,
+                                              UpOptions)
 from simcluster.launcher.compare_read import check_options, failure_text, read_series, result_text  # noqa: F401
 from simcluster.launcher.job.request import make_request, unknown
 from simcluster.train.series import Comparison, compare_series
-from simcluster.train.config import Config
 from simcluster.train.errors import ConfigError
 
 FLAGS = {"A": ("--mesh", "--nodes", "--nproc-per-node"), "B": ("--against", "--against-nodes",
@@ -119,50 +118,30 @@ def _side(side: str, job: dict, layout: dict, base: str, user: str) -> Side:
     return Side(side, words, launch, command)
 
 
-def plan(*, script: str | None = None, module: str | None = None, code: str | None = None, args=(),
-         mesh: str | None = None, nodes: int | None = None, nproc_per_node: int | None = None,
-         against: str | None = None, against_nodes: int | None = None, against_nproc_per_node: int | None = None,
-         run_dir: str | None = None, mounts=(), node: NodeOptions | None = None, timeout_s: float = Config.timeout_s,
-         total_steps: int | None = None, cpu_bridges: bool = True, simulated_gpus: bool = True,
-         gpu: str | None = None, traffic: int = 0,
-         trace_steps: str | None = None, requirements: str | None = None, wheel=(), env=(),
-         **node_options) -> tuple[Side, Side]:
-    """The two sides, every input checked by the one JobRequest constructor (job/request.py) and
-    resolved as `launcher up` resolves it, before anything starts; nothing is written. Paths are
-    relative to the current folder. total_steps, cpu_bridges, traffic, trace_steps: the instruments'
-    options of your code, for both runs (`up --total-steps`, `--no-cpu-bridges`, `--traffic 1`, simulated_gpus
-    (`--no-simulated-gpus`), gpu (`--gpu a100-80g`),
-    `--trace-steps 2`); requirements, wheel: your code's dependencies (`--requirements`, `--wheel`:
-    one derived image, both runs); env: KEY=VALUE entries for every rank of both runs (`--env`);
-    node_options: NodeOptions' fields by name (``mount_code=True``), over ``node``'s.
+COMPARE_KEYS = (*(f.name for f in fields(JobOptions)), "args", *(f.name for f in fields(NodeOptions)), *COMPARE_TRAINER,
+                *COMPARE_RUN, *(f.name for f in fields(CompareOptions)))  # compare's keywords: the request's names
+
+
+def sides(*, against: str | None = None, against_nodes: int | None = None, against_nproc_per_node: int | None = None,
+          mesh: str | None = None, nodes: int | None = None, nproc_per_node: int | None = None,
+          run_dir: str | None = None, **job) -> tuple[Side, Side]:
+    """The two sides: the job's options (the request's names: script, module, code, args, mount, total_steps,
+    no_cpu_bridges, requirements, wheel, timeout_s, traffic, trace_steps and the node options), layout A
+    (mesh or nodes x nproc_per_node) and B (against or against_nodes x against_nproc_per_node), each side
+    checked by the one JobRequest constructor (job/request.py) and resolved as `launcher up` resolves it,
+    before anything starts; nothing is written. Paths are relative to the current folder.
 
     Raises:
-        ConfigError: a bad or missing layout (naming that side's flags), script, module, code
-            folder, mount, node option or timeout, a value of the wrong type; the built-in trainer
-            (use train.parity).
+        ConfigError: a bad or missing layout (naming that side's flags), or what the request refuses;
+            the built-in trainer (use train.parity).
     """
     from simcluster.launcher.job.files import container_user
 
+    script, module, code = job.get("script"), job.get("module"), job.get("code")
     if script is None and code is None and module in (None, "train", "simcluster.train"):
         raise ConfigError("--script: compare runs your own code: give --script FILE or --module NAME; the built-in "
                           "trainer's parity check is python -m train.parity --mesh 2x2x2 --steps 10")
-    for name, value in (("cpu_bridges", cpu_bridges), ("simulated_gpus", simulated_gpus)):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{name}: pass True or False, got {value!r}; e.g. {name}=False")
-    if node is not None and not isinstance(node, NodeOptions):
-        raise ConfigError(f"node: a NodeOptions, got {node!r}; e.g. node=NodeOptions(mount_code=True), or "
-                          f"mount_code=True")
-    defaults = NodeOptions()
-    node_kw = {f.name: getattr(node, f.name) for f in fields(NodeOptions)
-               if node is not None and getattr(node, f.name) != getattr(defaults, f.name)}
-    node_kw.update({k: v for k, v in node_options.items() if v is not None})
-    given_user = node_kw.pop("user", None)
-    user = given_user or container_user()
-    job = dict(script=script, module=module, code=code, args=args, mount=mounts, total_steps=total_steps,
-               no_cpu_bridges=not cpu_bridges, no_simulated_gpus=not simulated_gpus, gpu=gpu, traffic=traffic or None,
-               trace_steps=trace_steps, user=given_user,
-               timeout_s=None if timeout_s == Config.timeout_s else timeout_s, requirements=requirements,
-               wheel=wheel, env=env, **node_kw)
+    user = job.get("user") or container_user()
     layouts = [("A", _layout("A", mesh, nodes, nproc_per_node)),
                ("B", _layout("B", against, against_nodes, against_nproc_per_node))]
     if run_dir is not None and not isinstance(run_dir, str):
@@ -225,16 +204,18 @@ class ComposeRun:
             return runner.up(side.launch, side.command, opts)
 
 
-def compare(*, metric: str = "loss", metric_regex: str | None = None, rtol: float = 1e-5, quiet: bool = False,
-            runner=None, **layout_and_code) -> Comparison:
+def compare(*, runner=None, **options) -> Comparison:
     """Run the same code on layout A, then on layout B, and compare ``metric`` step by step.
 
-    layout_and_code: plan()'s arguments (script/module/code, args, mesh/nodes/nproc_per_node,
-    against/against_nodes/against_nproc_per_node, run_dir, mounts, node, timeout_s, total_steps,
-    cpu_bridges, traffic, trace_steps), or node options by name (``mount_code=True``, ``image=...``). metric: a key of the runs' metrics.jsonl
-    rows; metric_regex: read the metric from the lines the ranks printed instead (one group, or
-    named groups step and value); rtol: the largest relative difference |A - B| / |B| allowed.
-    quiet: each run's lines only in its cluster.log; runner: what runs a side (default ComposeRun).
+    options: `launcher compare`'s options by their names (COMPARE_KEYS; the request's sections'
+    names, job/sections.py): your code and its arguments (script/module/code, args, mount, total_steps,
+    no_cpu_bridges, requirements, wheel), layout A (mesh, or nodes and nproc_per_node), the node options
+    (``mount_code=True``, ``image=...``), run_dir (the base folder), timeout_s, traffic, trace_steps,
+    quiet (each run's lines only in its cluster.log), and CompareOptions: layout B (against, or
+    against_nodes and against_nproc_per_node), metric (a key of the runs' metrics.jsonl rows),
+    metric_regex (read the metric from the lines the ranks printed instead: one group, or named groups
+    step and value), rtol (the largest relative difference |A - B| / |B| allowed). runner: what runs a
+    side (default ComposeRun).
 
     Raises:
         ConfigError: bad input (before anything starts: an unknown keyword, the close ones named, or a
@@ -243,23 +224,25 @@ def compare(*, metric: str = "loss", metric_regex: str | None = None, rtol: floa
         KeyboardInterrupt: interrupted (the running cluster was stopped).
         LauncherError: Docker or Compose failed.
     """
-    known = (set(inspect.signature(plan).parameters) - {"node_options"}) | {f.name for f in fields(NodeOptions)} \
-        | {"strict_memory"}
-    for name in layout_and_code:
-        if name not in known:
-            raise unknown(name, sorted(known | set(inspect.signature(compare).parameters) - {"layout_and_code"}),
-                          "compare() takes plan()'s keywords and the node options by name")
+    for name in options:
+        if name not in COMPARE_KEYS:
+            raise unknown(name, sorted({*COMPARE_KEYS, "runner"}), "compare() takes `launcher compare`'s options by "
+                          "name")
+    cmp = CompareOptions(**{k: options.pop(k) for k in list(options) if k in CompareOptions.__dataclass_fields__})
+    metric, metric_regex, rtol = cmp.metric, cmp.metric_regex, cmp.rtol
+    quiet = options.pop("quiet", UpOptions.quiet)
     if not isinstance(quiet, bool):
         raise ConfigError(f"quiet: pass True or False, got {quiet!r}; e.g. quiet=True")
     check_options(metric, metric_regex, rtol)
-    sides = plan(**layout_and_code)
-    check_folders(sides)
+    both = sides(against=cmp.against, against_nodes=cmp.against_nodes,
+                 against_nproc_per_node=cmp.against_nproc_per_node, **options)
+    check_folders(both)
     runner = runner or ComposeRun(quiet)
-    runner.check(sides)
-    if sides[0].layout == sides[1].layout:
-        print(f"compare: A and B are the same layout ({sides[0].layout}): two runs must agree (determinism)",
+    runner.check(both)
+    if both[0].layout == both[1].layout:
+        print(f"compare: A and B are the same layout ({both[0].layout}): two runs must agree (determinism)",
               flush=True)
-    for side in sides:  # fresh folders: no earlier run's metrics, logs or resume state
+    for side in both:  # fresh folders: no earlier run's metrics, logs or resume state
         try:
             if os.path.exists(side.run_dir):
                 shutil.rmtree(side.run_dir)
@@ -267,7 +250,7 @@ def compare(*, metric: str = "loss", metric_regex: str | None = None, rtol: floa
             raise ConfigError(f"--run-dir: cannot empty {repo_path(side.run_dir)} for run {side.name}: {e}; remove "
                               f"it yourself or pass another --run-dir") from None
     series = []
-    for side in sides:
+    for side in both:
         print(f"compare: run {side.label} into {repo_path(side.run_dir)}\n  = {side.up_line}", flush=True)
         code = runner(side)
         if code == 130:
@@ -282,7 +265,7 @@ def compare(*, metric: str = "loss", metric_regex: str | None = None, rtol: floa
         except ConfigError as e:
             if side.name == "A":
                 raise ConfigError(f"{e} (B was not run)") from None
-            raise RunFailed(f"{e}; run {sides[0].label} logged {len(series[0])} step(s) of it") from None
+            raise RunFailed(f"{e}; run {both[0].label} logged {len(series[0])} step(s) of it") from None
         if quiet:
             print(f"compare: run {side.label} ok, {len(series[-1])} step(s) of {metric}", flush=True)
-    return compare_series(series[0], series[1], rtol, metric, (sides[0].label, sides[1].label))
+    return compare_series(series[0], series[1], rtol, metric, (both[0].label, both[1].label))

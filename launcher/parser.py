@@ -1,4 +1,5 @@
-"""The launcher's flags as one argparse tree: every command's subparser (cli.py dispatches on it).
+"""The launcher's flags as one argparse tree: every command's subparser (cli.py dispatches on it); the
+flags of `up`, `generate` and `compare` made from their one declaration (job/sections.py).
 
     python -c "from simcluster.launcher.parser import build_parser; build_parser().parse_args(['up', '--help'])"
 
@@ -12,76 +13,65 @@ import argparse
 import os
 import sys
 
-from simcluster.launcher.container.layout import JOIN_TIMEOUT_S
-from simcluster.launcher.job.fields import FIELDS
-from simcluster.launcher.job.launch import RDZV_BACKENDS, EngineOptions, NodeOptions
-from simcluster.train.cli import add_config_args
-from simcluster.train.layout import TRAINER_MODULE
+from simcluster.launcher.job.fields import FIELDS, flag
+from simcluster.launcher.job.sections import (COMPARE_RUN, COMPARE_TRAINER, SWEEP_COMPARE, CompareOptions,
+                                              EngineOptions, GenerateOptions, JobOptions, NodeOptions,
+                                              TrainerOptions, UpOptions, specs)
+from simcluster.train.cli import add_config_args, field_docs
+from simcluster.train.config import Config
 
 
-def add_job_args(parser: argparse.ArgumentParser) -> None:
-    """What runs: the built-in trainer (default), a script or a module; its shape and mounts."""
-    g = parser.add_argument_group("your own code (arguments after -- go to it)")
-    g.add_argument("--script", default=None, metavar="FILE",
-                   help="run this torchrun script on every rank (its folder is mounted read-only at /code)")
-    g.add_argument("--module", default=None,
-                   help=f"run python -m MODULE on every rank (default: {TRAINER_MODULE}, the built-in trainer); "
-                        "from --code DIR, else from the image")
-    g.add_argument("--code", default=None, metavar="DIR",
-                   help="folder of your code, mounted read-only at /code: the working directory, first on sys.path")
-    g.add_argument("--nodes", type=int, default=None, metavar="N", help="nodes, for jobs that are not 3D (with "
-                   "--nproc-per-node, instead of --mesh)")
-    g.add_argument("--nproc-per-node", type=int, default=None, metavar="M", help="ranks per node (with --nodes)")
-    g.add_argument("--mount", action="append", default=[], metavar="SRC:DST[:ro|rw]",
-                   help="bind-mount a host path into every node (read-only unless :rw; repeatable)")
-    g.add_argument("--total-steps", type=int, default=None, metavar="N",
-                   help="your code's step count, for progress and ETA (else what it logs with simcluster.log)")
-    g.add_argument("--no-cpu-bridges", action="store_true",
-                   help="leave torch's CPU-only DTensor gaps unbridged in your ranks (see docs/own-code.md)")
-    g.add_argument("--no-simulated-gpus", action="store_true",
-                   help="no simulated GPU in your ranks: torch.cuda answers as torch's CPU build (default: each rank "
-                        "one GPU of its node, cuda -> cpu, nccl -> gloo; docs/own-code.md)")
-    g.add_argument("--gpu", default=None, metavar="MODEL",
-                   help="the simulated GPU's model: h100-sxm (default), a100-80g, or a planner hardware name")
-    g.add_argument("--requirements", default=None, metavar="FILE",
-                   help="your code's dependencies: wheels downloaded here for the image's Python (torch stays the "
-                        "image's), a derived image built FROM it once per content (docs/own-code.md)")
-    g.add_argument("--wheel", action="append", default=[], metavar="PATH",
-                   help="a wheel you built, installed into that image too (repeatable)")
-    g.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                   help="a variable for every rank (repeatable), e.g. --env WANDB_MODE=offline; the cluster's own "
-                        "(RANK, MASTER_ADDR, SIMCLUSTER_*, ...) are refused")
+def _help(s) -> str:
+    """A field's help, its door's words filled in, its default named."""
+    text = s.help.format(**_door_words()) if s.door else s.help
+    text += f"; one of {', '.join(s.choices)}" if s.choices else ""
+    return text + (f" (default {s.default})" if s.default not in (None, False, ()) else "")
 
 
-def add_node_args(parser: argparse.ArgumentParser) -> None:
-    """Container options of every node (see launcher/job/launch.py NodeOptions)."""
-    g = parser.add_argument_group("node options")
-    g.add_argument("--cpus-per-node", type=float, default=None, help="CPU limit per node container (default: none)")
-    g.add_argument("--memory-per-node", default=None, help="memory limit per node container, e.g. 3g (default: none); "
-                   "the built-in trainer's predicted tensors per node are checked against it (a warning)")
-    g.add_argument("--strict-memory", action="store_true",
-                   help="refuse (exit 2) instead of warning when a node's predicted memory exceeds --memory-per-node")
-    g.add_argument("--image", default=NodeOptions.image,
-                   help=f"image of every container (default {NodeOptions.image}); needs Python, torch and this "
-                        f"project's launcher package")
-    g.add_argument("--rdzv-backend", choices=RDZV_BACKENDS, default=NodeOptions.rdzv_backend,
-                   help="torchrun rendezvous backend (default c10d; see launcher/container/node.py)")
-    g.add_argument("--mount-code", action="store_true",
-                   help="bind-mount this checkout's train/ and launcher/ over /app (no image rebuild)")
-    g.add_argument("--join-timeout-s", type=float, default=JOIN_TIMEOUT_S, metavar="S",
-                   help=f"every node must join the rendezvous within S seconds of its start, else the job "
-                        f"ends naming the missing node (default {JOIN_TIMEOUT_S:g})")
-    g.add_argument("--torchrun", action="store_true",
-                   help="start the ranks with stock torchrun, a fresh interpreter each (default: torchrun's "
-                        "agent forking them after one import of torch per node, ~10 s faster on 2 cores)")
-    g.add_argument("--inter-node-bandwidth", default=None, metavar="RATE",
-                   help="limit each node's network to RATE in tc's units (100mbit, 1gbit) with tc tbf, applied "
-                        "by a root helper container before the ranks start (default: unshaped)")
-    g.add_argument("--inter-node-latency", default=None, metavar="DELAY",
-                   help="refused on this machine: its kernel has no netem, the qdisc that adds delay")
-    g.add_argument("--user", default=None, metavar="UID:GID",
-                   help="user the containers run as (generate: 1000:1000, the image's; up: yours, or 1000:1000 "
-                        "when run as root)")
+def _door_words() -> dict:
+    from simcluster.launcher.engines.registry import DEFAULT, ENGINES, runs_here
+
+    return {"engines": ", ".join(ENGINES), "runs_here": ", ".join(runs_here()), "default": DEFAULT}
+
+
+def _door_choices(door: str) -> list[str]:
+    """The table at the door a field's value names (the request keeps it as text): --target's engines."""
+    from simcluster.launcher.engines.registry import ENGINES
+
+    return {"engines": list(ENGINES)}[door]
+
+
+def add_section(parser: argparse.ArgumentParser, section, only: tuple[str, ...] = (), typed: bool = False,
+                title: str = "") -> None:
+    """One flag per field of a section (job/sections.py), in a group of its title: a switch for a bool, a
+    repeatable flag for a list, else a value; ``only``: these fields alone. The request's values stay text
+    (default None: the request applies the field's default); ``typed``: argparse types them and the
+    field's default is the flag's (compare's own options, which no request takes); ``title``: the group's,
+    instead of the section's."""
+    g = parser.add_argument_group(title or section.title)
+    for name, s in specs(section).items():
+        if only and name not in only:
+            continue
+        kw: dict = {"dest": name, "help": _help(s)}
+        if s.kind == "bool":
+            kw["action"] = "store_true"
+        elif s.kind in ("strs", "pairs"):
+            kw.update(action="append", default=[], metavar=s.metavar)
+        else:
+            kw.update(default=s.default if typed else None, metavar=s.metavar,
+                      type={"int": int, "float": float}.get(s.kind) if typed else None)
+        if s.door:
+            kw["choices"] = _door_choices(s.door)
+        g.add_argument(s.flag, **kw)
+
+
+def add_trainer_args(parser: argparse.ArgumentParser, only: tuple[str, ...]) -> None:
+    """Some of the trainer's flags (compare's: mesh, run_dir, ...), their help Config's docstrings."""
+    docs = field_docs()
+    g = parser.add_argument_group(TrainerOptions.title)
+    for name in only:
+        default = getattr(Config, name)
+        g.add_argument(flag(name), dest=name, default=None, help=f"{docs.get(name, '')} (default: {default})")
 
 
 def _text_only(p: argparse.ArgumentParser) -> None:
@@ -106,34 +96,6 @@ def _prog() -> str:
     return os.path.basename(arg0)
 
 
-def add_engine_args(parser: argparse.ArgumentParser) -> None:
-    """--target and the options of the real engines' documents (see launcher.launch.EngineOptions)."""
-    from simcluster.launcher.engines.registry import DEFAULT, ENGINES, runs_here
-
-    g = parser.add_argument_group("engines (launcher/engines/)")
-    g.add_argument("--target", choices=ENGINES, default=DEFAULT, metavar="ENGINE",
-                   help=f"the engine: {', '.join(ENGINES)} (default {DEFAULT}; swarm: a Docker Swarm stack); up runs "
-                        f"{', '.join(runs_here())} here (swarm: a one-node swarm when there is none)")
-    g.add_argument("--workdir", default=None, metavar="DIR",
-                   help="slurm: work folder of the job, this project's checkout on shared storage (default: the "
-                        "folder sbatch runs in); swarm: absolute folder relative bind-mount sources are taken "
-                        "from (default: relative to the stack file)")
-    g.add_argument("--setup", default=None, metavar="SHELL",
-                   help="slurm: shell line that gives a node torchrun and torch (default: source .venv/bin/activate; "
-                        "e.g. 'module load pytorch')")
-    g.add_argument("--container-image", default=None, metavar="IMAGE",
-                   help="slurm: run torchrun in this registry image through pyxis (srun --container-image)")
-    g.add_argument("--runs-claim", default=EngineOptions.runs_claim, metavar="PVC",
-                   help=f"jobset/trainjob: PersistentVolumeClaim mounted at /runs, data under its data/ folder "
-                        f"(default {EngineOptions.runs_claim})")
-    g.add_argument("--hosts", type=int, default=None, metavar="N",
-                   help="swarm: rehearse N hosts here (host-0 .. host-N-1, each a Docker engine in a container, one "
-                        "swarm, a registry on host-0, the run folder shared); node k runs on host k mod N")
-    g.add_argument("--inter-host-bandwidth", default=None, metavar="RATE",
-                   help="swarm --hosts: limit each host's link to the others to RATE with tc tbf (e.g. 100mbit); "
-                        "nodes on one host are untouched")
-
-
 def build_parser(doc: str = "") -> argparse.ArgumentParser:
     """The launcher's whole argparse tree, one subparser per command; doc: the help text (cli.py's
     docstring: its first paragraph the description, the rest the epilog)."""
@@ -142,34 +104,11 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                                      epilog="\n\n".join(doc.split("\n\n")[1:]))
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="write the compose file of a mesh (default compose/mesh-PPxDPxTP.yml)")
-    gen.add_argument("--out", default=None, help="output file (default, in the repo: compose/mesh-PPxDPxTP.yml; "
-                     "swarm/mesh-PPxDPxTP.yml; slurm/mesh-PPxDPxTP.sbatch; k8s/mesh-PPxDPxTP-jobset.yaml, k8s/mesh-PPxDPxTP-trainjob.yaml)")
-    gen.add_argument("--stdout", action="store_true", help="print the YAML that would go to --out; write nothing")
-    add_config_args(gen)
-    add_job_args(gen)
-    add_node_args(gen)
-    add_engine_args(gen)
     up = sub.add_parser("up", help="run a training job on a fresh cluster, stream its logs, summarise, down")
-    add_config_args(up)
-    add_job_args(up)
-    add_node_args(up)
-    add_engine_args(up)
-    up.add_argument("--build", action="store_true", help="run images/build.sh even if the image exists")
-    up.add_argument("--keep", action="store_true", help="leave the stopped containers (no `down` at the end)")
-    up.add_argument("--quiet", action="store_true", help="hide per-step lines; show progress lines instead")
-    up.add_argument("--progress-every", type=float, default=10.0, metavar="S", help="seconds between progress lines")
-    up.add_argument("--max-restarts", type=int, default=0, metavar="N",
-                    help="after a failure restart the whole cluster up to N times, resuming from the run's newest "
-                         "checkpoint (use with --ckpt-every; default 0)")
-    up.add_argument("--start-late", action="append", default=[], metavar="NODE=S",
-                    help="start NODE's container S seconds after the others (late-join drill; repeatable)")
-    up.add_argument("--wall-timeout-s", type=float, default=None, metavar="S",
-                    help="kill the whole run, restarts included, after S seconds; it fails as timed out (default: "
-                         "no limit; --timeout-s is the job's own, ending a run whose peers went silent)")
-    up.add_argument("--metric-regex", default=None, metavar="REGEX",
-                    help="how the summary reads a loss your ranks only print: one group (the value; n-th match = "
-                         "step n) or named groups step and value (default: the common formats, 'loss: 1.2', "
-                         "'loss=1.2', 'step 3 | loss 1.2', torchtitan's 'step: 3  loss: 1.2')")
+    for command, own in ((gen, GenerateOptions), (up, UpOptions)):
+        add_config_args(command)
+        for section in (JobOptions, NodeOptions, EngineOptions, own):
+            add_section(command, section)
     st = sub.add_parser("status", help="table: node, ranks, state, last step")
     _target_args(st)
     lg = sub.add_parser("logs", help="the cluster's logs (compose logs)")
@@ -238,38 +177,21 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
 
 
 def _sweep_args(sp: argparse.ArgumentParser) -> None:
-    """`sweep` (launcher/sweep.py): `up`'s job, then the metric and its tolerance."""
+    """`sweep` (launcher/sweep.py): `up`'s job (the trainer's flags, your code's, the node options), then the
+    metric and its tolerance (compare's fields, against the job's own layout) and --quiet."""
     add_config_args(sp)
-    add_job_args(sp)
-    g = sp.add_argument_group("the comparison (against the job's own layout)")
-    g.add_argument("--metric", default="loss", help="key of the metrics.jsonl rows to compare (default loss)")
-    g.add_argument("--metric-regex", default=None, metavar="REGEX", help="read the metric from what the ranks print "
-                   "instead: one group (the value; n-th match = step n) or named groups step and value")
-    g.add_argument("--rtol", type=float, default=1e-5, metavar="R", help="largest |X - own| / |own| allowed "
-                   "(default 1e-5)")
-    g.add_argument("--quiet", action="store_true", help="runs' lines only in their cluster.log; show the table")
-    add_node_args(sp)
+    add_section(sp, JobOptions)
+    add_section(sp, CompareOptions, only=SWEEP_COMPARE, typed=True, title="the comparison (against the job's own "
+                "layout)")
+    add_section(sp, UpOptions, only=COMPARE_RUN)
+    add_section(sp, NodeOptions)
 
 
 def _compare_args(cp: argparse.ArgumentParser) -> None:
-    """`compare`: your code's flags, layout A (as `up`) and B (--against...), the metric, node options."""
-    add_job_args(cp)
-    cp.add_argument("--mesh", default=None, metavar="PPxDPxTP",
-                    help="layout A, a 3D mesh (or --nodes/--nproc-per-node)")
-    g = cp.add_argument_group("layout B and the comparison")
-    g.add_argument("--against", default=None, metavar="PPxDPxTP", help="layout B, a 3D mesh (may equal A: determinism)")
-    g.add_argument("--against-nodes", type=int, default=None, metavar="N", help="layout B: N nodes (with "
-                   "--against-nproc-per-node; 1 and 1: one process)")
-    g.add_argument("--against-nproc-per-node", type=int, default=None, metavar="M", help="layout B: M ranks per node")
-    g.add_argument("--metric", default="loss", help="key of your metrics.jsonl rows to compare (default loss)")
-    g.add_argument("--metric-regex", default=None, metavar="REGEX", help="read the metric from what the ranks print "
-                   "instead: one group (the value; n-th match = step n) or named groups step and value")
-    g.add_argument("--rtol", type=float, default=1e-5, metavar="R", help="largest |A - B| / |B| allowed (default 1e-5)")
-    g.add_argument("--run-dir", default=None, metavar="BASE", help="runs go to BASE/a-<layout>, BASE/b-<layout>, each "
-                   "emptied first (default runs/<script or module>-compare)")
-    g.add_argument("--timeout-s", type=float, default=60.0, metavar="S", help="each run's timeout (default 60)")
-    g.add_argument("--quiet", action="store_true", help="runs' lines only in their cluster.log; show the table")
-    g.add_argument("--traffic", type=int, default=0, metavar="0|1", help="1: both runs record their traffic "
-                   "(as up --traffic 1)")
-    g.add_argument("--trace-steps", default=None, metavar="STEPS", help="both runs trace these steps, e.g. 2 or 2,3")
-    add_node_args(cp)
+    """`compare`: the request's sections it takes (your code, its node options, the trainer's flags that
+    name a layout, a folder, a timeout or an instrument, and --quiet), and its own (layout B, the metric)."""
+    add_section(cp, JobOptions)
+    add_trainer_args(cp, COMPARE_TRAINER)
+    add_section(cp, UpOptions, only=COMPARE_RUN)
+    add_section(cp, CompareOptions, typed=True)
+    add_section(cp, NodeOptions)

@@ -31,6 +31,7 @@ from simcluster.launcher.compare import ComposeRun, Side, check_folders
 from simcluster.launcher.compare_read import check_options, failure_text, read_series
 from simcluster.launcher.job.files import ROOT, repo_path
 from simcluster.launcher.job.request import JobRequest, make_request
+from simcluster.launcher.job.sections import CompareOptions
 from simcluster.train.errors import ConfigError
 from simcluster.train.series import Comparison, Series, compare_series, fmt, spans
 
@@ -227,8 +228,8 @@ def _series(side: Side, metric: str, metric_regex: str | None) -> tuple[Series, 
         return [], str(e)
 
 
-def sweep_request(request: JobRequest, *, metric: str = "loss", metric_regex: str | None = None, rtol: float = 1e-5,
-                  quiet: bool = False, runner=None) -> Sweep:
+def sweep_request(request: JobRequest, *, metric: str = CompareOptions.metric, metric_regex: str | None = None,
+                  rtol: float = CompareOptions.rtol, quiet: bool = False, runner=None) -> Sweep:
     """The sweep of one checked JobRequest (its run_dir: the base folder); see the module docstring.
 
     Raises:
@@ -274,8 +275,8 @@ def sweep_request(request: JobRequest, *, metric: str = "loss", metric_regex: st
 
 def sweep(script: str | None = None, module: str | None = None, code: str | None = None, mesh: str | None = None,
           nodes: int | None = None, nproc_per_node: int | None = None, args=(), run_dir: str | None = None, *,
-          metric: str = "loss", metric_regex: str | None = None, rtol: float = 1e-5, quiet: bool = False,
-          runner=None, **options) -> Sweep:
+          metric: str = CompareOptions.metric, metric_regex: str | None = None, rtol: float = CompareOptions.rtol,
+          quiet: bool = False, runner=None, **options) -> Sweep:
     """Run one job on its own node layout, on one node and on one rank per node, and compare
     ``metric`` step by step (``simcluster.sweep``; `launcher sweep` is a layer over it).
 

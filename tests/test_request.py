@@ -5,6 +5,8 @@ kind of bad value raises ConfigError naming the field, and nothing is written; t
 """
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -138,3 +140,48 @@ def test_requirements_and_wheels_are_checked_at_the_edge(tmp_path):
     req = make_request("up", script=str(script), nodes=1, nproc_per_node=1, requirements=str(tmp_path / "requirements.txt"))
     assert req.requirements == str(tmp_path / "requirements.txt") and req.wheel == ()
     assert not list(tmp_path.glob("runs"))
+
+
+def test_importing_the_request_loads_no_engine_and_no_docker_sdk():
+    """The request is a pure core: --target is text there (the engines are looked up at the door), so a
+    fresh interpreter importing it loads these modules of the project and none of an engine or Docker."""
+    code = ("import sys, simcluster.launcher.job.request; print(' '.join(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('simcluster', 'docker'))))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [
+        "simcluster", "simcluster.launcher", "simcluster.launcher.container", "simcluster.launcher.container.layout",
+        "simcluster.launcher.job", "simcluster.launcher.job.checks", "simcluster.launcher.job.deps", "simcluster.launcher.job.env",
+        "simcluster.launcher.job.fields", "simcluster.launcher.job.request", "simcluster.launcher.job.sections",
+        "simcluster.train", "simcluster.train.config", "simcluster.train.errors", "simcluster.train.layout",
+        "simcluster.train.plan", "simcluster.train.plan.hardware", "simcluster.train.units"]  # --gpu's names
+
+
+def test_a_target_no_engine_has_is_refused_at_the_door(tmp_path):
+    """The request keeps --target as text; run() looks the engine up before anything is resolved or written."""
+    req = make_request("up", model="tiny", mesh="1x1x1", target="kubernetes", run_dir=str(tmp_path / "run"))
+    assert req.target == "kubernetes"
+    with pytest.raises(ConfigError, match=r"target: must be one of compose, swarm, slurm, jobset, trainjob, got "
+                                          r"'kubernetes'; e.g. target='compose' \(--target compose\)"):
+        simcluster.run(model="tiny", mesh="1x1x1", target="kubernetes", run_dir=str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(SystemExit) as e:  # the command line's door: argparse's choices, the same table
+        cli.main(["generate", "--mesh", "1x1x1", "--target", "kubernetes", "--stdout"])
+    assert e.value.code == 2
+
+
+def test_exit_grace_s_one_field_every_door(tmp_path):
+    """--exit-grace-s is declared once (job/sections.py UpOptions): the request types and bounds it, the
+    command line has the flag, an engine that cannot honour it refuses it, generate does not take it."""
+    script = str(ROOT / "examples" / "ddp.py")
+    req = make_request("up", script=script, nodes=1, nproc_per_node=1, exit_grace_s=30)
+    assert req.exit_grace_s == 30.0 and make_request("up", model="tiny").exit_grace_s == 10.0
+    with pytest.raises(ConfigError, match=r"exit_grace_s: must be > 0 and <= 3600 \(a finite number\), got 0.0; "
+                                          r"e.g. exit_grace_s=30.0 \(--exit-grace-s 30.0\)"):
+        make_request("up", model="tiny", exit_grace_s=0)
+    with pytest.raises(ConfigError, match="unknown keyword argument 'exit_grace_s'"):
+        make_request("generate", model="tiny", exit_grace_s=30)
+    with pytest.raises(ConfigError, match=r"--exit-grace-s: Slurm ends a job's steps itself"):
+        simcluster.run(model="tiny", mesh="1x1x1", target="slurm", exit_grace_s=30, run_dir=str(tmp_path / "r"))
+    assert cli.main(["up", "--model", "tiny", "--exit-grace-s", "x", "--run-dir", str(tmp_path / "r")]) == 2
+    assert not (tmp_path / "r").exists()

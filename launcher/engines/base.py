@@ -1,4 +1,5 @@
-"""The contract of every engine (one class each, as torchx's Scheduler), and ``up``'s own options.
+"""The contract of every engine (one class each, as torchx's Scheduler); ``up``'s own options are UpOptions
+(job/sections.py).
 
     python -c "from simcluster.launcher.engines.registry import ENGINES; print({n: e.runs_here for n, e in ENGINES.items()})"
 
@@ -19,35 +20,12 @@ is an engine that only renders here (JobSet, TrainJob): the rest raises ConfigEr
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass, field
 
 from simcluster.launcher.engines.checks import common_problems, refuse
 from simcluster.launcher.job.files import project_dir_for
 from simcluster.launcher.job.launch import Launch
+from simcluster.launcher.job.sections import UpOptions  # noqa: F401 (every engine's up takes it)
 from simcluster.train.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class UpOptions:
-    """What ``launcher up`` adds to a Launch: build (rebuild the image), keep (leave the stopped
-    containers), quiet (progress lines instead of step lines), progress_every (s), max_restarts
-    (whole-cluster restarts after a failure), start_late (node -> seconds after the others),
-    wall_timeout_s (the whole `up`, restarts included, is killed and fails after S seconds; None:
-    no limit), metric_regex (how the summary reads a loss the ranks only print: a --metric-regex;
-    None: the common formats, train/series.py LOSS_REGEX)."""
-
-    build: bool = False
-    keep: bool = False
-    quiet: bool = False
-    progress_every: float = 10.0
-    max_restarts: int = 0
-    start_late: dict = field(default_factory=dict)
-    wall_timeout_s: float | None = None
-    metric_regex: str | None = None
-
-    def deadline(self, t0: float) -> tuple[float, float] | None:
-        """(the time.monotonic() by which `up`, started at t0, must end, wall_timeout_s), or None."""
-        return None if self.wall_timeout_s is None else (t0 + self.wall_timeout_s, self.wall_timeout_s)
 
 
 class Engine(abc.ABC):
@@ -86,9 +64,11 @@ class Engine(abc.ABC):
         return None
 
     def up_problems(self, launch: Launch, opts: UpOptions) -> list[str]:
-        """What this engine's ``up`` refuses of opts: each option of ``unsupported`` given, with why."""
+        """What this engine's ``up`` refuses of opts: each option of ``unsupported`` set to other than its
+        default, with why."""
+        defaults = type(opts)()
         return [f"--{k.replace('_', '-')}: {why}" for k, why in self.unsupported.items()
-                if getattr(opts, k) not in (False, 0, {}, None)]
+                if getattr(opts, k) != getattr(defaults, k)]
 
     def check(self, launch: Launch, opts: UpOptions | None = None) -> None:
         """Refuse, before anything is written or started, what this engine cannot do with launch.

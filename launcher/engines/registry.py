@@ -2,8 +2,8 @@
 
     python -c "from simcluster.launcher.engines.registry import ENGINES; print(list(ENGINES))"
 
-cli.py (generate, up, status, logs, down), api.py, job/options.py (the --target choices),
-drills/shaping.py and compare.py read it; none of them branches on an engine's name: what differs
+cli.py (generate, up, status, logs, down), api.py, parser.py (the --target choices),
+drills/shaping.py and compare.py read it (job/ never: the request keeps --target as text); none of them branches on an engine's name: what differs
 is an attribute or a method of the engine (compose/engine.py, swarm/engine.py, slurm/engine.py,
 jobset.py, trainjob.py).
 """
@@ -16,9 +16,26 @@ from simcluster.launcher.engines.jobset import JobSet
 from simcluster.launcher.engines.slurm.engine import Slurm
 from simcluster.launcher.engines.swarm.engine import Swarm
 from simcluster.launcher.engines.trainjob import TrainJob
+from simcluster.launcher.job.sections import EngineOptions
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (Compose(), Swarm(), Slurm(), JobSet(), TrainJob())}
-DEFAULT = Compose.name  # --target's default: the simulation (compare and the chaos drills run on it)
+DEFAULT = EngineOptions.target  # --target's default (job/sections.py): the simulation, where compare and chaos run
+
+
+def engine_named(name: str) -> Engine:
+    """The engine --target names: the request keeps it as text, the door looks it up here.
+
+    Raises:
+        ConfigError: no engine of that name, naming them all and an example.
+    """
+    if name not in ENGINES:
+        from simcluster.train.errors import ConfigError
+
+        e = ConfigError(f"target: must be one of {', '.join(ENGINES)}, got {name!r}; e.g. target={DEFAULT!r} "
+                        f"(--target {DEFAULT})")
+        e.field = "target"
+        raise e
+    return ENGINES[name]
 
 
 def engine_of(handle: Handle) -> Engine:

@@ -28,16 +28,16 @@ def open_stream(launch: Launch, run_dir: str, opts: UpOptions) -> Stream:
 
 
 def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: dict, run_dir: str, since: float,
-                         t0: float, start_late: dict | None = None,
-                         deadline: tuple[float, float] | None = None) -> tuple[int, dict]:
+                         t0: float, opts: UpOptions) -> tuple[int, dict]:
     """Follow the containers found (service -> container) until all ended, then summarise.
 
     since: UNIX time the containers were started (an older metrics.jsonl is a previous run's);
-    t0: time.monotonic() of the command's start; deadline: UpOptions.deadline's, past which every
-    container is killed (the run times out). Returns (0 or 1, service -> exit code).
+    t0: time.monotonic() of the command's start; opts: `up`'s options, which the Watch reads (late
+    starts, the wall-clock deadline past which every container is killed). Returns (0 or 1,
+    service -> exit code).
     """
     stream.placed = {s: h for s, c in found.items() if (h := docker_hosts.host_of_container(c))}  # up --hosts
-    watch = Watch(handle, start_late or {}, run_dir, since, launch.instruments.total_steps, deadline)
+    watch = Watch(handle, run_dir, since, launch.instruments.total_steps, opts, t0)
     try:
         stream.follow(found, watch)
     finally:

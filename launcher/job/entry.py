@@ -154,17 +154,18 @@ def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | 
     the job's requirements or wheels install packages, so a module not in ``code`` may come from them
     (``--code project --module torchtitan.train``: the data beside it, the trainer from PyPI).
 
+    The request (job/request.py make_request) checked the script exists and that a mesh and nodes x
+    ranks are not both given (a mesh wins here); this adds what needs the resolved paths.
+
     Raises:
-        ConfigError: every problem: a missing script, code folder, module or mount source, a bad
-            shape (neither or both of mesh and nodes x nproc_per_node), a bad timeout or node option.
+        ConfigError: every problem: a missing code folder, module or mount source, a script outside
+            the code folder, a bad shape (no mesh and no nodes x nproc_per_node), a bad timeout or node option.
     """
     errors: list[str] = []
     if (script is None) == (module is None):
         errors.append("entry: give exactly one of --script FILE and --module NAME")
     spec = None
-    if mesh is not None and (nodes is not None or nproc_per_node is not None):
-        errors.append("shape: give either --mesh PPxDPxTP or --nodes N --nproc-per-node M, not both")
-    elif mesh is not None:
+    if mesh is not None:  # the request refused a mesh given with nodes x ranks (job/request.py)
         try:
             spec = parse_mesh(mesh)
             nodes, nproc_per_node = spec.pp, spec.ranks_per_node
@@ -181,20 +182,17 @@ def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | 
         code_dir = None
     target_script = None
     if script is not None:
-        path = os.path.abspath(script)
-        if not os.path.isfile(path):
-            errors.append(f"script: {path} does not exist; pass an existing .py file with --script")
-        else:
-            code_dir = code_dir or os.path.dirname(path)
-            rel = os.path.relpath(path, code_dir)
-            real, real_code = os.path.realpath(path), os.path.realpath(code_dir)
-            if rel.startswith(".."):
-                errors.append(f"script: {path} is outside --code {code_dir}; put it inside or drop --code")
-            elif os.path.commonpath([real, real_code]) != real_code:
-                errors.append(f"script: {path} is a link to {real}, outside its code folder {code_dir} (only that "
-                              f"folder is mounted, at {CODE_DIR}: the link would point at nothing in the nodes); "
-                              f"pass the file itself, e.g. --script {real}, or copy it into {code_dir}")
-            target_script = f"{CODE_DIR}/{rel.replace(os.sep, '/')}"
+        path = os.path.abspath(script)  # an existing file: the request checked it (job/request.py)
+        code_dir = code_dir or os.path.dirname(path)
+        rel = os.path.relpath(path, code_dir)
+        real, real_code = os.path.realpath(path), os.path.realpath(code_dir)
+        if rel.startswith(".."):
+            errors.append(f"script: {path} is outside --code {code_dir}; put it inside or drop --code")
+        elif os.path.commonpath([real, real_code]) != real_code:
+            errors.append(f"script: {path} is a link to {real}, outside its code folder {code_dir} (only that "
+                          f"folder is mounted, at {CODE_DIR}: the link would point at nothing in the nodes); "
+                          f"pass the file itself, e.g. --script {real}, or copy it into {code_dir}")
+        target_script = f"{CODE_DIR}/{rel.replace(os.sep, '/')}"
     if module is not None:
         if not MODULE_NAME.fullmatch(module):
             errors.append(f"module: {module!r} is not a Python module name; e.g. mypkg.train")

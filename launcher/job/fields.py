@@ -1,5 +1,5 @@
-"""The fields of a job request: each option of `up` and `generate`, its type, its default, its range
-and a valid example; one value checked (``check_value``) or converted from command-line text (``from_text``).
+"""The fields of a job request, read from their one declaration (job/sections.py): each option's Spec
+by name; one value checked (``check_value``) or converted from command-line text (``from_text``).
 
     python -c "from simcluster.launcher.job.fields import FIELDS, check_value; print(check_value('steps', 3), FIELDS['nodes'])"
 
@@ -7,93 +7,22 @@ Pure and argparse-free: the request (request.py) checks every keyword with it, a
 is typed by it, so both refuse a bad value with one message: the field, the value and an example.
 A bool is no int, an int field refuses floats and text, a float field takes an int but never a
 non-finite number (nor an int too large for a float), a list field refuses a mapping or a string.
+A value checked against a table at the door (--target: the engines) is text here.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 
-from simcluster.launcher.container.layout import IMAGE, JOIN_TIMEOUT_S
-from simcluster.launcher.engines.registry import DEFAULT, ENGINES
-from simcluster.launcher.job.checks import MIN_CPUS
-from simcluster.launcher.job.launch import RDZV_BACKENDS, EngineOptions
-from simcluster.train.config import Config
+from simcluster.launcher.job.sections import (MAX_INT, MAX_STEPS, EngineOptions, GenerateOptions,  # noqa: F401
+                                              JobOptions, NodeOptions, Spec, TrainerOptions, UpOptions, specs)
 from simcluster.train.errors import ConfigError
-from simcluster.train.plan.hardware import GPU_NAMES
 
-MAX_INT = 2**63 - 1  # every int field's bound unless its own is smaller (the trainer's seed is < 2**63)
-MAX_STEPS = 10**7  # steps, total_steps and a traced step: far beyond any simulated run
-MAX_NODES = 64  # nodes (containers) of one simulated cluster
-MAX_RANKS = 64  # ranks per node
-MAX_RESTARTS = 100
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One field: kind (int, float, str, bool, strs: a list of text, pairs: NODE -> seconds), its
-    default, the inclusive range lo..hi of a number, the choices of a text, an example value."""
-
-    kind: str
-    default: object = None
-    example: object = None
-    lo: float | None = None
-    hi: float | None = None
-    choices: tuple = ()
-    strict_lo: bool = False  # lo itself refused (a duration > 0)
-    unit: str = ""  # after the bound: " CPUs", " seconds"
-
-
-_CONFIG_EXAMPLES = {"mesh": "2x2x2", "model": "tiny", "dim": 64, "n_layers": 4, "n_heads": 4, "ffn_dim": 128,
-                    "seq_len": 64, "global_batch": 8, "data": "data/corpus.txt", "run_dir": "runs/mesh-2x2x2",
-                    "resume": "runs/mesh-2x2x2", "trace_steps": "2,3", "steps": 3}
-
-
-def _config_specs() -> dict[str, Spec]:
-    out = {"config": Spec("str", None, "run.yaml")}
-    for f in fields(Config):
-        kind = f.type.split("|")[0].strip()
-        example = _CONFIG_EXAMPLES.get(f.name, f.default)
-        lo = 1 if f.name == "steps" else None
-        hi = MAX_STEPS if f.name in ("steps",) else None
-        out[f.name] = Spec(kind, None, example, lo, hi)
-    out["timeout_s"] = Spec("float", None, 60.0, 0, None, strict_lo=True)
-    return out
-
-
-JOB = {
-    "script": Spec("str", None, "examples/ddp.py"), "module": Spec("str", None, "mypkg.train"),
-    "code": Spec("str", None, "examples"), "nodes": Spec("int", None, 2, 1, MAX_NODES),
-    "nproc_per_node": Spec("int", None, 2, 1, MAX_RANKS), "mount": Spec("strs", (), "/tmp/data:/data:ro"),
-    "total_steps": Spec("int", None, 5, 1, MAX_STEPS), "no_cpu_bridges": Spec("bool", False, True),
-    "no_simulated_gpus": Spec("bool", False, True), "gpu": Spec("str", None, "h100-sxm", choices=GPU_NAMES),
-    "requirements": Spec("str", None, "requirements.txt"), "env": Spec("strs", (), "WANDB_MODE=offline"),
-    "wheel": Spec("strs", (), "dist/mypkg-0.1-py3-none-any.whl"),
-}
-NODE = {
-    "cpus_per_node": Spec("float", None, 1.0, MIN_CPUS, None, unit=" CPUs"), "memory_per_node": Spec("str", None, "3g"),
-    "strict_memory": Spec("bool", False, True), "image": Spec("str", IMAGE, IMAGE),
-    "rdzv_backend": Spec("str", "c10d", "c10d", choices=RDZV_BACKENDS), "mount_code": Spec("bool", False, True),
-    "join_timeout_s": Spec("float", JOIN_TIMEOUT_S, 120.0, 0, None, strict_lo=True),
-    "torchrun": Spec("bool", False, True), "inter_node_bandwidth": Spec("str", None, "100mbit"),
-    "inter_node_latency": Spec("str", None, "10ms"), "user": Spec("str", None, "1000:1000"),
-}
-ENGINE = {
-    "target": Spec("str", DEFAULT, DEFAULT, choices=tuple(ENGINES)), "workdir": Spec("str", None, "/shared/simcluster"),
-    "setup": Spec("str", None, "module load pytorch"), "container_image": Spec("str", None, "nvcr.io/nvidia/pytorch:24.05-py3"),
-    "runs_claim": Spec("str", EngineOptions.runs_claim, EngineOptions.runs_claim),
-    "hosts": Spec("int", None, 2, 1, MAX_NODES), "inter_host_bandwidth": Spec("str", None, "100mbit"),
-}
-UP = {
-    "build": Spec("bool", False, True), "keep": Spec("bool", False, True), "quiet": Spec("bool", False, True),
-    "progress_every": Spec("float", 10.0, 10.0, 0, 86400, strict_lo=True),
-    "max_restarts": Spec("int", 0, 1, 0, MAX_RESTARTS), "start_late": Spec("pairs", (), {"node-1": 20}),
-    "wall_timeout_s": Spec("float", None, 600.0), "metric_regex": Spec("str", None, r"^step (?P<step>\d+) loss (?P<value>\S+)"),
-}
-GENERATE = {"out": Spec("str", None, "compose/mesh-2x2x2.yml"), "stdout": Spec("bool", False, True)}
+SECTIONS = (TrainerOptions, JobOptions, NodeOptions, EngineOptions, UpOptions, GenerateOptions)
 # every field, in the command line's order (the header's regenerate line lists them so)
-FIELDS: dict[str, Spec] = {**_config_specs(), **JOB, **NODE, **ENGINE, **UP, **GENERATE}
-UP_ONLY = tuple(UP)
-GENERATE_ONLY = tuple(GENERATE)
+FIELDS: dict[str, Spec] = {name: s for section in SECTIONS for name, s in specs(section).items()}
+assert len(FIELDS) == sum(len(specs(s)) for s in SECTIONS), "two sections declare one name"
+UP_ONLY = tuple(specs(UpOptions))
+GENERATE_ONLY = tuple(specs(GenerateOptions))
 
 
 def flag(name: str) -> str:
@@ -142,6 +71,15 @@ def _number(name: str, spec: Spec, value):
     if spec.hi is not None and value > spec.hi:
         raise _bad(name, value, need)
     return value
+
+
+def check_values(names, options: dict) -> dict:
+    """Each field of names checked (check_value), its value from options (unset: None), by name.
+
+    Raises:
+        ConfigError: the first field refused (check_value's message).
+    """
+    return {n: check_value(n, options.get(n)) for n in names}
 
 
 def check_value(name: str, value):

@@ -15,51 +15,17 @@ import posixpath
 import math
 import re
 from dataclasses import dataclass
+from functools import cached_property
 
 from simcluster.launcher.job.checks import MIN_CPUS, image_problem, memory_problem
 from simcluster.train.units import tc_rate_problem
 from simcluster.launcher.job.deps import Requirements
+from simcluster.launcher.job.sections import RDZV_BACKENDS, EngineOptions, NodeOptions  # noqa: F401 (a Launch's)
 from simcluster.launcher.instrument.spec import Instruments
-from simcluster.launcher.container.layout import (CODE_DIR, IMAGE, IMAGE_USER, JOIN_TIMEOUT_S, RUNS_MOUNT, WORK_DIR,
-                                                  lost_after_s, run_name)
+from simcluster.launcher.container.layout import CODE_DIR, RUNS_MOUNT, WORK_DIR, lost_after_s, run_name
 from simcluster.train.layout import host_names, node_names, placement
 from simcluster.train.layout import format_ranks, node_ranks
 from simcluster.train.config import MeshSpec, TrainRun
-
-RDZV_BACKENDS = ("c10d", "static")
-
-
-@dataclass(frozen=True)
-class NodeOptions:
-    """Container-level options, the same for every node.
-
-    cpus_per_node: CPU limit of each node container (compose ``cpus``); None = no limit.
-    memory_per_node: memory limit of each node container, e.g. "3g" (compose ``mem_limit``).
-    image: the trainer image, built locally by images/build.sh (services carry ``pull_policy:
-        never`` and no ``build``: the offline build needs build.sh's base image and wheelhouse).
-    rdzv_backend: torchrun rendezvous, "c10d" (default) or "static"; see launcher/container/node.py.
-    mount_code: bind-mount the host's train/ and launcher/ read-only over /app (development:
-        runs the working tree without rebuilding the image).
-    join_timeout_s: seconds after its start by which every node must have joined the rendezvous.
-    torchrun: start each node's ranks with the stock torchrun CLI (a fresh interpreter per
-        rank) instead of launcher.container.forkrun (torchrun's agent, ranks forked after one import).
-    user: ``UID:GID`` the containers run as (``launcher up`` passes the invoking user's, unless root).
-    inter_node_bandwidth: tc rate (``100mbit``) each node's eth0 is limited to (egress, so both
-        directions between nodes); None: unshaped. Traffic between ranks of one node (loopback)
-        is untouched. inter_node_latency: always refused here (the kernel has no netem).
-    """
-
-    cpus_per_node: float | None = None
-    memory_per_node: str | None = None
-    image: str = IMAGE
-    rdzv_backend: str = "c10d"
-    mount_code: bool = False
-    join_timeout_s: float = JOIN_TIMEOUT_S
-    torchrun: bool = False
-    user: str = IMAGE_USER
-    inter_node_bandwidth: str | None = None
-    inter_node_latency: str | None = None
-
 
 def check_node_options(node: NodeOptions) -> list[str]:
     """Problems of the node options, each naming the option and a fix (the rules of sizes and
@@ -87,32 +53,6 @@ def check_node_options(node: NodeOptions) -> list[str]:
     if not re.fullmatch(r"\d+:\d+", node.user):
         errors.append(f"user: {node.user!r} is not UID:GID; e.g. --user 1000:1000")
     return errors
-
-
-@dataclass(frozen=True)
-class EngineOptions:
-    """Options of the real engines' documents (launcher/engines/), unused by the Compose simulation.
-
-    workdir: Slurm: the job's work folder, the project checkout on shared storage (``#SBATCH
-        --chdir``; None: the folder sbatch is run from).
-    setup: Slurm: the shell line that makes ``torchrun`` and torch available on a node (None: the
-        default ``source .venv/bin/activate``; e.g. ``module load pytorch``).
-    container_image: Slurm: run each node's torchrun in this image through pyxis
-        (``srun --container-image``); None: on the node's own environment.
-    runs_claim: Kubernetes: the PersistentVolumeClaim (ReadWriteMany) mounted at /runs, the run
-        folder shared by every pod; data paths are read from the same claim.
-    hosts: Swarm: N rehearsal hosts (host-0 .. host-N-1, each a Docker engine in a container here;
-        launcher/engines/swarm/hosts.py), node k pinned to host k mod N; None: one engine.
-    inter_host_bandwidth: Swarm with hosts: tc rate each host's link to the others is limited to
-        (``100mbit``); None: unshaped. Nodes on one host talk over that host's own bridge, untouched.
-    """
-
-    workdir: str | None = None
-    setup: str | None = None
-    container_image: str | None = None
-    runs_claim: str = "simcluster-runs"
-    hosts: int | None = None
-    inter_host_bandwidth: str | None = None
 
 
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
@@ -193,41 +133,41 @@ class Launch:
     env: tuple[tuple[str, str], ...] = ()
     hosts_up: tuple[str, ...] = ()
 
-    @property
+    @cached_property
     def names(self) -> list[str]:
         """Service names of the nodes, node rank order."""
         return node_names(self.nnodes)
 
-    @property
+    @cached_property
     def world_size(self) -> int:
         return self.nnodes * self.nproc_per_node
 
-    @property
+    @cached_property
     def run_name(self) -> str:
         return run_name(self.run_dir)
 
-    @property
+    @cached_property
     def output_dir(self) -> str:
         """The run folder inside the containers."""
         return f"{RUNS_MOUNT}/{self.run_name}"
 
-    @property
+    @cached_property
     def workdir(self) -> str | None:
         """The ranks' working directory in the containers: RUN_DIR/work for your code, writable and shared
         by every node as a cluster's (launcher/container/workdir.py); None for the built-in trainer (the
         image's /app)."""
         return None if self.train is not None else f"{self.output_dir}/{WORK_DIR}"
 
-    @property
+    @cached_property
     def code_dir(self) -> str | None:
         """Where your code folder is mounted in the containers (read-only), or None (a module of the image)."""
         return CODE_DIR if any(m.target == CODE_DIR for m in self.mounts) else None
 
-    @property
+    @cached_property
     def lost_after_s(self) -> float:
         return lost_after_s(self.timeout_s)
 
-    @property
+    @cached_property
     def job_name(self) -> str:
         """Names the default run folder and compose file: ``mesh-2x2x2`` for the built-in trainer,
         ``<script or module>-mesh-2x2x2`` or ``<script or module>-nodes-2x4`` for other code."""
@@ -251,7 +191,7 @@ class Launch:
             out["hosts"] = dict(zip(self.names, self.node_hosts))
         return out
 
-    @property
+    @cached_property
     def node_hosts(self) -> list[str] | None:
         """Node k's rehearsal host, for every k (``up --hosts``; train/layout.py placement over hosts_up, or
         over every host), or None on one engine."""
@@ -259,12 +199,12 @@ class Launch:
             return None
         return list(placement(self.nnodes, list(self.hosts_up) or host_names(self.engine.hosts)).values())
 
-    @property
+    @cached_property
     def shape(self) -> str:
         """``mesh 2x2x2`` or ``2 node(s) x 4 rank(s)``, for messages."""
         return f"mesh {self.mesh}" if self.mesh else f"{self.nnodes} node(s) x {self.nproc_per_node} rank(s)"
 
-    @property
+    @cached_property
     def layout(self) -> str:
         """The shape with the nodes and ranks a mesh means: ``mesh 2x2x2 = 2 node(s) x 4 rank(s)``, or
         ``2 node(s) x 2 rank(s)`` (what `up` says as it starts)."""

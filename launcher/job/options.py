@@ -23,7 +23,7 @@ from simcluster.launcher.job.files import host_abspath, repo_path
 from simcluster.launcher.instrument.spec import DEFAULT_GPU, Instruments
 from simcluster.launcher.job.entry import parse_mount, resolve_code, resolve_training
 from simcluster.launcher.job.launch import EngineOptions, Launch, NodeOptions, check_engine_options
-from simcluster.launcher.job.request import JobRequest, check_text
+from simcluster.launcher.job.request import JobRequest
 from simcluster.train.cli import load_yaml
 from simcluster.train.config import Config
 from simcluster.train.config_types import config_from_dict
@@ -36,20 +36,6 @@ def split_job_argv(argv: list[str]) -> tuple[list[str], tuple[str, ...]]:
         return list(argv), ()
     i = argv.index("--")
     return list(argv[:i]), tuple(argv[i + 1:])
-
-
-def engine_options(req: JobRequest) -> EngineOptions:
-    """The engines' document options of the request."""
-    return EngineOptions(workdir=req.workdir, setup=req.setup, container_image=req.container_image,
-                         runs_claim=req.runs_claim, hosts=req.hosts, inter_host_bandwidth=req.inter_host_bandwidth)
-
-
-def node_options(req: JobRequest, user: str) -> NodeOptions:
-    """The node (container) options of the request; ``user``: the containers' when it names none."""
-    return NodeOptions(cpus_per_node=req.cpus_per_node, memory_per_node=req.memory_per_node, image=req.image,
-                       rdzv_backend=req.rdzv_backend, mount_code=req.mount_code, join_timeout_s=req.join_timeout_s,
-                       torchrun=req.torchrun, user=req.user or user, inter_node_bandwidth=req.inter_node_bandwidth,
-                       inter_node_latency=req.inter_node_latency)
 
 
 def instruments(cfg: Config, req: JobRequest) -> Instruments:
@@ -94,21 +80,20 @@ def resolve(req: JobRequest, user: str) -> tuple[Launch, str]:
     Raises:
         ConfigError: a bad config field, data path, script, module, mount, node or engine option.
     """
-    check_typed(req)
     cfg = config_of(req)
     check_config_text(cfg, req)
-    node = node_options(req, user)
+    node = dataclasses.replace(req.section(NodeOptions), user=req.user or user)
     if req.builtin:
         paths = {k: os.path.abspath(getattr(cfg, k)) for k in ("data", "run_dir") if getattr(cfg, k) is not None}
         launch = resolve_training(dataclasses.replace(cfg, **paths), node, req.mount, host_path=repo_path)
-        check_memory(launch, req.strict_memory)
+        check_memory(launch, node.strict_memory)
     else:
         launch = resolve_code(node, script=req.script, module=req.module, code=req.code, argv=req.args,
                               mesh=req.mesh, nodes=req.nodes, nproc_per_node=req.nproc_per_node,
                               run_dir=req.run_dir, timeout_s=cfg.timeout_s, mounts=req.mount, host_path=repo_path,
                               installs=bool(req.requirements or req.wheel))
         launch = dataclasses.replace(launch, instruments=instruments(cfg, req))
-    launch = dataclasses.replace(launch, engine=engine_options(req),
+    launch = dataclasses.replace(launch, engine=req.section(EngineOptions),
                                  requirements=Requirements(_abs(req.requirements), tuple(map(_abs, req.wheel))),
                                  env=env_pairs(req.env))
     _raise(check_engine_options(launch.engine))
@@ -122,13 +107,11 @@ def check_memory(launch: Launch, strict: bool) -> None:
     a warning on stderr per node over it, or with ``strict`` (--strict-memory) a refusal.
 
     Raises:
-        ConfigError: --strict-memory without --memory-per-node, or a node over it under --strict-memory,
-            or --strict-memory where torch (the planner's) is missing.
+        ConfigError: a node over --memory-per-node under --strict-memory, or --strict-memory where
+            torch (the planner's) is missing.
     """
     limit = launch.node.memory_per_node
-    if limit is None:
-        if strict:
-            raise ConfigError("--strict-memory: needs the limit to check, e.g. --memory-per-node 3g")
+    if limit is None:  # --strict-memory without a limit: the request refused it (job/request.py)
         return
     try:
         from simcluster.train.plan.fit import over_memory
@@ -152,13 +135,8 @@ def _raise(errors: list[str]) -> None:
         raise ConfigError("\n  ".join(["invalid launch:", *errors]))
 
 
-def check_typed(req: JobRequest) -> None:
-    """The request's text free of control characters (request.py check_text; its errors)."""
-    check_text({f.name: getattr(req, f.name) for f in fields(req) if f.name in FIELDS}, req.args)
-
-
 def check_config_text(cfg: Config, req: JobRequest) -> None:
-    """The string fields of the config (from the YAML file; the request's own are check_typed's) are
+    """The string fields of the config (from the YAML file; the request's own were checked by make_request) are
     free of control characters: the trainer's flags in every node's command carry them.
 
     Raises:

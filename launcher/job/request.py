@@ -3,11 +3,11 @@ constructor from Python values; simcluster.run, compare, the pytest fixture and 
 
     python -c "from simcluster.launcher.job.request import make_request; print(make_request(mesh='2x1x1', model='tiny', steps=3).given())"
 
-``make_request(command, args=..., **options)`` checks every field (fields.py: type, range,
+``make_request(command, args=..., **options)`` checks every field once (fields.py: type, range,
 finiteness; the mesh's text is parsed once, by options.resolve, which every path runs before it
-writes anything),
-finiteness), the paths the containers read (the script, the code folder and the YAML config
-exist and are readable by the containers' user), and the fields against each other: a field
+writes anything; --target's engine is looked up at the door, engines/registry.py), the paths the
+containers read (the script, the code folder and the YAML config exist and are readable by the
+containers' user), and the fields against each other: a field
 that would have no effect in this combination is an error saying why. Every error is a
 ConfigError naming the field, the value and a valid example, raised before anything is written.
 ``cli_values`` types the command line's text (argparse only splits it: launcher/parser.py).
@@ -17,12 +17,14 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import field, fields, make_dataclass
+from dataclasses import dataclass, fields
 
 from simcluster.launcher.container.layout import IMAGE_USER
 from simcluster.launcher.job.deps import Requirements
 from simcluster.launcher.job.env import env_pairs
-from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY, MAX_STEPS, UP_ONLY, check_value, flag, from_text
+from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY, MAX_STEPS, UP_ONLY, check_values, flag, from_text
+from simcluster.launcher.job.sections import (EngineOptions, GenerateOptions, JobOptions, NodeOptions,
+                                              TrainerOptions, UpOptions)
 from simcluster.train.config import Config
 from simcluster.train.errors import ConfigError
 from simcluster.train.layout import TRAINER_MODULE
@@ -30,28 +32,34 @@ from simcluster.train.layout import TRAINER_MODULE
 COMMANDS = ("up", "generate")
 SHARED = ("mesh", "run_dir", "timeout_s")  # Config fields that are launcher options for any job
 INSTRUMENTS = ("traffic", "trace_steps", "profile_step")  # trainer flags that instrument the user's code too
-_TYPES = {"int": "int | None", "float": "float | None", "str": "str | None", "bool": "bool",
-          "strs": "tuple[str, ...]", "pairs": "tuple[tuple[str, float], ...]"}
 
 
-def _given(self) -> dict:
-    """The fields set to other than their defaults (``args``: the job's arguments), by name."""
-    out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "command"
-           and getattr(self, f.name) != f.default}
-    return out
+@dataclass(frozen=True)
+class JobRequest(GenerateOptions, UpOptions, EngineOptions, NodeOptions, JobOptions, TrainerOptions):
+    """One job: every option of `up` (or `generate`) a typed field, declared once in its section
+    (job/sections.py: the trainer's Config, the job, the node, the engine, the run, generate's output),
+    its default, range, example and help in the field's metadata; ``command`` and ``args`` (your
+    code's arguments). Build it with make_request, which checks them all."""
 
+    command: str = "up"
+    args: tuple[str, ...] = ()
 
-def _is_builtin(self) -> bool:
-    """The built-in trainer: no script, no code folder, and no module (or the trainer's own)."""
-    return self.script is None and self.code is None and self.module in (None, TRAINER_MODULE)
+    def __post_init__(self):  # unset stays unset here: `up` runs as you, `generate` as the image's user
+        pass
 
+    def given(self) -> dict:
+        """The fields set to other than their defaults (``args``: the job's arguments), by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "command"
+                and getattr(self, f.name) != f.default}
 
-JobRequest = make_dataclass(
-    "JobRequest", [("command", "str", field(default="up")), ("args", "tuple[str, ...]", field(default=())),
-                   *((name, _TYPES[s.kind], field(default=s.default)) for name, s in FIELDS.items())],
-    frozen=True, namespace={"given": _given, "builtin": property(_is_builtin), "__doc__":
-                            "One job, every option of `up` (or `generate`) a typed field with its default "
-                            "(launcher/job/fields.py); build it with make_request, which checks them all."})
+    @property
+    def builtin(self) -> bool:
+        """The built-in trainer: no script, no code folder, and no module (or the trainer's own)."""
+        return self.script is None and self.code is None and self.module in (None, TRAINER_MODULE)
+
+    def section(self, cls):
+        """One section of the request (NodeOptions, EngineOptions, UpOptions, ...) with its values."""
+        return cls(**{f.name: getattr(self, f.name) for f in fields(cls)})
 
 
 def _error(name: str, message: str) -> ConfigError:
@@ -175,7 +183,7 @@ def make_request(command: str = "up", *, args=(), **options) -> JobRequest:
         if name not in allowed:
             raise unknown(name, allowed)
     argv = _argv(args)
-    values = {n: check_value(n, options.get(n)) for n in allowed}
+    values = check_values(allowed, options)
     check_text(values, argv)
     builtin = values["script"] is None and values["code"] is None and values["module"] in (None, TRAINER_MODULE)
     _combination(values, argv, builtin)

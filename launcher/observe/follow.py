@@ -33,9 +33,6 @@ from simcluster.launcher.observe.progress import Bar, Progress, parse_done, pars
 from simcluster.launcher.engines.handle import Handle
 
 EXITED = re.compile(r"^rendezvous: (\S+) \(ranks [^)]*\) exited -?\d+(?: \((.*)\))?$")
-KILL_AFTER_RDZV_S = 10.0  # containers still up this long after the rendezvous exited are killed (nodes
-# leave by themselves about 3 s after it)
-KILL_AFTER_NODES_S = 10.0  # a rendezvous still up this long after every node exited is killed
 HOST_CHECK_S = 2.0  # with rehearsal hosts (up --hosts), each host's engine is pinged this often
 
 
@@ -191,19 +188,21 @@ class Stream:
 class Watch:
     """Runs during ``up``: starts late nodes when due, kills the container of a node the
     rendezvous declared lost (it is frozen or cut off, if not dead already), and once the
-    rendezvous has exited kills every container of the run still up after KILL_AFTER_RDZV_S.
+    rendezvous has exited kills every container of the run still up after up's --exit-grace-s (nodes
+    leave by themselves about 3 s after it); a rendezvous still up as long after every node exited too.
     Container states come from the engine's event stream (docker_cluster.Events), not from polling."""
 
-    def __init__(self, target: Handle, late: dict[str, float], run_dir: str, since: float,
-                 total_steps: int | None = None, deadline: tuple[float, float] | None = None):
+    def __init__(self, target: Handle, run_dir: str, since: float, total_steps: int | None, opts, t0: float):
         """since: UNIX time the containers were started (an older metrics.jsonl is a previous run's);
         total_steps: the job's steps when the launcher knows them (--total-steps), for the ETA;
-        deadline: (time.monotonic() by which the whole `up` must end, the --wall-timeout-s it comes
-        from): past it every container of the run is killed and the run fails as timed out."""
+        opts: `up`'s UpOptions (job/sections.py): start_late (service -> seconds after start),
+        exit_grace_s, and wall_timeout_s, from t0 (the command's time.monotonic()): past it every
+        container of the run is killed and the run fails as timed out."""
         self.target, self.t0 = target, time.monotonic()
-        self.deadline = deadline
+        self.deadline = opts.deadline(t0)
         self.metrics = StepsTail(run_dir, since=since, total_steps=total_steps)
-        self.late = dict(late)  # service -> seconds after start
+        self.late = dict(opts.start_late)  # service -> seconds after start
+        self.grace_s = opts.exit_grace_s
         self.rdzv_gone: float | None = None
         self.nodes_gone: float | None = None
         self.events = Events(target.project, target.stack)
@@ -247,8 +246,8 @@ class Watch:
         nodes = [st for svc, st in state.items() if svc != RDZV_HOST]
         if nodes and not self.late and all(st in ("exited", "removed") for st in nodes):
             self.nodes_gone = self.nodes_gone or now  # the rendezvous itself may be the one frozen
-        late_kill = (self.rdzv_gone is not None and now - self.rdzv_gone >= KILL_AFTER_RDZV_S) or \
-            (self.nodes_gone is not None and now - self.nodes_gone >= KILL_AFTER_NODES_S)
+        late_kill = (self.rdzv_gone is not None and now - self.rdzv_gone >= self.grace_s) or \
+            (self.nodes_gone is not None and now - self.nodes_gone >= self.grace_s)
         if self.deadline and now >= self.deadline[0] and not stream.timed_out:
             stream.timed_out = self.deadline[1]
             stream.show(f"{'launcher':<{stream.width}}| --wall-timeout-s {self.deadline[1]:g} passed; killing every "

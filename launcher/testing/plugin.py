@@ -32,7 +32,6 @@ import fcntl
 import glob
 import inspect
 import os
-from dataclasses import fields
 
 import pytest
 
@@ -104,6 +103,7 @@ def simcluster_image(simcluster_docker, tmp_path_factory: pytest.TempPathFactory
 
 
 def _run_keys() -> set:
+    """What simcluster.run takes: its own keywords and every `up` option (the request's sections' names)."""
     from simcluster.launcher.api import run
     from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY
 
@@ -111,11 +111,10 @@ def _run_keys() -> set:
 
 
 def _compare_keys() -> set:
-    from simcluster.launcher.compare import compare, plan
-    from simcluster.launcher.job.launch import NodeOptions
+    """What simcluster.compare takes: `launcher compare`'s options by the same names (compare.py COMPARE_KEYS)."""
+    from simcluster.launcher.compare import COMPARE_KEYS
 
-    return (set(inspect.signature(plan).parameters) | set(inspect.signature(compare).parameters)
-            | {f.name for f in fields(NodeOptions)}) - {"node_options", "layout_and_code", "runner"}
+    return set(COMPARE_KEYS)
 
 
 def _defaults(item: pytest.Item) -> dict:

@@ -46,7 +46,7 @@ def up_problems(launch: Launch, opts: UpOptions) -> list[str]:
     """--max-restarts >= 0 and --start-late names nodes of this launch (shaping: drills/shaping.py check);
     each problem names the option and the fix."""
     problems = [f"--max-restarts: must be >= 0, got {opts.max_restarts}"] if opts.max_restarts < 0 else []
-    unknown = sorted(set(opts.start_late) - set(launch.names))
+    unknown = sorted(set(dict(opts.start_late)) - set(launch.names))
     if unknown:
         problems.append(f"--start-late: no node {', '.join(unknown)} in {launch.shape}; nodes are "
                         f"{', '.join(launch.names)}")
@@ -102,7 +102,7 @@ def up(launch: Launch, command: str, opts: UpOptions) -> int:
 def _attempt(launch: Launch, target: Handle, run_dir: str, opts: UpOptions, t0: float) -> tuple[int, dict]:
     """One start of the cluster, to the summary; returns (exit code, service -> exit code)."""
     stream = open_stream(launch, run_dir, opts)
-    start_late = opts.start_late
+    start_late = dict(opts.start_late)
     try:
         first = [s for s in [RDZV_HOST, *launch.names] if s not in start_late]
         since = time.time()
@@ -112,7 +112,7 @@ def _attempt(launch: Launch, target: Handle, run_dir: str, opts: UpOptions, t0: 
         if launch.node.inter_node_bandwidth:  # the nodes wait for their marker before starting ranks
             shaping.apply(launch, engine.containers(target.project), run_dir, stream.show)
         return follow_and_summarise(stream, launch, target, engine.containers(target.project), run_dir, since, t0,
-                                    start_late, opts.deadline(t0))
+                                    opts)
     except KeyboardInterrupt:
         print("\nlauncher: interrupted; stopping the cluster", file=sys.stderr, flush=True)
         kill_all(target)

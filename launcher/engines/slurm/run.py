@@ -84,6 +84,7 @@ UNSUPPORTED = {  # `up` options only the Compose engine implements, with what to
     "start_late": "every node of an allocation starts together; use --target compose for late-join drills",
     "keep": "the simulation is always removed; the run folder keeps the job's output",
     "wall_timeout_s": "a Slurm job's wall-clock limit is its own (sbatch --time); use --target compose or swarm",
+    "exit_grace_s": "Slurm ends a job's steps itself (its KillWait); use --target compose or swarm",
 }
 
 

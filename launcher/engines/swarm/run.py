@@ -145,7 +145,7 @@ def up(launch: Launch, command: str, opts: UpOptions, hosted: bool = False) -> i
         stack_cli("deploy", "--resolve-image", "never", "-c", target.file, target.project)
         found = _task_containers(target.project, ["rendezvous", *launch.names])
         stream.show(f"launcher: stack deployed, {len(found)} tasks started after {time.monotonic() - t0:.1f}s")
-        code, _ = follow_and_summarise(stream, launch, target, found, run_dir, since, t0, deadline=opts.deadline(t0))
+        code, _ = follow_and_summarise(stream, launch, target, found, run_dir, since, t0, opts)
     except KeyboardInterrupt:
         print("\nlauncher: interrupted; removing the stack", file=sys.stderr, flush=True)
         kill_all(target)  # at once, then the stack
