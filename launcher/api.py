@@ -56,7 +56,7 @@ class Run:
     """One ended run of the simulated cluster, read from its folder.
 
     run_dir: the host run folder (absolute); launch: what ran (launcher/job/launch.py); exit_code:
-    `up`'s (0 every node exited 0, 1 the run failed or timed out); chaos: what its faults said.
+    `up`'s (0 every node exited 0, 1 the run failed or timed out, 4 it hung: ``hang``); chaos: what its faults said.
     """
 
     run_dir: str
@@ -77,6 +77,12 @@ class Run:
     def record(self) -> dict:
         """The summary as data (RUN_DIR/summary.json; observe/summary.py writes it); {} when none."""
         return runlog.read_summary(self.run_dir) or {}
+
+    @property
+    def hang(self) -> list[str]:
+        """The stall's diagnosis (``HANG at step S after N s: ...``, train/hang_diagnosis.py) when the
+        run hung (exit_code 4), else []; every rank's record in RUN_DIR/hang.json, stacks in RUN_DIR/stacks/."""
+        return list(self.record.get("hang") or [])
 
     @property
     def timed_out(self) -> bool:

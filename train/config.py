@@ -168,6 +168,8 @@ class Config:
     """folder for config.yaml, metrics.jsonl and checkpoints (default: runs/mesh-PPxDPxTP, see default_run_dir)."""
     timeout_s: float = 60.0
     """process-group and pipeline timeout (s): a lost, frozen or cut-off peer ends the job after this."""
+    stall_s: float | None = None
+    """default 60 (off when --timeout-s is shorter, which ends a hang first). A stall: no rank completes a collective, a send or recv, or a step for this long (s), counted from every rank's first completed call: each rank's stack and communication record are collected, RUN_DIR/hang.json names where they disagree, the job exits 4 (0: off; at most timeout_s; the process-group timeout becomes at least stall_s + 30 s so that the diagnosis comes first). docs/faults.md."""
     threads: int = 0
     """torch intra-op threads per rank (0: OMP_NUM_THREADS or 1)."""
     gc_every: int = 50
@@ -184,6 +186,8 @@ class Config:
     """steps to trace, e.g. 3,4 or 3-5: RUN_DIR/trace.json, one Chrome/Perfetto trace of every rank (one process per node, one track per rank), each rank's time breakdown in RUN_DIR/profile/, and the measured pipeline bubble."""
     traffic: int = 0
     """1: count the bytes and messages of every communication per step and rank, by kind and node link, into RUN_DIR/traffic/rank-R.jsonl and a "traffic" key of metrics.jsonl."""
+    check_collectives: int = 0
+    """1: torch's TORCH_DISTRIBUTED_DEBUG=DETAIL in every rank: each collective's op, shapes and dtypes checked across its group before it runs, so a mismatch (which gloo answers with an abort or garbage) is named on both sides at once (cost: BENCHMARKS.md, bench/stallwatch.py)."""
     device: str = "cpu"
     """cpu | cuda. cuda: the nccl backend, the device mesh on cuda, rank on GPU LOCAL_RANK (see train/device.py)."""
     rank_metrics: int = 0

@@ -93,7 +93,9 @@ def lm_batch(tokens: torch.Tensor, seed: int, step: int, batch: int, seq_len: in
         raise ValueError(f"data: corpus of {tokens.numel()} bytes is shorter than seq_len+1={seq_len + 1}")
     starts = torch.randint(0, tokens.numel() - seq_len, (batch,), generator=_generator(seed, step, salt))
     window = tokens[starts[:, None] + torch.arange(seq_len + 1)].long()
-    return window[:, :-1], window[:, 1:]
+    # contiguous: torch pipelining checks a stage input's strides against its first one under
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL (--check-collectives 1), and a slice's are (seq_len + 1, 1)
+    return window[:, :-1].contiguous(), window[:, 1:].contiguous()
 
 
 def seed_batch(seed: int, step: int, batch: int, dim: int, classes: int,

@@ -26,6 +26,8 @@ RULES: dict[str, tuple] = {
     "max_norm": (lambda v: _finite(v) and v >= 0, "a finite number >= 0", "e.g. --max-norm 1.0 (0: no clipping)"),
     "timeout_s": (lambda v: _finite(v) and 0 < v <= TIMEOUT_LIMIT_S, f"a finite number of seconds in (0, {TIMEOUT_LIMIT_S:g}]",
                   "e.g. --timeout-s 60 (the default)"),
+    "stall_s": (lambda v: v is None or _finite(v) and 0 <= v <= TIMEOUT_LIMIT_S, f"a finite number of seconds in [0, {TIMEOUT_LIMIT_S:g}]",
+                "e.g. --stall-s 60 (the default; 0: off)"),
     "val_fraction": (lambda v: _finite(v) and 0 < v < 1, "in (0, 1)", "e.g. --val-fraction 0.05 (the default)"),
     "seed": (lambda v: 0 <= v < SEED_LIMIT, "in [0, 2**63)", "e.g. --seed 0"),
     "warmup_steps": (lambda v: v >= 0, ">= 0", "0: no warmup"),
@@ -36,12 +38,22 @@ RULES: dict[str, tuple] = {
     "ckpt_keep": (lambda v: v >= 0, ">= 0", "0 keeps every checkpoint"),
     "profile_step": (lambda v: v >= 0, ">= 0", "0: no profiling"),
     "traffic": (lambda v: v in (0, 1), "0 or 1", "1 counts bytes per step, kind and link into RUN_DIR/traffic/"),
+    "check_collectives": (lambda v: v in (0, 1), "0 or 1", "1 checks every collective across its group (TORCH_DISTRIBUTED_DEBUG=DETAIL)"),
     "rank_metrics": (lambda v: v in (0, 1), "0 or 1", "1 writes RUN_DIR/ranks/rank-R.jsonl"),
     "memory_probe": (lambda v: v in (0, 1), "0 or 1", "1 writes RUN_DIR/memory/rank-R.jsonl"),
     "microbatches": (lambda v: v >= 0, ">= 0", "0: the fewest the schedule takes"),
 }
 AT_LEAST_ONE = ("steps", "stages_per_rank", "val_batches", "log_every", "seq_len", "global_batch")
 MODEL_OVERRIDES = ("dim", "n_layers", "n_heads", "ffn_dim")
+
+
+def stall_errors(cfg: Config) -> list[str]:
+    """--stall-s against the job's own timeout (a stall longer than it would never be seen: the
+    process group's timeout or the lost-node verdict ends the job first)."""
+    if cfg.stall_s is not None and _finite(cfg.stall_s) and _finite(cfg.timeout_s) and cfg.stall_s > cfg.timeout_s:
+        return [f"stall_s: must be at most the job's timeout ({cfg.timeout_s:g} s), got {cfg.stall_s:g}; "
+                f"e.g. --stall-s {cfg.timeout_s:g}, or raise --timeout-s"]
+    return []
 
 
 def value_errors(cfg: Config) -> list[str]:
@@ -55,6 +67,7 @@ def value_errors(cfg: Config) -> list[str]:
         v = getattr(cfg, name)
         if not ok(v):
             errors.append(f"{name}: must be {need}, got {v}; {fix}")
+    errors += stall_errors(cfg)
     try:
         parse_steps(cfg.trace_steps, cfg.steps)
     except ConfigError as e:

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
-from simcluster.train import checkpoint, device, memprobe
+from simcluster.train import checkpoint, device, memprobe, stallwatch
 from simcluster.train.checkpoint_meta import CheckpointError, data_identity, make_record
 from simcluster.train.cli import save_config
 from simcluster.train.clip import clip_grad_norm_
@@ -49,7 +49,9 @@ def init_distributed(cfg: Config) -> tuple[int, int, int]:
 
     Returns (rank, local_rank, world_size).
     """
-    timeout = timedelta(seconds=cfg.timeout_s)
+    # with the stall watch on, a collective's timeout leaves it time to collect and name the hang first
+    stall = stallwatch.stall_limit(cfg.stall_s, cfg.timeout_s)
+    timeout = timedelta(seconds=max(cfg.timeout_s, stall + stallwatch.GRACE_S) if stall else cfg.timeout_s)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device.bind(cfg.device, local_rank)  # cuda: this rank's GPU, before the group exists
     bound = device.process_group_device(cfg.device, local_rank)
@@ -215,6 +217,7 @@ class Trainer:
         with GarbageCollection(cfg.gc_every) as collector:
             for step in range(self.start_step + 1, cfg.steps + 1):
                 rec = self._fit_step(step, writer)
+                stallwatch.note_step()
                 memprobe.mark(f"step {step}")
                 tok_s.append(rec["tokens_per_s"])
                 collector.step(step)
@@ -258,7 +261,12 @@ def run(job: TrainRun) -> int:
     tune_malloc()
     freeze_imports()  # the teardown's gc.collect() below then walks this run's objects only
     memprobe.on(cfg.run_dir, cfg.memory_probe)  # off (0): every mark returns at once
+    if cfg.check_collectives:  # torch reads it when torch.distributed is imported: a forked rank re-reads it here
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+        torch._C._distributed_c10d.set_debug_level_from_env()
     rank, local_rank, _ = init_distributed(cfg)
+    if "RANK" in os.environ:  # under torchrun: the stall watch and the communication record
+        stallwatch.start(stallwatch.stall_limit(cfg.stall_s, cfg.timeout_s), cfg.run_dir, rank)
     memprobe.mark("process group")
     trainer, together = None, False  # together: every rank ends at the same step (done, or diverged)
     try:

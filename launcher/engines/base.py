@@ -13,7 +13,8 @@ An ``Engine`` does, for one Launch (launcher/job/launch.py):
   ``status(handle)``, ``logs(handle, services, follow, tail)``, ``down(handle)``  a run of it
       (launcher/engines/handle.py), for the handles it ``owns``.
 What the doors ask of an engine is an attribute: ``runs_here`` (``up`` runs it on this machine),
-``supports_chaos`` (drills/faults.py), ``supports_shaping`` (drills/shaping.py), ``bind_mounts``
+``supports_chaos`` (drills/faults.py), ``supports_shaping`` (drills/shaping.py),
+``instruments_user_code`` (--stall-s on your code, job/options.py), ``bind_mounts``
 (host folders mounted into the nodes), ``default_path`` (where ``generate`` writes). ``RenderOnly``
 is an engine that only renders here (JobSet, TrainJob): the rest raises ConfigError.
 """
@@ -41,6 +42,7 @@ class Engine(abc.ABC):
     supports_shaping = False
     bind_mounts = False
     supports_hosts = False  # --hosts N: rehearsal hosts (Swarm)
+    instruments_user_code = True  # your code's ranks get the instruments (the node wrapper's), the stall watch too
     unsupported: dict[str, str] = {}
 
     def out_path(self, job_name: str) -> str:

@@ -20,6 +20,7 @@ from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.observe.follow import Stream, Watch
 from simcluster.train.runlog import CLUSTER_LOG
 from simcluster.launcher.observe.summary import summarise
+from simcluster.train.stallwatch import EXIT_HANG, read_hang
 
 
 def open_stream(launch: Launch, run_dir: str, opts: UpOptions) -> Stream:
@@ -33,8 +34,8 @@ def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: 
 
     since: UNIX time the containers were started (an older metrics.jsonl is a previous run's);
     t0: time.monotonic() of the command's start; opts: `up`'s options, which the Watch reads (late
-    starts, the wall-clock deadline past which every container is killed). Returns (0 or 1,
-    service -> exit code).
+    starts, the wall-clock deadline past which every container is killed). Returns (0, 1, or
+    EXIT_HANG (4) after a stall; service -> exit code).
     """
     stream.placed = {s: h for s, c in found.items() if (h := docker_hosts.host_of_container(c))}  # up --hosts
     watch = Watch(handle, run_dir, since, launch.instruments.total_steps, opts, t0)
@@ -43,7 +44,8 @@ def follow_and_summarise(stream: Stream, launch: Launch, handle: Handle, found: 
     finally:
         watch.close()
     codes = {s: engine.exit_code(c) for s, c in engine.containers(handle.project, stack=handle.stack).items()}
-    return (0 if summarise(stream, launch, run_dir, codes, time.monotonic() - t0, since) else 1), codes
+    ok = summarise(stream, launch, run_dir, codes, time.monotonic() - t0, since)
+    return (0 if ok else EXIT_HANG if read_hang(run_dir, since) else 1), codes
 
 
 def kill_all(handle: Handle) -> None:

@@ -27,6 +27,7 @@ import time
 import weakref
 
 from simcluster.launcher.instrument.spec import STEPS_DIR
+from simcluster.train.stallwatch import STEPS
 
 
 class Clock:
@@ -73,6 +74,7 @@ class Clock:
                "time": round(time.time(), 3), "restart": self.restart}
         for more in self.fields:
             rec.update(more())
+        STEPS[0] += 1  # the stall watch's progress (train/stallwatch.py)
         for listener in self.listeners:
             listener.end(self.step)
         if self.path:

@@ -10,7 +10,8 @@ traffic mode (``--traffic 1``), starts the profiler of a traced first step (``--
 and, once ``torch.distributed.tensor`` is imported, the CPU bridges (on unless
 ``--no-cpu-bridges``; FSDP2's gradient divide factor on gloo too: instrument/fsdp_gloo.py; FlexAttention's backward:
 instrument/flex_cpu.py); with torch, first of all, the simulated GPU (instrument/gpu/, on unless
-``--no-simulated-gpus``). Outside a rank of the cluster (no SIMCLUSTER_OUTPUT_DIR) nothing is written.
+``--no-simulated-gpus``), and, once ``torch.distributed`` is imported, the stall watch and the
+communication record (``--stall-s``, train/stallwatch.py). Outside a rank of the cluster (no SIMCLUSTER_OUTPUT_DIR) nothing is written.
 """
 from __future__ import annotations
 
@@ -105,8 +106,16 @@ def install(env=os.environ) -> Clock:
             bridge(flex)
         except Exception as e:  # noqa: BLE001
             _warn("FlexAttention CPU bridge", e)
+    def on_distributed(_mod) -> None:
+        try:
+            from simcluster.train.stallwatch import start
+            start(inst.stall_s, out_dir, rank)
+        except Exception as e:  # noqa: BLE001
+            _warn("stall watch", e)
 
     when_imported("torch", on_torch)
+    if inst.stall_s and out_dir:
+        when_imported("torch.distributed", on_distributed)
     if inst.cpu_bridges:
         when_imported("torch.nn.attention.flex_attention", on_flex)
         when_imported("torch.distributed.tensor", on_dtensor)

@@ -1,4 +1,4 @@
-"""What to instrument in the ranks of the user's own code, and its one environment contract (stdlib only).
+"""What to instrument in the ranks of the user's own code, and its one environment contract (stdlib and the stall watch's default).
 
     python -c "from simcluster.launcher.instrument.spec import Instruments; print(Instruments(traffic=True, trace_steps=(2,)).env())"
 
@@ -15,10 +15,14 @@ default except the CPU bridges (``instrument/bridges.py``) and the simulated GPU
     SIMCLUSTER_CPU_BRIDGES=0      leave torch's CPU-only DTensor gaps unbridged
     SIMCLUSTER_SIMULATED_GPUS=0   no simulated GPU: torch.cuda answers as torch's CPU build does
     SIMCLUSTER_GPU=a100-80g       the simulated GPU's model (default h100-sxm; train/plan/hardware.py)
+    TORCH_DISTRIBUTED_DEBUG=DETAIL  --check-collectives 1: torch checks each collective across its group
+    SIMCLUSTER_STALL_S=10         the stall watch and communication record (train/stallwatch.py); 0: off (unset: 60)
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from simcluster.train.stallwatch import STALL_DEFAULT_S
 
 ENABLE = "SIMCLUSTER_INSTRUMENT"  # set to "1" by the node wrapper for user code (not the built-in trainer)
 OWNER = "SIMCLUSTER_INSTRUMENT_PID"  # the pid that installed them: a child interpreter (spawn) is not a rank
@@ -26,6 +30,8 @@ TRAFFIC, TRACE_STEPS, TOTAL_STEPS, CPU_BRIDGES = ("SIMCLUSTER_TRAFFIC", "SIMCLUS
                                                   "SIMCLUSTER_TOTAL_STEPS", "SIMCLUSTER_CPU_BRIDGES")
 SIMULATED_GPUS, GPU = "SIMCLUSTER_SIMULATED_GPUS", "SIMCLUSTER_GPU"
 DEFAULT_GPU = "h100-sxm"  # the simulated GPU unless --gpu names another (train/plan/hardware.py GPU_NAMES)
+DEBUG = "TORCH_DISTRIBUTED_DEBUG"  # torch's own: DETAIL checks each collective across its group (--check-collectives 1)
+STALL_S = "SIMCLUSTER_STALL_S"  # seconds; unset: STALL_DEFAULT_S (the trainer's own --stall-s default)
 BOOT_DIR = "boot"  # beside this file: the folder whose sitecustomize.py starts the instruments in a rank
 STEPS_DIR = "steps"  # RUN_DIR/steps/rank-R.jsonl: {"step", "step_time_s", "rss_mb", "time"} per step
 WORK_SUFFIX = ".work.json"  # RUN_DIR/steps/rank-R.work.json: {"collectives": N} at the rank's end (instrument/work.py)
@@ -41,6 +47,8 @@ class Instruments:
     cpu_bridges: register DTensor sharding strategies torch lacks on CPU (on by default).
     simulated_gpus: each rank sees one GPU of its node, tensors on the CPU (on by default).
     gpu: the simulated GPU's model, a name of train/plan/hardware.py's GPU_NAMES.
+    stall_s: seconds without progress on any rank that end the job as a hang (0: off; train/stallwatch.py).
+    check_collectives: torch's TORCH_DISTRIBUTED_DEBUG=DETAIL (each collective checked across its group).
     """
 
     traffic: bool = False
@@ -49,6 +57,8 @@ class Instruments:
     cpu_bridges: bool = True
     simulated_gpus: bool = True
     gpu: str = DEFAULT_GPU
+    stall_s: float = STALL_DEFAULT_S
+    check_collectives: bool = False
 
     def env(self) -> dict[str, str]:
         """The environment variables that carry these instruments (only those not at their default)."""
@@ -65,6 +75,10 @@ class Instruments:
             out[SIMULATED_GPUS] = "0"
         if self.gpu != DEFAULT_GPU:
             out[GPU] = self.gpu
+        if self.check_collectives:
+            out[DEBUG] = "DETAIL"
+        if self.stall_s != STALL_DEFAULT_S:
+            out[STALL_S] = f"{self.stall_s:g}"
         return out
 
     @classmethod
@@ -75,4 +89,16 @@ class Instruments:
         return cls(traffic=env.get(TRAFFIC) == "1", trace_steps=steps,
                    total_steps=int(total) if total.isdigit() and int(total) > 0 else None,
                    cpu_bridges=env.get(CPU_BRIDGES) != "0", simulated_gpus=env.get(SIMULATED_GPUS) != "0",
-                   gpu=env.get(GPU) or DEFAULT_GPU)
+                   gpu=env.get(GPU) or DEFAULT_GPU, stall_s=_seconds(env.get(STALL_S)),
+                   check_collectives=env.get(DEBUG) == "DETAIL")
+
+
+def _seconds(text: str | None) -> float:
+    """The stall limit of SIMCLUSTER_STALL_S: the default when unset, 0 (off) when malformed."""
+    if text is None:
+        return STALL_DEFAULT_S
+    try:
+        value = float(text)
+    except ValueError:
+        return 0.0
+    return value if 0 < value < float("inf") else 0.0

@@ -47,15 +47,32 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     """
     from simcluster.train.config import parse_steps
 
+    from simcluster.train.preflight_values import RULES, stall_errors
+    from simcluster.train.stallwatch import stall_limit
+
     if cfg.traffic not in (0, 1):
         raise ConfigError(f"--traffic: 0 or 1, got {cfg.traffic}; e.g. --traffic 1")
+    if cfg.check_collectives not in (0, 1):
+        raise ConfigError(f"--check-collectives: 0 or 1, got {cfg.check_collectives}; e.g. --check-collectives 1")
+    ok, need, fix = RULES["stall_s"]
+    if not ok(cfg.stall_s):
+        raise ConfigError(f"--stall-s: must be {need}, got {cfg.stall_s}; {fix}")
+    from simcluster.launcher.engines.registry import ENGINES
+
+    if req.stall_s and not ENGINES[req.target].instruments_user_code:
+        raise ConfigError(f"--stall-s {req.stall_s:g}: on the {req.target} target your code's ranks run without the "
+                          f"instruments (no node wrapper), so nothing would watch them; drop --stall-s there (the "
+                          f"built-in trainer watches itself), or rehearse the hang with --target compose")
+    if errors := stall_errors(cfg):
+        raise ConfigError("--" + errors[0].replace("_", "-", 1))
     last = req.total_steps or 10**7
     steps = set(parse_steps(cfg.trace_steps, last))
     if cfg.profile_step:
         steps |= set(parse_steps(str(cfg.profile_step), last))
     return Instruments(traffic=bool(cfg.traffic), trace_steps=tuple(sorted(steps)), total_steps=req.total_steps,
                        cpu_bridges=not req.no_cpu_bridges, simulated_gpus=not req.no_simulated_gpus,
-                       gpu=req.gpu or DEFAULT_GPU)
+                       gpu=req.gpu or DEFAULT_GPU, stall_s=stall_limit(cfg.stall_s, cfg.timeout_s),
+                       check_collectives=bool(cfg.check_collectives))
 
 
 def config_of(req: JobRequest) -> Config:

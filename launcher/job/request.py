@@ -30,8 +30,8 @@ from simcluster.train.errors import ConfigError
 from simcluster.train.layout import TRAINER_MODULE
 
 COMMANDS = ("up", "generate")
-SHARED = ("mesh", "run_dir", "timeout_s")  # Config fields that are launcher options for any job
-INSTRUMENTS = ("traffic", "trace_steps", "profile_step")  # trainer flags that instrument the user's code too
+SHARED = ("mesh", "run_dir", "timeout_s", "stall_s")  # Config fields that are launcher options for any job
+INSTRUMENTS = ("traffic", "trace_steps", "profile_step", "check_collectives")  # trainer flags that instrument the user's code too
 
 
 @dataclass(frozen=True)

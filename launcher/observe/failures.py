@@ -22,7 +22,7 @@ Rules (``Stream.tracebacks`` and the summary's FAILED lines follow them):
   chain's first exception line (its root cause), whatever the chain's length; the last exception
   stays the last line.
 - A rank with no complete Python traceback is reported by its last ``terminate called ...`` line
-  (C++ std::terminate), if it printed one.
+  (C++ std::terminate), if it printed one, joined with the ``what():`` line that follows it.
 - PEER_FAILED / PEER_TIMEOUT tell, from the exception line, a rank that only saw a peer die (its
   connection closed) or timed out waiting for one; the summary names those after the cause.
 """
@@ -80,6 +80,9 @@ class RankTrace:
             self.block_chained, self.chained = self.chained and self.done is not None, False
         elif CXX_ABORT.match(text):
             self.abort = text
+        elif self.abort and self.abort.startswith("terminate called after") and text.lstrip().startswith("what():") \
+                and "what():" not in self.abort:  # the exception's own message, on the next line
+            self.abort = f"{self.abort}: {text.strip().removeprefix('what():').strip()}"
         elif self.frames is None:
             self.chained = self.chained or (self.done is not None and bool(CHAIN_LINE.match(text)))
             return

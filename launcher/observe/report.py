@@ -24,6 +24,7 @@ from simcluster.train import runlog
 from simcluster.train.rundir import METRICS, STEPS, step_rows
 from simcluster.train.runlog import newest_run
 from simcluster.train.errors import ConfigError
+from simcluster.train.stallwatch import HANG_FILE, STACKS_DIR, read_hang
 
 
 def read_rows(run_dir: str, metric_regex: str | None = None) -> list[dict]:
@@ -161,7 +162,14 @@ def _draw(plots, rows: list[dict], events: list[dict] | None, config: str, run_d
             "td{padding:2px 12px}pre{background:#f4f4f4;padding:1em}</style></head><body>",
             f"<h1>Run {html.escape(os.path.abspath(run_dir))}</h1><h2>Summary</h2><table>"]
     page += [f"<tr><td>{html.escape(k)}</td><td>{html.escape(str(v))}</td></tr>" for k, v in summary.items()]
-    page.append("</table><h2>Figures</h2>")
+    page.append("</table>")
+    if hang := read_hang(run_dir):  # the stall's diagnosis (train/stallwatch.py), first
+        stacks = ", ".join(f"<a href='../{STACKS_DIR}/{html.escape(n)}'>{html.escape(n)}</a>"
+                           for n in sorted(os.listdir(os.path.join(run_dir, STACKS_DIR)))
+                           if n.endswith(".txt")) if os.path.isdir(os.path.join(run_dir, STACKS_DIR)) else ""
+        page.append(f"<h2>Hang</h2><pre>{html.escape(chr(10).join(hang['diagnosis']))}</pre>"
+                    f"<p>every rank's record: <a href='../{HANG_FILE}'>{HANG_FILE}</a>; stacks: {stacks}</p>")
+    page.append("<h2>Figures</h2>")
     page += [_img(p) for p in pngs]
     if config:
         page.append(f"<h2>Config</h2><pre>{html.escape(config)}</pre>")
@@ -178,5 +186,7 @@ def cmd_report(run_dir: str | None, root: str, metric_regex: str | None = None) 
     path, pngs = make_report(folder, metric_regex)
     for p in pngs:
         print(p)
+    for line in (read_hang(folder) or {}).get("diagnosis", []):
+        print(line)
     print(f"report: {path}")
     return 0

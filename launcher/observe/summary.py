@@ -11,7 +11,8 @@ steps are merged into trace.json here; a job that logged no step gets one ``metr
 where they would come from. ``rank output`` counts the ranks whose output
 reached the launcher (torchrun prefixes each line of rank R with ``[rankR]:``): a rank that printed
 nothing is named as such, not as missing, and only ranks that printed are checked for their node
-(MISPLACED). A failed rank is named with its exception and last frames (launcher/observe/failures.py).
+(MISPLACED). A stall (train/stallwatch.py) shows its diagnosis from RUN_DIR/hang.json in
+``HANG`` rows. A failed rank is named with its exception and last frames (launcher/observe/failures.py).
 A rank that aborted at exit in C++ (gloo's teardown) after its work was done does not fail the run:
 the summary names it, its last step and that its work was done (observe/teardown.py).
 """
@@ -30,6 +31,10 @@ from simcluster.train.runlog import printed_series, write_summary
 from simcluster.launcher.container.layout import RDZV_HOST
 from simcluster.train.layout import format_ranks, node_of, node_ranks
 from simcluster.train.metrics import host_links, traffic_text
+from simcluster.train.stallwatch import HANG_FILE, STACKS_DIR, read_hang
+from simcluster.train.hang_diagnosis import fingerprint_mismatch
+
+GLOO_MISMATCH = "Received data size doesn't match expected size"
 
 BLAME = re.compile(r"^(\S+) \(ranks [^)]*\) failed with exit -?\d+")  # a node stopped for the verdict's failed node
 
@@ -174,7 +179,8 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     if stream.per_rank:  # each line tells its rank (torchrun's [rankR]: prefix); a Slurm job's one file does not
         show(f"  rank output  {_rank_output(stream, launch.world_size)}"
              + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
-    first = None if ok else _first_failed(stream, launch, tracebacks)
+    hang = read_hang(run_dir, since) if not ok else None  # a stall: no rank failed first, every rank stopped
+    first = None if ok or hang else _first_failed(stream, launch, tracebacks)
     for k, name in enumerate(launch.names):
         reason = _node_reason(name, codes.get(name), stream.reasons.get(name), first)
         why = f" ({reason})" if reason else ""
@@ -192,14 +198,22 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
         show(f"  TIMED OUT    after {stream.timed_out:g}s (--wall-timeout-s): up killed every container")
     elif stream.forced:
         show(f"  killed by up {', '.join(stream.forced)} (lost, or still up after the rendezvous ended)")
+    for i, line in enumerate(hang["diagnosis"] if hang else []):
+        show(f"  {'HANG' if i == 0 else '':<12} {line.removeprefix('HANG ')}")
+    if hang:
+        show(f"  {'':<12} every rank's stack: {launch.run_dir}/{STACKS_DIR}/rank-N.txt; records: "
+             f"{launch.run_dir}/{HANG_FILE}")
     show_aborted(show, launch, aborted)
     if not ok:
-        _show_failures(show, launch, tracebacks)
+        _show_mismatch(show, tracebacks)
+        if not hang:  # after a hang, ranks' errors are its consequences (their peers left): cluster.log has them
+            _show_failures(show, launch, tracebacks)
     stream.log.close()
     record = _record(launch, stream, codes, ok, wall, m, tracebacks)
     write_summary(run_dir, {**record, "no_work": no_work, "first_failed": first[0] if first else None,
                             "aborted_at_exit": [{"rank": r, "node": launch.names[node_of(r, launch.nproc_per_node)],
-                                                 "after_step": s} for r, s in aborted.items()]})
+                                                 "after_step": s} for r, s in aborted.items()],
+                            "hang": hang["diagnosis"] if hang else None})
     return ok
 
 
@@ -230,6 +244,18 @@ def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, 
             "hosts": dict(stream.placed), "lost_hosts": dict(stream.lost_hosts),
             "host_traffic": host_links(m["traffic"], launch.node_hosts) if m["traffic"] and launch.node_hosts else None,
             "inter_host_bandwidth": launch.engine.inter_host_bandwidth}
+
+
+def _show_mismatch(show, tracebacks: dict[int, list[str]]) -> None:
+    """A collective's mismatch, named on both sides (--check-collectives 1: torch's DETAIL check), or
+    gloo's own answer to one (an abort: 'Received data size doesn't match') with the flag that names it."""
+    for rank, lines in sorted(tracebacks.items()):
+        if lines and (line := fingerprint_mismatch(lines[-1], rank)):
+            show(f"  MISMATCH     {line.removeprefix('MISMATCH ')}")
+            return
+    if any(GLOO_MISMATCH in line for lines in tracebacks.values() for line in lines):
+        show(f"  MISMATCH?    gloo saw a collective's sizes differ across ranks ({GLOO_MISMATCH!r}); rerun with "
+             f"--check-collectives 1 to name both sides")
 
 
 def _no_metrics(launch: Launch, run_dir: str) -> list[str]:

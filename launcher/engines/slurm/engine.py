@@ -19,6 +19,7 @@ class Slurm(Engine):
 
     name = "slurm"
     default_path = "slurm/{job}.sbatch"
+    instruments_user_code = False  # stock torchrun on each node, no node wrapper
     unsupported = run.UNSUPPORTED
 
     def registry_image(self, launch: Launch, local: bool) -> tuple[str, str] | None:

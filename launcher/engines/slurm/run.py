@@ -38,6 +38,7 @@ from simcluster.launcher.observe.summary import summarise
 from simcluster.launcher.engines.base import UpOptions
 from simcluster.launcher.engines.skeleton import open_stream
 from simcluster.launcher.engines.slurm import render as slurm
+from simcluster.train.stallwatch import EXIT_HANG, read_hang
 
 IMAGE = "simcluster/slurm:latest"
 CONTROLLER = "slurmctld"
@@ -203,7 +204,9 @@ def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout
     wall = time.monotonic() - t0
     # Slurm's nodes run stock torchrun, without the node wrapper that installs the simulated GPUs
     shown = dataclasses.replace(launch, instruments=dataclasses.replace(launch.instruments, simulated_gpus=False))
-    return 0 if summarise(stream, shown, run_dir, codes, wall, time.time() - wall) and state == "COMPLETED" else 1
+    if summarise(stream, shown, run_dir, codes, wall, time.time() - wall) and state == "COMPLETED":
+        return 0
+    return EXIT_HANG if read_hang(run_dir, time.time() - wall) else 1
 
 
 def _show(stream, launch: Launch, line: str) -> None:

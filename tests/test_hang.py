@@ -1,0 +1,143 @@
+"""The stall watch: a hang named within seconds, on the host and on the cluster.
+
+    python -m pytest -q tests/test_hang.py
+
+The diagnosis of each kind of hang from the records real runs left (tests/data/hang/KIND.json:
+hang.json of ``torchrun --nproc-per-node 4 examples/hang.py --kind KIND`` with the instruments and
+``SIMCLUSTER_STALL_S=5``; regenerate with that command if the record's format changes); torch's
+DETAIL mismatch message named on both sides; --stall-s's bad input; one real run of every part on
+the host (torchrun, 4 ranks, a rank busy in Python) and one on the cluster (``simcluster.run``, a
+2x2x2 mesh, a pipeline stage one microbatch short: Run.hang, exit 4, stacks, `launcher report`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import need_torch
+
+from simcluster.launcher.instrument.spec import Instruments
+from simcluster.train.hang_diagnosis import diagnose, fingerprint_mismatch
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data" / "hang"
+BOOT = ROOT / "launcher" / "instrument" / "boot"
+
+EXPECTED = {
+    "skip": "HANG at step 3 after 5 s: ranks 0, 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:64); "
+            "rank 1 never entered it, it waits in recv #1 from rank 0 (hang.py:59)",
+    "recv-first": "HANG at step 3 after 5 s: ranks 0 and 1 both receive first: rank 0 waits in recv #1 from rank 1 "
+                  "(hang.py:56), rank 1 in recv #1 from rank 0 (hang.py:56); neither sends",
+    "microbatch": "HANG at step 3 after 5 s: ranks 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:64); "
+                  "ranks 0, 1 never entered it, each waits in send #6 to rank 2, 3 in turn (hang.py:50)",
+    "busy": "HANG at step 3 after 6 s: ranks 0, 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:64); "
+            "rank 1 never entered it, it is in no collective: busy in Python at hang.py:62 (<genexpr>)",
+}
+
+
+def load(kind: str) -> dict:
+    return json.loads((DATA / f"{kind}.json").read_text())
+
+
+@pytest.mark.parametrize("kind", sorted(EXPECTED))
+def test_each_kind_is_named_from_real_records(kind):
+    doc = load(kind)
+    assert diagnose(doc["records"], doc["world_size"], doc["idle_s"]) == [EXPECTED[kind]]
+
+
+def test_a_mismatch_at_one_sequence_number_names_both_sides_and_a_silent_rank_is_named():
+    doc = load("skip")
+    records = doc["records"]
+    last = [e for e in records["1"]["collectives"] if e["group"] == [0, 1]][-1]
+    last.update(op="broadcast", shapes=[[16]], where="hang.py:46")  # rank 1's TP collective #3 differs
+    del records["3"]
+    lines = diagnose(records, 4, 60.4)
+    assert lines == ["HANG at step 3 after 60 s: MISMATCH in collective #3 of group [0, 1]: rank 0 runs all_reduce "
+                     "[8] float (hang.py:45); rank 1 runs broadcast [16] float (hang.py:46)",
+                     "rank 3 sent no record (died, or stuck in C code holding the interpreter's lock)"]
+
+
+def test_torch_detail_message_is_named_on_both_sides():
+    text = ("Detected mismatch between collectives on ranks. Rank 1 is running collective: CollectiveFingerPrint("
+            "SequenceNumber=2, OpType=ALLREDUCE, TensorShape=[16], TensorDtypes=Float, TensorDeviceTypes="
+            "TensorOptions(dtype=float (default), device=cpu)), but Rank 0 is running collective: "
+            "CollectiveFingerPrint(SequenceNumber=2, OpType=BROADCAST, TensorShape=[8], TensorDtypes=Double, "
+            "TensorDeviceTypes=TensorOptions(dtype=float (default), device=cpu)).Collectives differ")
+    assert fingerprint_mismatch(text, 3) == ("MISMATCH in collective #3 of rank 3's group: rank 3 (group rank 1) "
+                                             "runs all_reduce [16] float, group rank 0 runs broadcast [8] double")
+    assert fingerprint_mismatch("RuntimeError: Connection reset by peer", 0) is None
+
+
+def test_the_environment_carries_the_limit_and_the_check():
+    assert Instruments().env() == {} and Instruments.from_env({}).stall_s == 60.0
+    env = Instruments(stall_s=5, check_collectives=True).env()
+    assert env == {"SIMCLUSTER_STALL_S": "5", "TORCH_DISTRIBUTED_DEBUG": "DETAIL"}
+    assert Instruments.from_env(env) == Instruments(stall_s=5, check_collectives=True)
+    assert Instruments(stall_s=0).env() == {"SIMCLUSTER_STALL_S": "0"} and Instruments.from_env({"SIMCLUSTER_STALL_S": "nan"}).stall_s == 0
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--stall-s", "-1"], "--stall-s: must be a finite number of seconds in [0, 1e+06], got -1.0"),
+    (["--stall-s", "nan"], "stall_s: must be a finite number, got nan"),
+    (["--stall-s", "61"], "--stall-s: must be at most the job's timeout (60 s), got 61; e.g. --stall-s 60, or raise"),
+    (["--stall-s", "5", "--target", "slurm"], "--stall-s 5: on the slurm target your code's ranks run without"),
+    (["--check-collectives", "2"], "--check-collectives: 0 or 1, got 2"),
+])
+def test_bad_stall_input_exits_2_naming_the_fix(tmp_path, flags, message):
+    proc = subprocess.run([sys.executable, "-m", "launcher", "generate", "--script", "examples/hang.py", "--nodes", "2",
+                           "--nproc-per-node", "2", *flags, "--out", str(tmp_path / "c.yml")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert not (tmp_path / "c.yml").exists()
+
+
+def test_trainer_refuses_a_stall_beyond_its_timeout():
+    proc = subprocess.run([sys.executable, "-m", "launcher", "generate", "--mesh", "2x1x1", "--model", "tiny",
+                           "--timeout-s", "20", "--stall-s", "30", "--stdout"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "stall_s: must be at most the job's timeout (20 s), got 30" in proc.stderr
+
+
+def test_a_busy_rank_is_named_on_the_host(tmp_path):
+    """torchrun, 4 ranks, the instruments as the cluster loads them (fresh interpreters), rank 1
+    spinning at step 3; rank 3 starts 9 s late (3 stall limits): a slow start-up is no stall."""
+    need_torch()
+    env = {**os.environ, "PYTHONPATH": f"{BOOT}{os.pathsep}{ROOT}", "SIMCLUSTER_INSTRUMENT": "1",
+           "SIMCLUSTER_OUTPUT_DIR": str(tmp_path), "SIMCLUSTER_STALL_S": "3", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(["torchrun", "--standalone", "--nproc-per-node", "4", str(ROOT / "examples" / "hang.py"),
+                           "--kind", "busy", "--start-delay", "9"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "exitcode  : 4" in proc.stdout + proc.stderr
+    hang = json.loads((tmp_path / "hang.json").read_text())
+    assert hang["diagnosis"][0].startswith("HANG at step 3 after ")
+    assert ("ranks 0, 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:64); rank 1 never entered it, it is "
+            "in no collective: busy in Python at hang.py:62") in hang["diagnosis"][0]
+    assert sorted(hang["records"]) == ["0", "1", "2", "3"] and hang["missing"] == []
+    stack = (tmp_path / "stacks" / "rank-1.txt").read_text()
+    assert "every thread's Python stack" in stack and 'hang.py", line 62' in stack
+
+
+@pytest.mark.docker
+def test_a_short_pipeline_stage_on_a_2x2x2_mesh_is_named(tmp_path, trainer_image):
+    """simcluster.run on a 2x2x2 mesh (8 ranks, 2 containers): the last stage runs one microbatch
+    fewer at step 3; `up` exits 4, Run.hang names the stage's ranks and lines, every rank left its
+    stack, and `launcher report` shows the diagnosis."""
+    import simcluster
+
+    run = simcluster.run(script=str(ROOT / "examples" / "hang.py"), mesh="2x2x2", stall_s=8,
+                         run_dir=str(tmp_path / "hang"), quiet=True, args=["--kind", "microbatch"])
+    assert run.exit_code == 4 and not run.ok, run.summary
+    assert run.hang and run.hang[0].startswith("HANG at step 3 after "), run.summary
+    assert run.hang[0].endswith("ranks 4, 5, 6, 7 wait in all_reduce #3 of group [0, 1, 2, 3, 4, 5, 6, 7] (hang.py:64); "
+                                "ranks 0, 1, 2, 3 never entered it, each waits in send #6 to rank 4, 5, 6, 7 in turn "
+                                "(hang.py:50)"), run.hang
+    assert "HANG         at step 3" in run.summary
+    assert sorted(os.listdir(tmp_path / "hang" / "stacks")) == [f"rank-{r}.txt" for r in range(8)]
+    report = subprocess.run([sys.executable, "-m", "launcher", "report", "--run-dir", str(tmp_path / "hang")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0 and run.hang[0] in report.stdout, report.stdout + report.stderr
+    assert "<h2>Hang</h2>" in (tmp_path / "hang" / "report" / "index.html").read_text()

@@ -1,0 +1,188 @@
+"""The diagnosis of a stall: the first point where the ranks' records disagree, in a line or two.
+
+    python -c "from simcluster.train.hang_diagnosis import diagnose; print(diagnose({0: {'top': 'a.py:3 (f)', 'step': 2}, 1: {'top': 'a.py:9 (g)', 'step': 2}}, 2, 60))"
+
+Pure: every rank's record (train/commrecord.py ``Record.snapshot`` plus "step" and "top", its main
+thread's innermost frame outside torch) in, lines out. The cases, in the order they are looked for:
+
+- a collective whose op, shapes or dtypes differ across its group at one sequence number: both
+  sides named (``MISMATCH``);
+- two ranks that both receive from each other first;
+- ranks waiting in collective #k of a group that other ranks of the group never entered: the
+  waiting ranks, and what each missing rank does instead (its own pending call, or its top frame);
+- a point-to-point call with no partner: a recv (or send) whose peer waits elsewhere;
+- no rank in any call: each rank's top frame (busy or stuck in Python);
+- ranks whose record never came (died, or stuck holding the interpreter's lock).
+
+The first line starts ``HANG at step S after N s:``; S is the first step not yet ended on the
+slowest rank (1-based), N the seconds without progress on any rank.
+"""
+from __future__ import annotations
+
+import re
+
+
+def _ranks(rs) -> str:
+    rs = sorted(rs)
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
+
+
+def _shape(e: dict) -> str:
+    shapes = e.get("shapes") or []
+    text = ", ".join("[" + ", ".join(map(str, s)) + "]" for s in shapes)
+    dtypes = e.get("dtypes") or ([e["dtype"]] if e.get("dtype") else [])
+    return f"{text} {'/'.join(sorted(set(dtypes)))}".strip()
+
+
+def _coll(e: dict) -> str:
+    return f"{e['op']} #{e['seq']} of group {e['group']}"
+
+
+def _p2p(e: dict) -> str:
+    peer = "any rank" if e.get("peer") is None else f"rank {e['peer']}"
+    return f"{e['op']} #{e['seq']} {'to' if e['op'] == 'send' else 'from'} {peer}"
+
+
+def pending(rec: dict) -> list[tuple[str, dict]]:
+    """The calls a rank entered and did not complete, oldest first: ("coll" | "p2p", entry)."""
+    out = [("coll", e) for e in rec.get("collectives", []) if e.get("state") != "completed"]
+    out += [("p2p", e) for e in rec.get("p2p", []) if e.get("state") != "completed"]
+    return sorted(out, key=lambda x: x[1].get("t", 0))
+
+
+def doing(rec: dict) -> str:
+    """What a rank does: the call it waits in (file:line), else its top frame."""
+    waits = pending(rec)
+    if waits:
+        kind, e = waits[-1] if waits[-1][0] == "coll" else waits[0]
+        return f"waits in {_coll(e) if kind == 'coll' else _p2p(e)} ({e.get('where', '?')})"
+    return f"is in no collective: busy in Python at {rec.get('top', '?')}"
+
+
+_PEER = re.compile(r"(to|from) rank (\d+)")
+
+
+def _together(states: list[tuple[int, str]], what: str) -> list[str]:
+    """``rank 1 never entered it, it waits in ...`` per rank; ranks doing the same (their peers
+    aside) joined: ``ranks 0, 1 never entered it, each waits in send #6 to rank 2, 3 in turn (x.py:9)``."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for q, text in states:
+        groups.setdefault(_PEER.sub(r"\1 rank R", text), []).append((q, text))
+    out = []
+    for key, members in groups.items():
+        if len(members) == 1:
+            out.append(f"{_ranks([members[0][0]])} {what}, it {members[0][1]}")
+            continue
+        peers = [m.group(2) for _, text in members if (m := _PEER.search(text))]
+        text = key.replace("rank R", f"rank {', '.join(peers)} in turn", 1) if len(peers) == len(members) else key
+        out.append(f"{_ranks([q for q, _ in members])} {what}, each {text}")
+    return out
+
+
+def _mismatch(records: dict) -> str | None:
+    seen: dict[tuple, dict[int, dict]] = {}
+    for r, rec in records.items():
+        for e in rec.get("collectives", []):
+            seen.setdefault((tuple(e.get("group") or ()), e.get("seq")), {})[r] = e
+    for (group, seq), by_rank in sorted(seen.items(), key=lambda x: (x[0][1] or 0, x[0][0])):
+        kinds: dict[tuple, list[int]] = {}
+        for r, e in by_rank.items():
+            kinds.setdefault((e["op"], _shape(e)), []).append(r)
+        if len(kinds) > 1:
+            sides = [f"{_ranks(rs)} {'runs' if len(rs) == 1 else 'run'} {op} {shape} ({by_rank[rs[0]].get('where', '?')})"
+                     for (op, shape), rs in sorted(kinds.items(), key=lambda x: min(x[1]))]
+            return f"MISMATCH in collective #{seq} of group {list(group)}: " + "; ".join(sides)
+    return None
+
+
+def _missing(records: dict) -> str | None:
+    for r in sorted(records):
+        for kind, e in pending(records[r]):
+            if kind != "coll":
+                continue
+            group, seq = e.get("group") or [], e.get("seq")
+            waiting, absent = [], []
+            for q in group:
+                rec = records.get(q)
+                if rec is None:
+                    continue
+                mine = [x for x in rec.get("collectives", []) if x.get("group") == group and x.get("seq") == seq]
+                (waiting if mine else absent).append(q)
+            if absent:
+                others = "; ".join(_together([(q, doing(records[q])) for q in absent], "never entered it"))
+                verb = "waits" if len(waiting) == 1 else "wait"
+                return f"{_ranks(waiting)} {verb} in {_coll(e)} ({e.get('where', '?')}); {others}"
+    return None
+
+
+def _unmatched(records: dict, cycles_only: bool = False) -> str | None:
+    for r in sorted(records):
+        for kind, e in pending(records[r]):
+            if kind != "p2p" or e.get("peer") is None or e["peer"] not in records:
+                continue
+            peer = records[e["peer"]]
+            want = "send" if e["op"] == "recv" else "recv"
+            partner = [x for x in peer.get("p2p", []) if x["op"] == want and x.get("peer") in (r, None)
+                       and x.get("seq") == e["seq"]]
+            if partner:
+                continue
+            theirs = [x for k, x in pending(peer) if k == "p2p" and x["op"] == e["op"] and x.get("peer") == r]
+            if cycles_only and not (theirs and e["op"] == "recv"):
+                continue
+            if theirs and e["op"] == "recv":
+                return (f"ranks {r} and {e['peer']} both receive first: rank {r} waits in {_p2p(e)} "
+                        f"({e.get('where', '?')}), rank {e['peer']} in {_p2p(theirs[0])} ({theirs[0].get('where', '?')}); "
+                        f"neither sends")
+            return (f"rank {r} waits in {_p2p(e)} ({e.get('where', '?')}); rank {e['peer']} never posted the "
+                    f"matching {want}, it {doing(peer)}")
+    return None
+
+
+def diagnose(records: dict, world_size: int, idle_s: float) -> list[str]:
+    """One or two lines naming the first disagreement (see the module's docstring).
+
+    records: global rank -> its record (missing ranks never answered); world_size: ranks of the job;
+    idle_s: seconds without progress on any rank.
+    """
+    records = {int(r): v for r, v in records.items()}
+    steps = [int(v.get("step") or 0) for v in records.values()]
+    head = f"HANG at step {min(steps) + 1 if steps else '?'} after {idle_s:.0f} s: "
+    lines = []
+    found = _mismatch(records) or _unmatched(records, cycles_only=True) or _missing(records) or _unmatched(records)
+    if found is None:
+        busy = [r for r in sorted(records) if not pending(records[r])]
+        if busy and len(busy) < len(records):
+            waits = [r for r in sorted(records) if r not in busy]
+            found = (f"{_ranks(waits)} {doing(records[waits[0]])}; "
+                     + "; ".join(f"{_ranks([r])} {doing(records[r])}" for r in busy))
+        elif busy:
+            found = "no rank waits in a call: " + "; ".join(f"{_ranks([r])} at {records[r].get('top', '?')}"
+                                                             for r in busy)
+        else:
+            found = "; ".join(f"{_ranks([r])} {doing(records[r])}" for r in sorted(records))
+    lines.append(head + found)
+    missing = sorted(set(range(world_size)) - set(records))
+    if missing:
+        lines.append(f"{_ranks(missing)} sent no record (died, or stuck in C code holding the interpreter's lock)")
+    return lines
+
+
+_FP = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), OpType=(\w+), "
+                 r"TensorShape=\[([^\]]*)\], TensorDtypes=(\w+)")
+
+
+def fingerprint_mismatch(text: str, rank: int) -> str | None:
+    """torch's TORCH_DISTRIBUTED_DEBUG=DETAIL error (``Detected mismatch between collectives on
+    ranks. Rank 0 is running collective: CollectiveFingerPrint(...), but Rank 1 is running ...``,
+    its ranks counted in the group) as one line naming both sides; None for any other text.
+    rank: the global rank that raised it (torch names it first)."""
+    sides = _FP.findall(text or "")
+    if len(sides) < 2 or "Detected mismatch between collectives" not in text:
+        return None
+    (mine, seq, op, shape, dtype), (other, _, op2, shape2, dtype2) = sides[:2]
+
+    def call(o: str, s: str, d: str) -> str:
+        return f"{o.lower().replace('allreduce', 'all_reduce').replace('allgather', 'all_gather')} [{s}] {d.lower()}"
+
+    return (f"MISMATCH in collective #{int(seq) + 1} of rank {rank}'s group: rank {rank} (group rank {mine}) runs "
+            f"{call(op, shape, dtype)}, group rank {other} runs {call(op2, shape2, dtype2)}")
