@@ -49,14 +49,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     req = request_from_cli(vars(args))
     engine = engine_named(req.target)
     launch, command = resolve(req, user=IMAGE_USER)
-    launch = with_image(launch, say=lambda line: print(line, file=sys.stderr))  # the document names it
     shaping.check(launch, "generate", engine, {})
     engine.check(launch)
-    for warning in engine.warnings(launch):
-        print(f"warning: {warning}", file=sys.stderr)
     out = req.out or os.path.join(ROOT, engine.out_path(launch.job_name))
     if not req.stdout and (why := out_problem(out)):
         raise ConfigError(f"out: {why}; e.g. --out {engine.out_path(launch.job_name)}")
+    launch = with_image(launch, say=lambda line: print(line, file=sys.stderr))  # after every check: the document names it
+    for warning in engine.warnings(launch):
+        print(f"warning: {warning}", file=sys.stderr)
     text = engine.render(launch, command, repo_path(out), engine.project_dir(launch, out))
     if req.stdout:
         sys.stdout.write(text)

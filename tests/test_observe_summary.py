@@ -128,6 +128,18 @@ def test_cxx_abort_keeps_the_teardown_hint(stream, capsys):
     assert "gloo's teardown race" in out
 
 
+def test_a_missing_module_names_requirements_and_triton_its_cuda_wheels(stream, capsys):
+    """torchtitan imports triton at start: the FAILED line says a CPU image lacks it and how to add it."""
+    for rank, name in ((1, "triton"), (3, "wandb")):
+        for x in ["Traceback (most recent call last):", '  File "/opt/venv/lib/python3.11/site-packages/torchtitan/'
+                  'models/moe/kernels.py", line 8, in <module>', f"ModuleNotFoundError: No module named '{name}'"]:
+            stream.handle(f"node-{rank // 2}", f"[rank{rank}]:{x}")
+    out = summary_of(stream, {"node-0": 1, "node-1": 1, "rendezvous": 0}, capsys)
+    assert "      (triton: torch's CUDA wheels install it, the image's CPU torch does not; add triton==3.9.0 to " \
+           "your --requirements file (it installs on CPU; a kernel it launches on the simulated GPU is refused))" in out
+    assert "      (wandb: not in the image; add the package that provides it to your --requirements file)" in out
+
+
 def test_script_without_metrics_printing_on_some_ranks(stream, capsys):
     """Every rank exited 0, no metrics.jsonl, ranks 1 and 3 printed nothing: no '?' row."""
     for service, line in [("node-0", "[rank0]:hello from 0"), ("node-1", "[rank2]:hello from 2"),
@@ -215,10 +227,10 @@ def test_a_loss_only_printed_is_the_final_loss(stream, capsys):
         for r in range(4):
             stream.handle(f"node-{r // 2}", f"[rank{r}]:\x1b[31mstep: {step:2}  \x1b[32mloss: {loss:7.4f}  \x1b[39m")
     out = summary_of(stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
-    assert out.startswith(" OK ==") and "  final loss   2.25 after 2 steps (as rank 0 printed it)\n" in out, out
+    assert out.startswith(" OK ==") and "  final loss   2.25 after 2 steps (as rank 3 printed it)\n" in out, out
     assert json.loads((Path(stream.launch.run_dir) / "summary.json").read_text())["final_loss"] == 2.25
     stream.metric_regex = r"^step: +(?P<step>\d+) +loss: +(?P<value>\S+)"  # the colours are taken off first
-    assert "  final loss   2.25 after 2 steps (as rank 0 printed it)\n" in summary_of(
+    assert "  final loss   2.25 after 2 steps (as rank 3 printed it)\n" in summary_of(
         stream, {"node-0": 0, "node-1": 0, "rendezvous": 0}, capsys)
 
 

@@ -151,7 +151,7 @@ def test_importing_the_request_loads_no_engine_and_no_docker_sdk():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [
         "simcluster", "simcluster.launcher", "simcluster.launcher.container", "simcluster.launcher.container.layout",
-        "simcluster.launcher.job", "simcluster.launcher.job.checks", "simcluster.launcher.job.deps",
+        "simcluster.launcher.job", "simcluster.launcher.job.checks", "simcluster.launcher.job.deps", "simcluster.launcher.job.env",
         "simcluster.launcher.job.fields", "simcluster.launcher.job.request", "simcluster.launcher.job.sections",
         "simcluster.train", "simcluster.train.config", "simcluster.train.errors", "simcluster.train.layout",
         "simcluster.train.plan", "simcluster.train.plan.hardware", "simcluster.train.units"]  # --gpu's names

@@ -145,6 +145,8 @@ def test_the_printed_loss_formats_read_by_default(line, step, value):
         assert rank == 2 and series[0][0] == (step or 1) and (series[0][1] == value or math.isnan(value)), series
 
 
-def test_a_loss_every_rank_prints_counts_once_a_step_from_the_lowest_rank():
+def test_a_loss_every_rank_prints_counts_once_a_step_from_the_highest_rank():
     lines = [(3, "loss: 9"), (1, "loss 2.0"), (0, "hello"), (1, "loss 1.5"), (3, "loss: 8")]
-    assert series_from_rank_lines(lines) == (1, [(1, 2.0), (2, 1.5)])
+    assert series_from_rank_lines(lines) == (3, [(1, 9.0), (2, 8.0)])
+    pp = [(r, f"step: {s}  loss: {-2.0 if r < 4 else 8.1 - s}") for s in (1, 2) for r in range(8)]
+    assert series_from_rank_lines(pp) == (7, [(1, 7.1), (2, 6.1)])  # torchtitan on pp 2: stage 0 prints -2.0

@@ -169,8 +169,8 @@ def rank_lines(run_dir: str) -> list[tuple[int, str]]:
 
 
 def printed_series(run_dir: str, regex: str | None = None) -> tuple[int | None, list[tuple[int, float]]]:
-    """(rank, its (step, value) pairs) of a metric the ranks printed (cluster.log): the lowest rank
-    whose lines match ``regex`` (a --metric-regex: one group, or groups step and value), by default
+    """(rank, its (step, value) pairs) of a metric the ranks printed (cluster.log): the highest rank
+    (the last pipeline stage's, where the loss lives) whose lines match ``regex`` (a --metric-regex: one group, or groups step and value), by default
     series.LOSS_REGEX (the common ways of printing a loss); (None, []) when none matches, or a match
     is no number (train/series.py series_from_rank_lines, the one home of these rules).
 

@@ -224,16 +224,18 @@ def series_from_lines(lines: list[str], pattern: re.Pattern) -> Series:
 
 def series_from_rank_lines(lines: list[tuple[int, str]], pattern: re.Pattern | None = None) -> tuple[int | None, Series]:
     """(rank, its series) of what the ranks printed ((rank, text) pairs in order, runlog.rank_lines):
-    the lines of the lowest rank that printed a match of ``pattern`` (default LOSS_REGEX), terminal
+    the lines of the highest rank that printed a match of ``pattern`` (default LOSS_REGEX), terminal
     colour codes taken off, read by ``series_from_lines``; (None, []) when no line matches. One rank's
-    lines, so that a loss every rank prints is counted once a step.
+    lines, so that a loss every rank prints is counted once a step; the highest, because under
+    pipelining the loss lives on the last stage (pp outermost: its ranks are the highest) while the
+    first stage's ranks print a placeholder (torchtitan's ``loss: -2.00000``).
 
     Raises:
         ValueError: a matched value or step is not a number (series_from_lines').
     """
     pattern = pattern or re.compile(LOSS_REGEX)
     clean = [(rank, ANSI.sub("", text)) for rank, text in lines]
-    rank = min((r for r, text in clean if pattern.search(text)), default=None)
+    rank = max((r for r, text in clean if pattern.search(text)), default=None)
     if rank is None:
         return None, []
     return rank, series_from_lines([text for r, text in clean if r == rank], pattern)

@@ -64,6 +64,10 @@ def common_problems(engine, launch: Launch, local: bool) -> list[str]:
         errors.append(f"--stall-s {launch.instruments.stall_s:g}: on the {engine.name} target your code's ranks run "
                       f"without the instruments (no node wrapper), so nothing would watch them; drop --stall-s there "
                       f"(the built-in trainer watches itself), or rehearse the hang with --target compose")
+    if launch.requirements and not engine.runs_here:
+        errors.append(f"--requirements: the image it derives lives in this machine's Docker only, and a {engine.name} "
+                      f"job pulls its image on its own hosts; build an image with your dependencies (docs/own-code.md), "
+                      f"push it and pass --image REGISTRY/NAME:TAG instead")
     pulled = engine.registry_image(launch, local)
     if pulled and pulled[1] and not has_registry(pulled[1]):
         errors.append(no_registry(pulled[0], pulled[1], f"a {engine.name} job runs on other hosts"))

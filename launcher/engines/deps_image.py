@@ -9,20 +9,29 @@ one flag):
 
 - The containers stay offline: ``pip download`` runs on the host, for the image's interpreter and
   platform (PLATFORM: CPython 3.11, manylinux x86-64, binary wheels only), with every package the
-  image holds pinned to the version it holds (a constraints file of the image's own ``pip freeze``).
+  image holds pinned to the version it holds (a constraints file of the image's installed distributions).
   So a framework resolves against the image's torch==2.13.0+cpu and never pulls a CUDA torch or its
   nvidia wheels, and a package the image has is never replaced.
-- A requirement that cannot be had, or that would change a package of the image (torch first among
-  them), is refused before any container starts: ConfigError naming the package and pip's reason.
+- torch and what torch itself requires stay fixed (torch at the image's version, each of torch's
+  requirements within torch's own specifier); the other packages of the image stay too, unless the
+  requirements cannot resolve with them: then pip resolves again with only the fixed ones, and the
+  packages that move (an older fsspec for a stack on datasets or transformers 4.x) are installed
+  over the image's and named. A requirement that cannot be had, or that clashes with a fixed one, is
+  refused before any container starts: ConfigError naming pip's own reason, the line it is about, and
+  the package and constraint that clash.
 - The derived image is ``simcluster/deps:<key>``, key = sha256 of the base image's id, the
   requirements file's bytes and each ``--wheel``'s name and bytes: the same inputs build nothing a
-  second time (nothing is downloaded either). Its labels name the base and the wheels installed.
-- Only wheels the image lacks are installed (``pip install --no-index --no-deps``), as root in the
-  build; the image's user stays the trainer image's.
+  second time (nothing is downloaded either). Its labels name the base, the wheels installed and the
+  packages moved. The key covers every file the requirements file includes (``-r``, ``-c``).
+- Only wheels the image lacks (or holds at another version) are installed (``pip install --no-index --no-deps``), as root in the
+  build, their bytecode compiled there: the containers never write it (PYTHONDONTWRITEBYTECODE, a
+  read-only root), so each rank would compile a framework's sources again at every import (minutes of
+  CPU for torchtitan's stack on 8 ranks). The image's user stays the trainer image's.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -31,7 +40,8 @@ import tempfile
 
 from simcluster.launcher.container.layout import IMAGE, IMAGE_USER, LABEL
 from simcluster.launcher.docker import images
-from simcluster.launcher.job.deps import WHEEL, Requirements
+from simcluster.launcher.job import pip_errors
+from simcluster.launcher.job.deps import WHEEL, Requirements, read_lines
 from simcluster.launcher.job.launch import Launch
 from simcluster.train.errors import ConfigError
 
@@ -45,42 +55,74 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def image_packages(base: str) -> dict[str, str]:
-    """{name: version} of every distribution in the image (its ``pip freeze``). Raises LauncherError."""
-    out = images.run_once(base, ["python", "-m", "pip", "freeze", "--all"])
-    pins = [line.split("==", 1) for line in out.splitlines() if "==" in line]
-    return {_norm(name): version for name, version in pins}
+PROBE = ("import importlib.metadata as m, json; from pip._vendor.packaging.requirements import Requirement as R; "
+         "rs = [R(r) for r in m.requires('torch') or []]; "
+         "print(json.dumps([{d.metadata['Name']: d.version for d in m.distributions()}, "
+         "[r.name + str(r.specifier) for r in rs if r.marker is None or r.marker.evaluate({'extra': ''})]]))")
 
 
-def download(req: Requirements, held: dict[str, str], dest: str) -> None:
-    """pip download of the requirements and wheels into dest, for the image's platform, every package the
-    image holds pinned. Raises ConfigError naming the package pip could not have, or would change."""
-    constraints = os.path.join(dest, ".constraints.txt")
-    with open(constraints, "w", encoding="utf-8") as fh:
-        fh.writelines(f"{name}=={version}\n" for name, version in sorted(held.items()))
+def image_packages(base: str) -> tuple[dict[str, str], dict[str, str]]:
+    """({name: version} of every distribution in the image, {name: constraint} of what stays fixed: torch
+    at its version and each requirement of torch's own (markers evaluated in the image)). Raises
+    LauncherError."""
+    held, torch_needs = json.loads(images.run_once(base, ["python", "-c", PROBE]).strip().splitlines()[-1])
+    held = {_norm(name): version for name, version in held.items()}
+    fixed = {"torch": f"torch=={held['torch']}"} if "torch" in held else {}
+    for spec in torch_needs:
+        name = _norm(re.match(r"[A-Za-z0-9._-]+", spec).group(0))
+        fixed.setdefault(name, name + spec[len(re.match(r"[A-Za-z0-9._-]+", spec).group(0)):])
+    return held, fixed
+
+
+def _pip(req: Requirements, constraints: list[str], dest: str) -> subprocess.CompletedProcess:
+    """One ``pip download`` of req into dest for the image's platform, under the given constraint lines."""
+    path = os.path.join(dest, ".constraints.txt")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.writelines(f"{line}\n" for line in constraints)
     wanted = (["-r", os.path.abspath(req.file)] if req.file else []) + [os.path.abspath(w) for w in req.wheels]
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-input", "-d", dest, "-c", constraints,
-                           *PLATFORM, *wanted], capture_output=True, text=True)
-    if proc.returncode != 0:
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("ERROR")]
-        why = "; ".join(errors) or proc.stderr.strip()[-600:]
-        changed = sorted(name for name in held if re.search(rf"\b{re.escape(name)}==", why, re.I))
-        if "conflict" in why.lower() and changed:
-            raise ConfigError(f"requirements: would change {', '.join(changed)} of the trainer image "
-                              f"(torch=={held.get('torch', '?')} and the rest stay as the image has them); pip: "
-                              f"{why}; drop or loosen that requirement")
-        missing = re.findall(r"for (\S+)", why)
-        raise ConfigError(f"requirements: pip cannot have {missing[0] if missing else 'a requirement'} for the "
-                          f"image's Python (cp311, manylinux x86-64, wheels only): {why}; fix its name or version "
-                          f"(a binary wheel for that Python must exist), or drop it")
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--progress-bar", "off", "--no-input", "--retries",
+                           "2", "-d", dest, "-c", path, *PLATFORM, *wanted],  # not -q: it hides a conflict's cause
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    os.remove(path)
+    return proc
+
+
+RESOLVE = ("Could not find a version", "No matching distribution", "conflict")
+
+
+def download(req: Requirements, held: dict[str, str], fixed: dict[str, str], dest: str) -> dict[str, str]:
+    """pip download of the requirements and wheels into dest, for the image's platform. First with every
+    package the image holds pinned; when that cannot resolve, again with only torch and what torch
+    requires fixed, so a package torch does not pin may move. Returns {name: new version} of the packages
+    of the image that move ({} when none). Raises ConfigError naming pip's reason, the line it is about,
+    and the package and constraint that clash."""
+    lines = read_lines(req.file) if req.file else ()
+    proc = _pip(req, [f"{n}=={v}" for n, v in sorted(held.items())], dest)
+    if proc.returncode != 0 and any(k in proc.stdout for k in RESOLVE):
+        for name in os.listdir(dest):
+            os.remove(os.path.join(dest, name))
+        proc = _pip(req, sorted(fixed.values()), dest)
+    if proc.returncode == 0:
+        found = {_norm(m["name"]): m["version"] for m in map(WHEEL.match, os.listdir(dest)) if m}
+        return {n: v for n, v in sorted(found.items()) if n in held and held[n] != v}
+    why = pip_errors.reason(proc.stdout, pip_errors.locations(lines))
+    line = pip_errors.named_line(why, lines)
+    where = f" ({line.where()})" if line else ""
+    if (conflict := pip_errors.clash(why, fixed)) is not None:
+        raise ConfigError(f"requirements: {conflict}{where}; pip: {why}; loosen or drop that requirement "
+                          f"(torch and what torch requires stay as the image has them)")
+    fix = ("fix its name or version (a binary wheel for cp311 manylinux x86-64 must exist), or drop it"
+           if "No matching distribution" in why and ";" not in why else "fix that line, or drop it")
+    raise ConfigError(f"requirements: pip cannot download for the image's Python (cp311, manylinux x86-64, "
+                      f"wheels only){where}: {why}; {fix}")
 
 
 def new_wheels(dest: str, held: dict[str, str]) -> list[str]:
-    """The downloaded wheels the image lacks (file names, sorted)."""
+    """The downloaded wheels the image lacks, or holds at another version (file names, sorted)."""
     out = []
     for name in sorted(os.listdir(dest)):
         m = WHEEL.match(name)
-        if m and _norm(m["name"]) not in held:
+        if m and held.get(_norm(m["name"])) != m["version"]:
             out.append(name)
     return out
 
@@ -88,7 +130,7 @@ def new_wheels(dest: str, held: dict[str, str]) -> list[str]:
 DOCKERFILE = """FROM {base}
 USER root
 COPY wheels/ /tmp/wheels/
-RUN python -m pip install --no-index --no-deps --no-cache-dir --no-compile /tmp/wheels/*.whl && rm -rf /tmp/wheels
+RUN python -m pip install --no-index --no-deps --no-cache-dir /tmp/wheels/*.whl && rm -rf /tmp/wheels
 USER {user}
 """
 
@@ -100,25 +142,29 @@ def ensure(req: Requirements, base: str = IMAGE, say=print) -> str:
     labels = images.image_labels(base)
     if labels is None:
         raise ConfigError(f"requirements: the base image {base} is missing; build it first: python -m launcher build")
-    tag = req.tag(images.image_id(base))
+    tag = req.tag(images.image_id(base), DOCKERFILE)
     if images.image_labels(tag) is not None:
         say(f"image: {tag} (your requirements, built before)")
         return tag
-    held = image_packages(base)
+    held, fixed = image_packages(base)
     with tempfile.TemporaryDirectory(prefix="simcluster-deps-") as ctx:
         wheels = os.path.join(ctx, "wheels")
         os.mkdir(wheels)
         say(f"requirements: downloading wheels for the image's Python (cp311, manylinux x86-64) for {tag}")
-        download(req, held, wheels)
+        moved = download(req, held, fixed, wheels)
         added = new_wheels(wheels, held)
         for name in os.listdir(wheels):
             if name not in added:
                 os.remove(os.path.join(wheels, name))
         with open(os.path.join(ctx, "Dockerfile"), "w", encoding="utf-8") as fh:
             fh.write(DOCKERFILE.format(base=base, user=IMAGE_USER) if added else f"FROM {base}\n")  # all held already
-        images.build_image(ctx, tag, labels={LABEL + "base": base, LABEL + "wheels": " ".join(added)})
-    names = [f"{m['name']}=={m['version']}" for m in map(WHEEL.match, added)]
-    say(f"image: {tag} built FROM {base}, adding {len(added)} wheel(s): {' '.join(names) or 'none'}")
+        moves = " ".join(f"{n}:{held[n]}->{v}" for n, v in moved.items())
+        images.build_image(ctx, tag, labels={LABEL + "base": base, LABEL + "wheels": " ".join(added),
+                                             LABEL + "moved": moves})
+    names = [f"{m['name']}=={m['version']}" for m in map(WHEEL.match, added) if _norm(m["name"]) not in moved]
+    say(f"image: {tag} built FROM {base}, adding {len(names)} wheel(s): {' '.join(names) or 'none'}"
+        + (f"; moving {', '.join(f'{n} {held[n]} -> {v}' for n, v in moved.items())} (torch does not pin "
+           f"{'them' if len(moved) > 1 else 'it'})" if moved else ""))
     return tag
 
 

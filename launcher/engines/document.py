@@ -74,6 +74,7 @@ def node_env(launch: Launch, omp_threads: int = 1) -> dict[str, str]:
                    SIMCLUSTER_TP=str(launch.mesh.tp))
     if launch.train is None:  # the user's code: its instruments (launcher/instrument/spec.py)
         env.update(launch.instruments.env())
+    env.update(launch.env)  # --env: job/env.py refused every key set above
     return env
 
 

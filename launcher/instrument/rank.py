@@ -10,7 +10,7 @@ traffic mode (``--traffic 1``), starts the profiler of a traced first step (``--
 and, once ``torch.distributed.tensor`` is imported, the CPU bridges (on unless
 ``--no-cpu-bridges``; FSDP2's gradient divide factor on gloo too: instrument/fsdp_gloo.py; FlexAttention's backward:
 instrument/flex_cpu.py); with torch, first of all, the simulated GPU (instrument/gpu/, on unless
-``--no-simulated-gpus``); once ``torch.distributed`` is imported, the stall watch and the
+``--no-simulated-gpus``), and, once ``torch.distributed`` is imported, the stall watch and the
 communication record (``--stall-s``, train/stallwatch.py). Outside a rank of the cluster (no SIMCLUSTER_OUTPUT_DIR) nothing is written.
 """
 from __future__ import annotations

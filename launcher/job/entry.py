@@ -145,11 +145,14 @@ def _module_file(code: str, module: str) -> str | None:
 def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | None = None,
                  code: str | None = None, argv: tuple[str, ...] = (), mesh: str | None = None,
                  nodes: int | None = None, nproc_per_node: int | None = None, run_dir: str | None = None,
-                 timeout_s: float = Config.timeout_s, mounts: tuple[str, ...] = (), host_path=lambda p: p) -> Launch:
+                 timeout_s: float = Config.timeout_s, mounts: tuple[str, ...] = (), host_path=lambda p: p,
+                 installs: bool = False) -> Launch:
     """The Launch of the user's own code: a script or a module, with its own argv.
 
     Host paths (script, code, run_dir, mount sources) are relative to the cwd. The script's folder
-    (or ``code``) is mounted read-only at /code; a module without ``code`` comes from the image.
+    (or ``code``) is mounted read-only at /code; a module without ``code`` comes from the image. installs:
+    the job's requirements or wheels install packages, so a module not in ``code`` may come from them
+    (``--code project --module torchtitan.train``: the data beside it, the trainer from PyPI).
 
     The request (job/request.py make_request) checked the script exists and that a mesh and nodes x
     ranks are not both given (a mesh wins here); this adds what needs the resolved paths.
@@ -193,9 +196,10 @@ def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | 
     if module is not None:
         if not MODULE_NAME.fullmatch(module):
             errors.append(f"module: {module!r} is not a Python module name; e.g. mypkg.train")
-        elif code_dir is not None and _module_file(code_dir, module) is None:
+        elif code_dir is not None and not installs and _module_file(code_dir, module) is None:
             errors.append(f"module: {module} not found in --code {code_dir} (no {module.replace('.', '/')}.py "
-                          f"or {module.replace('.', '/')}/__init__.py); fix --module or --code")
+                          f"or {module.replace('.', '/')}/__init__.py); fix --module or --code, or install it with "
+                          f"--requirements")
     if code_dir is not None and run_dir is not None and os.path.realpath(run_dir) == os.path.realpath(code_dir):
         errors.append(f"run_dir: {os.path.abspath(run_dir)} is the code folder itself (mounted read-only at "
                       f"{CODE_DIR}; the run's records, compose file and working folder would be written among your "

@@ -108,6 +108,7 @@ class Launch:
     engine: options of the real engines' documents (EngineOptions).
     requirements: your code's dependencies (launcher/job/deps.py); the nodes run the image they derive
         (engines/deps_image.py with_image: node.image replaced before the engine renders or starts).
+    env: (KEY, VALUE) pairs every rank of the job gets in its environment (``--env``; job/env.py).
     instruments: what the ranks of the user's code record (launcher/instrument/spec.py); unused
         by the built-in trainer, which takes its own flags.
     hosts_up: the rehearsal hosts (``--hosts N``) the nodes are placed on, node k on hosts_up[k mod
@@ -129,6 +130,7 @@ class Launch:
     engine: EngineOptions = EngineOptions()
     instruments: Instruments = Instruments()
     requirements: Requirements = Requirements()
+    env: tuple[tuple[str, str], ...] = ()
     hosts_up: tuple[str, ...] = ()
 
     @cached_property

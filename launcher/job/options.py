@@ -16,6 +16,7 @@ import sys
 from dataclasses import fields
 
 from simcluster.launcher.job.deps import Requirements
+from simcluster.launcher.job.env import env_pairs
 from simcluster.launcher.job.checks import example, memory_bytes, run_dir_problem, text_errors
 from simcluster.launcher.job.fields import FIELDS, UP_ONLY, flag
 from simcluster.launcher.job.files import host_abspath, repo_path
@@ -101,10 +102,12 @@ def resolve(req: JobRequest, user: str) -> tuple[Launch, str]:
     else:
         launch = resolve_code(node, script=req.script, module=req.module, code=req.code, argv=req.args,
                               mesh=req.mesh, nodes=req.nodes, nproc_per_node=req.nproc_per_node,
-                              run_dir=req.run_dir, timeout_s=cfg.timeout_s, mounts=req.mount, host_path=repo_path)
+                              run_dir=req.run_dir, timeout_s=cfg.timeout_s, mounts=req.mount, host_path=repo_path,
+                              installs=bool(req.requirements or req.wheel))
         launch = dataclasses.replace(launch, instruments=instruments(cfg, req))
     launch = dataclasses.replace(launch, engine=req.section(EngineOptions),
-                                 requirements=Requirements(_abs(req.requirements), tuple(map(_abs, req.wheel))))
+                                 requirements=Requirements(_abs(req.requirements), tuple(map(_abs, req.wheel))),
+                                 env=env_pairs(req.env))
     _raise(check_engine_options(launch.engine))
     command = generate_command(req, launch)
     check_resolved(launch, command)

@@ -108,6 +108,9 @@ class JobOptions:
                                       "derived image built FROM it once per content (docs/own-code.md)")
     wheel: tuple[str, ...] = option((), "dist/mypkg-0.1-py3-none-any.whl", metavar="PATH", help="a wheel you "
                                     "built, installed into that image too (repeatable)")
+    env: tuple[str, ...] = option((), "WANDB_MODE=offline", metavar="KEY=VALUE", help="a variable for every rank "
+                                  "(repeatable), e.g. --env WANDB_MODE=offline; the cluster's own (RANK, MASTER_ADDR, "
+                                  "SIMCLUSTER_*, ...) are refused (launcher/job/env.py)")
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,23 @@ TRACEBACK_START = "Traceback (most recent call last)"
 CARETS = re.compile(r"^\s*[\^~]+[\s\^~]*$")
 FRAMES_KEPT = 2  # frames shown above the exception line
 FRAME_LINES = 3  # lines kept of one frame (its File line and source lines)
+MISSING = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+# modules only torch's CUDA wheels pull in (the image's CPU torch does not): the requirement that installs one
+CUDA_WHEEL_ONLY = {"triton": "triton==3.9.0"}
+
+
+def missing_module_hint(line: str) -> str | None:
+    """The fix for a rank's ``ModuleNotFoundError`` line: a module only CUDA wheels pull in (triton, which
+    torchtitan imports at start without declaring it) or any other, through ``--requirements``."""
+    m = MISSING.search(line)
+    if not m:
+        return None
+    name = m.group(1).split(".")[0]
+    if name in CUDA_WHEEL_ONLY:
+        return (f"{name}: torch's CUDA wheels install it, the image's CPU torch does not; add "
+                f"{CUDA_WHEEL_ONLY[name]} to your --requirements file (it installs on CPU; a kernel it launches "
+                f"on the simulated GPU is refused)")
+    return f"{name}: not in the image; add the package that provides it to your --requirements file"
 
 
 class RankTrace:

@@ -22,7 +22,7 @@ import os
 import posixpath
 import re
 
-from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT
+from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT, missing_module_hint
 from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.observe.teardown import TEARDOWN_ABORT, aborted_after_work, show_aborted
@@ -54,14 +54,33 @@ def _final_metrics(run_dir: str, done: dict, since: float, metric_regex: str | N
     out["step_time_s"] = times[len(times) // 2] if times else None
     rss = [x for r in rows for x in (r.get("rss_mb") or []) if isinstance(x, (int, float))]
     out["rss_mb"] = max(rss) if rss else None
+    out["device_peak_mb"] = next((r["device_peak_mb"] for r in reversed(rows) if r.get("device_peak_mb")), None)
     out["printed_by"] = None
     if out["final_loss"] is None:  # a loss the ranks only printed (--metric-regex, else the common formats)
         rank, printed = printed_series(run_dir, metric_regex)
         if printed:
             out.update(final_loss=printed[-1][1], printed_by=rank)
             out["steps"] = out["steps"] if out["steps"] is not None else printed[-1][0]
-    out["device_peak_mb"] = next((r["device_peak_mb"] for r in reversed(rows) if r.get("device_peak_mb")), None)
     return out
+
+
+def _gpus(launch: Launch) -> str | None:
+    """The "simulated GPUs" row: how many a node, what is mapped, the model (user code only)."""
+    inst = launch.instruments
+    if launch.train is not None or inst is None or not inst.simulated_gpus:
+        return None
+    from simcluster.launcher.instrument.gpu.install import SUMMARY
+    from simcluster.train.plan.hardware import GPU_ALIASES, HARDWARE
+    return (f"{launch.nproc_per_node} a node ({SUMMARY}), "
+            f"{HARDWARE[GPU_ALIASES.get(inst.gpu, inst.gpu)].device_name} (--gpu {inst.gpu})")
+
+
+def _peaks(peaks: dict) -> str:
+    """rank -> MiB as "ranks 0-3 1.25 MiB, 4-7 0.98 MiB" (ranks of one value together)."""
+    by: dict = {}
+    for rank, mb in sorted(peaks.items()):
+        by.setdefault(mb, []).append(rank)
+    return ", ".join(f"{_spans(ranks)} {mb} MiB" for mb, ranks in sorted(by.items(), key=lambda kv: kv[1][0]))
 
 
 def _no_work(launch: Launch, run_dir: str, since: float, m: dict) -> bool:
@@ -92,25 +111,6 @@ def _node_reason(name: str, code, reason: str | None, first: tuple[str, int] | N
         return reason
     node, rank = first
     return f"its rank {rank} failed first" if name == node else f"{node} failed first"
-
-
-def _gpus(launch: Launch) -> str | None:
-    """The "simulated GPUs" row: how many a node, what is mapped, the model (user code only)."""
-    inst = launch.instruments
-    if launch.train is not None or inst is None or not inst.simulated_gpus:
-        return None
-    from simcluster.launcher.instrument.gpu.install import SUMMARY
-    from simcluster.train.plan.hardware import GPU_ALIASES, HARDWARE
-    return (f"{launch.nproc_per_node} a node ({SUMMARY}), "
-            f"{HARDWARE[GPU_ALIASES.get(inst.gpu, inst.gpu)].device_name} (--gpu {inst.gpu})")
-
-
-def _peaks(peaks: dict) -> str:
-    """rank -> MiB as "ranks 0-3 1.25 MiB, 4-7 0.98 MiB" (ranks of one value together)."""
-    by: dict = {}
-    for rank, mb in sorted(peaks.items()):
-        by.setdefault(mb, []).append(rank)
-    return ", ".join(f"{_spans(ranks)} {mb} MiB" for mb, ranks in sorted(by.items(), key=lambda kv: kv[1][0]))
 
 
 def _merge_trace(launch: Launch, run_dir: str) -> None:
@@ -315,6 +315,8 @@ def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> No
         show(f"  FAILED rank {rank} on {launch.names[node_of(rank, launch.nproc_per_node)]}{waited}: {lines[-1]}")
         for line in lines[:-1]:
             show(f"      {line}")
+        if (fix := missing_module_hint(lines[-1])) is not None:
+            show(f"      ({fix})")
         if lines[-1].startswith(TEARDOWN_ABORT):
             show("      (SIGABRT: a C++ thread outlived the interpreter, gloo's teardown race when it comes after the "
                  "last step; the launcher counts it as done only when it knows the last step: --total-steps N, or "

@@ -1,10 +1,10 @@
 """A GPT-2 from Hugging Face transformers, built from its config (no weights downloaded), split into
 pipeline stages with torch.distributed.pipelining: one stage a rank, GPipe, a DCP checkpoint saved to a
-relative path; a GPU script with only the device line changed.
+relative path; a GPU script as written for GPUs (cuda, nccl), run on the simulated GPUs unchanged.
 
     python -m launcher up --nodes 2 --nproc-per-node 2 --script examples/frameworks/hf_pipeline/train.py \
         --requirements examples/frameworks/hf_pipeline/requirements.txt -- --steps 6
-    torchrun --nproc-per-node 4 examples/frameworks/hf_pipeline/train.py --steps 6    # with transformers installed
+    torchrun --nproc-per-node 4 examples/frameworks/hf_pipeline/train.py --steps 6    # on 4 GPUs, transformers installed
 
 Every rank builds the same model from the same seed, keeps its stage's modules (the embeddings on
 the first, a contiguous run of blocks, the final norm and the LM head on the last) and runs
@@ -16,6 +16,7 @@ the stages' shards never collide).
 from __future__ import annotations
 
 import argparse
+import os
 
 import torch
 import torch.distributed as dist
@@ -66,8 +67,9 @@ def main() -> None:
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--layers", type=int, default=4)
     args = p.parse_args()
-    device = torch.accelerator.current_accelerator() or torch.device("cpu")  # the one line changed
-    dist.init_process_group(dist.get_default_backend_for_device(device))
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=64, n_layer=args.layers, n_head=4,

@@ -1,9 +1,9 @@
 """Lightning Fabric, 2D: tensor parallel x FSDP2 through its own ModelParallelStrategy, a DCP checkpoint
-saved to a relative path; what a Lightning user writes for GPUs, with only the accelerator line changed.
+saved to a relative path; what a Lightning user writes for GPUs (accelerator="cuda"), run on the simulated GPUs unchanged.
 
     python -m launcher up --nodes 2 --nproc-per-node 2 --script examples/frameworks/lightning_2d/train.py \
         --requirements examples/frameworks/lightning_2d/requirements.txt -- --steps 8
-    torchrun --nproc-per-node 4 examples/frameworks/lightning_2d/train.py --steps 8    # with lightning installed
+    torchrun --nproc-per-node 4 examples/frameworks/lightning_2d/train.py --steps 8    # on 4 GPUs, lightning installed
 
 The mesh is (data_parallel = nodes, tensor_parallel = ranks per node): tensor parallel inside a node,
 FSDP2 across nodes, as on GPU nodes. The model is built on the meta device by ``fabric.init_module``,
@@ -86,9 +86,8 @@ def main() -> None:
     args = p.parse_args()
     nproc = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     nodes = int(os.environ.get("WORLD_SIZE", "1")) // nproc
-    accelerator = "cuda" if torch.cuda.is_available() else "cpu"  # the one line changed from the GPU script
     strategy = ModelParallelStrategy(parallelize_fn=parallelize, data_parallel_size=nodes, tensor_parallel_size=nproc)
-    fabric = L.Fabric(accelerator=accelerator, devices=nproc, num_nodes=nodes, strategy=strategy)
+    fabric = L.Fabric(accelerator="cuda", devices=nproc, num_nodes=nodes, strategy=strategy)
     fabric.launch()
     fabric.seed_everything(0)
     with fabric.init_module(empty_init=True):

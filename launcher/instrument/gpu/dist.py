@@ -74,6 +74,8 @@ def install_dist(torch) -> None:
         _wrap(mod, "new_group", new_group)
         _wrap(mod, "barrier", barrier)
         _wrap(mod, "is_nccl_available", lambda fn: lambda: True)
+    if not hasattr(c10d, "ProcessGroupNCCL"):  # c10d then asks isinstance(backend, ProcessGroupNCCL): never one
+        c10d.ProcessGroupNCCL = type("ProcessGroupNCCL", (), {"__doc__": "simulated: no group is NCCL (nccl -> gloo)"})
 
 
 def install_mesh(torch) -> None:

@@ -1,0 +1,117 @@
+"""The tokenizer and the data set torchtitan's trainer reads, made locally from a text file: nothing is
+downloaded at run time.
+
+    python examples/frameworks/torchtitan/prepare.py /work/shared/data/tinyshakespeare.txt examples/frameworks/torchtitan
+
+Writes, under the output folder (default: this example's folder):
+- ``assets/tokenizer/tokenizer.json``: a byte-level BPE tokenizer in the Hugging Face ``tokenizers``
+  format (what torchtitan's HuggingFaceTokenizer loads with ``Tokenizer.from_file``): the 256 byte
+  symbols, then the most frequent adjacent pairs of the text merged, up to ``--vocab`` entries
+  (at most the llama3 debug model's 2048), then ``<|begin_of_text|>`` and ``<|end_of_text|>``;
+  ``tokenizer_config.json`` names those two as bos and eos;
+- ``data/shakespeare/train.jsonl``: the text in records of ``--chars`` characters, ``{"text": ...}``
+  a line, which torchtitan's ``c4_test`` loader reads from a local folder
+  (``--training.dataset c4_test --training.dataset-path data/shakespeare``).
+
+Pure Python and deterministic (the same text gives the same files); a few seconds for 1 MB of text.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+
+SPECIAL = ("<|begin_of_text|>", "<|end_of_text|>")
+# GPT-2's split of text into words before BPE (the ByteLevel pre-tokenizer's regex, ASCII letters here)
+SPLIT = re.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?[A-Za-z]+| ?[0-9]+| ?[^\sA-Za-z0-9]+|\s+(?!\S)|\s+""")
+
+
+def byte_symbols() -> dict[int, str]:
+    """GPT-2's map from each byte to a printable character (the ByteLevel pre-tokenizer's alphabet)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+def train_bpe(text: str, vocab: int) -> tuple[list[str], list[tuple[str, str]]]:
+    """The vocabulary (byte symbols first, then each merge's result) and the merges, most frequent pair
+    first (ties: the smaller pair), over the words of text."""
+    sym = byte_symbols()
+    words = collections.Counter("".join(sym[b] for b in w.encode("utf-8")) for w in SPLIT.findall(text))
+    seqs = {w: list(w) for w in words}
+    tokens = [sym[b] for b in range(256)]
+    merges = []
+    while len(tokens) + len(SPECIAL) < vocab:
+        pairs = collections.Counter()
+        for w, n in words.items():
+            s = seqs[w]
+            for a, b in zip(s, s[1:]):
+                pairs[a, b] += n
+        if not pairs:
+            break
+        (a, b), _ = min(pairs.items(), key=lambda kv: (-kv[1], kv[0]))
+        merges.append((a, b))
+        tokens.append(a + b)
+        for w, s in seqs.items():
+            i, out = 0, []
+            while i < len(s):
+                if i + 1 < len(s) and s[i] == a and s[i + 1] == b:
+                    out.append(a + b)
+                    i += 2
+                else:
+                    out.append(s[i])
+                    i += 1
+            seqs[w] = out
+    return tokens, merges
+
+
+def tokenizer_json(tokens: list[str], merges: list[tuple[str, str]]) -> dict:
+    """The ``tokenizers`` library's JSON of a byte-level BPE model with two special tokens."""
+    level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    added = [{"id": len(tokens) + i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, t in enumerate(SPECIAL)]
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+            "pre_tokenizer": level, "post_processor": level, "decoder": level,
+            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                      "vocab": {t: i for i, t in enumerate(tokens)}, "merges": [[a, b] for a, b in merges]}}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("corpus", help="a UTF-8 text file, e.g. /work/shared/data/tinyshakespeare.txt")
+    p.add_argument("out", nargs="?", default=os.path.dirname(os.path.abspath(__file__)), help="the output folder")
+    p.add_argument("--vocab", type=int, default=512, help="tokenizer entries, specials included (<= 2048)")
+    p.add_argument("--train-chars", type=int, default=200_000, help="characters of the text the merges are learnt on")
+    p.add_argument("--chars", type=int, default=2000, help="characters a data record")
+    a = p.parse_args()
+    if not 258 <= a.vocab <= 2048:
+        p.error(f"--vocab {a.vocab}: 258..2048 (256 bytes + 2 specials; the debug model's embedding has 2048), e.g. --vocab 512")
+    with open(a.corpus, encoding="utf-8") as fh:
+        text = fh.read()
+    tokens, merges = train_bpe(text[:a.train_chars], a.vocab)
+    tok = os.path.join(a.out, "assets", "tokenizer")
+    data = os.path.join(a.out, "data", "shakespeare")
+    os.makedirs(tok, exist_ok=True)
+    os.makedirs(data, exist_ok=True)
+    with open(os.path.join(tok, "tokenizer.json"), "w", encoding="utf-8") as fh:
+        json.dump(tokenizer_json(tokens, merges), fh, ensure_ascii=False)
+    with open(os.path.join(tok, "tokenizer_config.json"), "w", encoding="utf-8") as fh:
+        json.dump({"bos_token": SPECIAL[0], "eos_token": SPECIAL[1], "add_bos_token": True, "add_eos_token": True}, fh)
+    with open(os.path.join(data, "train.jsonl"), "w", encoding="utf-8") as fh:
+        for i in range(0, len(text), a.chars):
+            fh.write(json.dumps({"text": text[i:i + a.chars]}) + "\n")
+    print(f"tokenizer: {len(tokens) + len(SPECIAL)} entries ({len(merges)} merges) in {tok}; "
+          f"data: {-(-len(text) // a.chars)} records in {data}")
+
+
+if __name__ == "__main__":
+    main()
