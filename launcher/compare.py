@@ -166,6 +166,22 @@ def check_folders(sides: tuple[Side, Side]) -> None:
                               f"empties {side.name}'s folder before running it: pass another --run-dir")
 
 
+def empty_folders(sides, what) -> None:
+    """Remove each side's run folder, so no earlier run's metrics, logs or resume state is read; what(side)
+    names the side in the error (compare: "run A", sweep: "layout 1 node x 4 ranks").
+
+    Raises:
+        ConfigError: a folder that cannot be removed, naming it and the fix.
+    """
+    for side in sides:
+        try:
+            if os.path.exists(side.run_dir):
+                shutil.rmtree(side.run_dir)
+        except OSError as e:
+            raise ConfigError(f"--run-dir: cannot empty {repo_path(side.run_dir)} for {what(side)}: {e}; remove "
+                              f"it yourself or pass another --run-dir") from None
+
+
 class ComposeRun:
     """Runs one side with `launcher up`'s default engine (engines/registry.py DEFAULT: the Compose
     simulation, whose run folder holds compose.yml); quiet: its lines go to its cluster.log only."""
@@ -242,13 +258,7 @@ def compare(*, runner=None, **options) -> Comparison:
     if both[0].layout == both[1].layout:
         print(f"compare: A and B are the same layout ({both[0].layout}): two runs must agree (determinism)",
               flush=True)
-    for side in both:  # fresh folders: no earlier run's metrics, logs or resume state
-        try:
-            if os.path.exists(side.run_dir):
-                shutil.rmtree(side.run_dir)
-        except OSError as e:
-            raise ConfigError(f"--run-dir: cannot empty {repo_path(side.run_dir)} for run {side.name}: {e}; remove "
-                              f"it yourself or pass another --run-dir") from None
+    empty_folders(both, lambda side: f"run {side.name}")
     series = []
     for side in both:
         print(f"compare: run {side.label} into {repo_path(side.run_dir)}\n  = {side.up_line}", flush=True)

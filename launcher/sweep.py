@@ -24,16 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from dataclasses import dataclass
 
-from simcluster.launcher.compare import ComposeRun, Side, check_folders
+from simcluster.launcher.compare import ComposeRun, Side, check_folders, empty_folders
 from simcluster.launcher.compare_read import check_options, failure_text, read_series
 from simcluster.launcher.job.files import ROOT, repo_path
 from simcluster.launcher.job.request import JobRequest, make_request
 from simcluster.launcher.job.sections import CompareOptions
 from simcluster.train.errors import ConfigError
-from simcluster.train.series import Comparison, Series, compare_series, fmt, spans
+from simcluster.train.series import Comparison, Series, compare_series, fmt
 
 HINT = ("what moves with the node boundaries: LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, a node's own files "
         "(/tmp) and its host name; use RANK and WORLD_SIZE for global indices (a pipeline stage, a data "
@@ -245,13 +244,7 @@ def sweep_request(request: JobRequest, *, metric: str = CompareOptions.metric, m
     check_folders(sides)
     runner = runner or ComposeRun(quiet)
     runner.check(sides)
-    for side in sides:  # fresh folders: no earlier run's metrics, logs or resume state
-        try:
-            if os.path.exists(side.run_dir):
-                shutil.rmtree(side.run_dir)
-        except OSError as e:
-            raise ConfigError(f"--run-dir: cannot empty {repo_path(side.run_dir)} for layout {side.label}: {e}; "
-                              f"remove it yourself or pass another --run-dir") from None
+    empty_folders(sides, lambda side: f"layout {side.label}")
     runs: list[LayoutRun] = []
     for side in sides:
         line = side.up_line if side.command.startswith("python -m launcher generate") else side.command
