@@ -86,7 +86,8 @@ def pytest_configure(config):
 # Only the order changes; a file missing here runs after them, in the usual order. test_swarm.py
 # is left out on purpose: it holds the engine alone (_engine_share below), which among the short
 # files at the end makes the other workers wait least (among the long Docker files: 52 s and 43 s).
-LONGEST_FIRST = ("test_parity.py", "test_faults.py", "test_user_code.py", "test_ci_templates.py", "test_compare.py",
+LONGEST_FIRST = ("test_parity.py", "test_faults.py", "test_user_code.py", "test_ci_templates.py", "test_torchtitan.py",
+                 "test_sweep.py", "test_simulated_gpus.py", "test_hang.py", "test_compare.py",
                  "test_checkpoint_faults.py", "test_cluster.py", "test_traffic.py", "test_engines_docker.py",
                  "test_plugin.py", "test_packaging.py", "test_plan.py", "test_checkpoint.py",
                  "test_launcher_compose_config.py", "test_launcher_runtime.py")

@@ -194,7 +194,9 @@ def test_docker_stop_is_reported_as_stopped_by_a_signal(tmp_path):
 
 
 @docker_test
-def test_ctrl_c_ends_everything_within_10_s(tmp_path):
+def test_ctrl_c_ends_everything_within_20_s(tmp_path):
+    """Ctrl-C: `up` stops every container and exits 130. Quiet, it takes a few seconds; the bound is 20 s
+    because on a busy machine (the suite beside a 2x2x2 job, load about 20) it took 14.8 s."""
     up = Up(tmp_path, "--steps", "2000")
     try:
         t0 = time.monotonic()
@@ -207,7 +209,7 @@ def test_ctrl_c_ends_everything_within_10_s(tmp_path):
         print(f"\nCtrl-C: up exited after {up.t_exit - t_int:.1f}s, containers stopped after "
               f"{up.t_all_stopped - t_int:.1f}s")
         assert code == 130, up.why()
-        assert up.t_exit - t_int < 10 and project_states(up.project) == {}, (up.t_exit - t_int, up.why())
+        assert up.t_exit - t_int < 20 and project_states(up.project) == {}, (up.t_exit - t_int, up.why())
     finally:
         up.cleanup()
 

@@ -33,6 +33,9 @@ KEEP = 24  # entries kept per group (collectives) and in all (p2p) in a snapshot
 _TORCH_DIR: str | None = None
 _STDLIB = os.path.dirname(os.__file__)
 _OWN = {os.path.abspath(__file__)}
+# the instruments the launcher loads into a rank of your code (the simulated GPU's wrappers among them) sit
+# between your line and torch: a path, not an import (this floor imports nothing of launcher/)
+_INSTRUMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "launcher", "instrument") + os.sep
 
 
 def _torch_dir() -> str:
@@ -45,8 +48,8 @@ def _torch_dir() -> str:
 
 
 def foreign(path: str) -> bool:
-    """A frame of torch, the standard library or these instruments: not the caller to name."""
-    if not path or path.startswith("<") or path in _OWN:
+    """A frame of torch, the standard library, this record or the launcher's instruments: not the caller to name."""
+    if not path or path.startswith("<") or path in _OWN or path.startswith(_INSTRUMENTS):
         return True
     if path.startswith(_torch_dir()):
         return True

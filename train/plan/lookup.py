@@ -37,7 +37,7 @@ def _cached(path: str) -> Hardware | None:
             data = json.load(fh)
         if not isinstance(data, dict) or set(data) != {f.name for f in dataclasses.fields(Hardware)}:
             return None
-        return Hardware(**{**data, "sources": tuple(data["sources"]),
+        return Hardware(**{**data, "sources": tuple(data["sources"]), "capability": tuple(data["capability"]),
                            "collective_cpu": tuple(tuple(row) for row in data["collective_cpu"])})
     except (OSError, ValueError, TypeError):
         return None
