@@ -3,14 +3,15 @@ with bf16 autocast on a tiny Llama from transformers, built from its config (no 
 tinyshakespeare read bytewise; a GPU script as written for GPUs, run on the simulated GPUs unchanged.
 
     python -m launcher up --nodes 2 --nproc-per-node 4 --script examples/frameworks/accelerate_nd/train.py \
-        --requirements examples/frameworks/accelerate_nd/requirements.txt -- --steps 6
-    torchrun --nproc-per-node 8 examples/frameworks/accelerate_nd/train.py --steps 6   # on 8 GPUs
+        --requirements examples/frameworks/accelerate_nd/requirements.txt --mount /work/shared/data:/data -- --steps 6
+    torchrun --nproc-per-node 8 examples/frameworks/accelerate_nd/train.py --data DATA_DIR/tinyshakespeare.txt  # 8 GPUs
 
 The mesh is (dp_replicate, dp_shard, tp) = (--dp-replicate, --dp-shard, --tp), its product the world.
 Each decoder block's attention and MLP are split across the tp ranks (torch's ColwiseParallel /
 RowwiseParallel on accelerate's own "tp" submesh) before ``accelerator.prepare``, which then shards
 the model with FSDP2 over (dp_replicate, dp_shard) (HSDP when dp_replicate > 1). Every tp group reads
-the same batch (tokens are bytes: vocabulary 256); rank 0 prints ``step N/M loss X``.
+the same batch (tokens are bytes: vocabulary 256). Rank 0 prints what accelerate found
+(``accelerate: FSDP on cuda, 8 processes, mesh {...}``) and ``step N/M loss X`` (the mean over ranks).
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def main() -> None:
     p.add_argument("--tp", type=int, default=2)
     p.add_argument("--batch", type=int, default=4, help="sequences per data-parallel group and step")
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--data", default="/work/shared/data/tinyshakespeare.txt")
+    p.add_argument("--data", default="/data/tinyshakespeare.txt", help="a text file, read as bytes")
     args = p.parse_args()
 
     pc = ParallelismConfig(dp_replicate_size=args.dp_replicate, dp_shard_size=args.dp_shard, tp_size=args.tp)
@@ -54,6 +55,8 @@ def main() -> None:
                                           transformer_cls_names_to_wrap=["LlamaDecoderLayer"])
     accelerator = Accelerator(parallelism_config=pc, fsdp_plugin=fsdp, mixed_precision="bf16")
     mesh = accelerator.torch_device_mesh
+    accelerator.print(f"accelerate: {accelerator.distributed_type.value} on {accelerator.device.type}, "
+                      f"{accelerator.num_processes} processes, mesh {dict(zip(mesh.mesh_dim_names, mesh.shape))}")
 
     torch.manual_seed(0)  # the same initial weights on every rank
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
@@ -70,7 +73,7 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
     model, optimizer = accelerator.prepare(model, optimizer)
 
-    dp_rank = mesh["dp_replicate", "dp_shard"]._flatten().get_local_rank() if args.dp_replicate * args.dp_shard > 1 else 0
+    dp_rank = accelerator.process_index // args.tp  # the mesh is row-major, tp innermost
     data = batches(args.data, dp_rank, args.dp_replicate * args.dp_shard, args.batch, args.steps)
     for step, ids in enumerate(data, start=1):
         ids = ids.to(accelerator.device)
