@@ -9,7 +9,9 @@ and accelerator objects) and a Hugging Face transformers GPT-2 built from its co
 torch.distributed.pipelining stages, each on 2 nodes x 2 ranks from a folder outside the repository:
 the run ends 0, the loss falls, the checkpoint of all 4 ranks lands in RUN_DIR/work/checkpoint, the
 user's folder is untouched, the summary names the derived image, and asking for the same
-requirements again builds nothing. The first build downloads the wheels (pip, from the registry).
+requirements again builds nothing; and HF accelerate's ND parallelism (ParallelismConfig: HSDP x FSDP2 x TP,
+bf16) on 2 nodes x 4 simulated GPUs: accelerate sees 8 processes and cuda, the loss falls. The first build
+downloads the wheels (pip, from the registry).
 """
 from __future__ import annotations
 
@@ -29,15 +31,17 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("trainer_image")]
 
 
-def run_example(name: str, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path, Path]:
-    """The example copied to a user's folder outside the repo, run with `launcher up --requirements`."""
+def run_example(name: str, tmp_path: Path, *args: str, nproc: int = 2,
+                launcher_args: tuple[str, ...] = ()) -> tuple[subprocess.CompletedProcess, Path, Path]:
+    """The example copied to a user's folder outside the repo, run with `launcher up --requirements` on 2 nodes
+    of nproc ranks, launcher_args before the script's args."""
     code = tmp_path / "project"
     shutil.copytree(ROOT / "examples" / "frameworks" / name, code)
     before = sorted(p.name for p in code.iterdir())
     run = tmp_path / "run"
     proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--run-dir", str(run), "--nodes", "2",
-                           "--nproc-per-node", "2", "--script", str(code / "train.py"), "--requirements",
-                           str(code / "requirements.txt"), "--", *args], cwd=ROOT, capture_output=True, text=True,
+                           "--nproc-per-node", str(nproc), "--script", str(code / "train.py"), "--requirements",
+                           str(code / "requirements.txt"), *launcher_args, "--", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=900)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert sorted(p.name for p in code.iterdir()) == before  # the user's folder is never written
@@ -106,3 +110,19 @@ def test_the_docs_own_image_recipe_builds_and_runs(tmp_path):
         assert out.stdout.split() == ["tqdm", "2.13.0+cpu", "1000"], out.stdout + out.stderr
     finally:
         subprocess.run(["docker", "image", "rm", "-f", tag], capture_output=True)
+
+
+def test_accelerate_nd_parallel_hsdp_fsdp2_tp_on_simulated_gpus(tmp_path):
+    """accelerate's ParallelismConfig (dp_replicate 2 x dp_shard 2 x tp 2) with bf16 autocast, 2 nodes x 4 ranks:
+    accelerate finds 4 CUDA devices a node and a world of 8 (with --no-simulated-gpus it raises "total_size (8)
+    does not match num_processes (1)"), and the loss falls."""
+    data = ROOT.parent / "shared" / "data"  # tinyshakespeare.txt beside the repository, as examples/llama_2d.py reads it
+    proc, run, _ = run_example("accelerate_nd", tmp_path, "--steps", "6", nproc=4,
+                               launcher_args=("--mount", f"{data}:/data"))
+    assert "accelerate: FSDP on cuda, 8 processes, mesh {'dp_replicate': 2, 'dp_shard': 2, 'tp': 2}" in proc.stdout
+    losses = [float(x) for x in re.findall(r"r0 +\| step \d+/6 loss ([\d.]+)", proc.stdout)]
+    assert len(losses) == 6 and losses[-1] < losses[0] * 0.8, losses
+    assert "  simulated GPUs: 4 a node (cuda -> cpu, nccl -> gloo)" in proc.stdout, proc.stdout[-3000:]
+    record = json.loads((run / "summary.json").read_text())
+    assert record["ok"] and record["image"].startswith("simcluster/deps:"), record
+    assert_ends_quietly(proc.stdout + proc.stderr, run)
