@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import noise
+from conftest import need_torch, noise
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOT = ROOT / "launcher" / "instrument" / "boot"
@@ -117,7 +117,7 @@ def test_fsdp_divide_factor_sums_then_scales_on_gloo():
 
 
 def test_flex_attention_backward_on_cpu_equals_sdpa():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     import torch.nn.attention.flex_attention as flex
     from simcluster.launcher.instrument.flex_cpu import largest_difference
 
@@ -130,7 +130,7 @@ def test_flex_attention_backward_on_cpu_equals_sdpa():
 
 
 def test_forked_ranks_draw_their_own_seeds():
-    torch = pytest.importorskip("torch")
+    torch = need_torch()
     from simcluster.train.forked_rank import _fresh_seeds
 
     draws = []
