@@ -38,6 +38,8 @@ def install(collectives) -> None:
 
 def _demo() -> None:
     """2 ranks: FSDP2 with a divide factor of 4 on gloo; prints the gradient's sum on each rank."""
+    import sys
+
     import torch
     import torch.distributed as dist
     from torch.distributed.fsdp import fully_shard
@@ -49,8 +51,12 @@ def _demo() -> None:
     model = fully_shard(torch.nn.Linear(4, 4, bias=False))
     model.set_gradient_divide_factor(4.0)
     model(torch.ones(2, 4) * (dist.get_rank() + 1)).sum().backward()
-    print(dist.get_rank(), float(model.weight.grad.full_tensor().sum()), flush=True)
-    dist.barrier()  # both ranks done with the group before either tears it down
+    total = float(model.weight.grad.full_tensor().sum())
+    for turn in range(dist.get_world_size()):  # one rank writes at a time: the lines never interleave
+        if turn == dist.get_rank():
+            sys.stdout.write(f"{dist.get_rank()} {total}\n")
+            sys.stdout.flush()
+        dist.barrier()  # the last one also keeps both ranks in the group until both are done
     dist.destroy_process_group()
 
 
