@@ -229,9 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(fix_negative_values(own, ("--mesh", "--against", "--rtol")))
     if unknown:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+        yours = getattr(args, "script", None) or getattr(args, "module", None)
         hint = (f"; compare takes no trainer options: your code's arguments go after --, e.g. ... -- "
-                f"{' '.join(unknown)}" if args.command == "compare" else "")
-        parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+                f"{' '.join(unknown)}" if args.command == "compare" else
+                f"; your code's arguments go after --, e.g. ... -- {' '.join(unknown)}" if yours else
+                f"; its options: python -m launcher {args.command} --help")
+        sub.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")  # the command's own usage line
     args.job_argv = job_argv
     try:
         return COMMANDS[args.command](args)

@@ -13,7 +13,7 @@ import math
 from simcluster.launcher.job.files import repo_path
 from simcluster.train.errors import ConfigError
 from simcluster.train.rundir import METRICS, step_rows
-from simcluster.train.runlog import rank_lines, summary_lines
+from simcluster.train.runlog import printed_series, rank_lines, summary_lines
 from simcluster.train.series import Comparison, Series, metric_pattern, series_from_lines, series_from_rows
 
 
@@ -53,7 +53,9 @@ def failure_text(side) -> str:
 def read_series(side, metric: str, metric_regex: str | None) -> Series:
     """The metric's series of a finished side: ``metric`` of its step rows (rundir.step_rows:
     metrics.jsonl, rows of one step merged, joined with the instruments' step records), or the
-    lines its ranks printed (cluster.log) that metric_regex matches.
+    lines its ranks printed (cluster.log) that metric_regex matches. Without metric_regex, a
+    "loss" that no row holds is read from what the ranks printed in the common formats, as `up`'s
+    summary reads it (runlog.printed_series: the highest rank that prints one).
 
     Raises:
         ConfigError: the series is empty or not numbers (naming the run, what it logged and a fix).
@@ -73,6 +75,10 @@ def read_series(side, metric: str, metric_regex: str | None) -> Series:
         series = series_from_rows(rows, metric)
     except ValueError as e:
         raise ConfigError(f"--metric{'-regex' if metric_regex else ''}: {where}: {e}") from None
+    if not series and metric == "loss":  # a loss the ranks only printed, read as `up`'s summary reads it
+        _, series = printed_series(side.run_dir)
+        if series:
+            return series
     path = f"{repo_path(side.run_dir)}/{METRICS}"
     if not rows:
         raise ConfigError(f"--metric {metric}: {where} wrote no {path}; append {{\"step\": N, \"{metric}\": X}} per "
@@ -81,7 +87,8 @@ def read_series(side, metric: str, metric_regex: str | None) -> Series:
         keys = sorted({k for r in rows for k in r})
         raise ConfigError(f"--metric {metric}: {where}'s steps ({path} and the instruments' steps/) have no "
                           f"{metric!r} in their {len(rows)} rows; their keys: "
-                          f"{', '.join(keys)}; pass one with --metric, e.g. --metric {next(iter(keys), 'loss')}")
+                          f"{', '.join(keys)}; pass one with --metric (e.g. --metric {next(iter(keys), 'loss')}), "
+                          f"or read what the ranks print with --metric-regex REGEX (e.g. --metric-regex 'loss (\\S+)')")
     return series
 
 

@@ -62,6 +62,19 @@ def test_a_mismatch_at_one_sequence_number_names_both_sides_and_a_silent_rank_is
                      "rank 3 sent no record (died, or stuck in C code holding the interpreter's lock)"]
 
 
+def test_a_hang_before_any_step_and_a_collective_without_tensors_read_plainly():
+    """Code with no optimizer step to count (or a hang in step 1) is not said to hang "at step 1",
+    and a barrier (no tensor) is named without an empty shape."""
+    records = load("skip")["records"]
+    for rec in records.values():
+        rec["step"] = 0
+    last = [e for e in records["1"]["collectives"] if e["group"] == [0, 1]][-1]
+    last.update(op="barrier", shapes=[], dtypes=[], where="hang.py:46")
+    lines = diagnose(records, 4, 11.2)
+    assert lines == ["HANG before any step ended, after 11 s: MISMATCH in collective #3 of group [0, 1]: rank 0 runs "
+                     "all_reduce [8] float (hang.py:45); rank 1 runs barrier (hang.py:46)"], lines
+
+
 def test_torch_detail_message_is_named_on_both_sides():
     text = ("Detected mismatch between collectives on ranks. Rank 1 is running collective: CollectiveFingerPrint("
             "SequenceNumber=2, OpType=ALLREDUCE, TensorShape=[16], TensorDtypes=Float, TensorDeviceTypes="
@@ -135,7 +148,9 @@ def test_a_short_pipeline_stage_on_a_2x2x2_mesh_is_named(tmp_path, trainer_image
     assert run.hang[0].endswith("ranks 4, 5, 6, 7 wait in all_reduce #3 of group [0, 1, 2, 3, 4, 5, 6, 7] (hang.py:64); "
                                 "ranks 0, 1, 2, 3 never entered it, each waits in send #6 to rank 4, 5, 6, 7 in turn "
                                 "(hang.py:50)"), run.hang
-    assert "HANG         at step 3" in run.summary
+    assert "HANG         at step 3" in run.summary and run.summary.startswith("== summary: HANG ==")
+    # every rank exited 4, and each node says so rather than torchrun's 1 for a failed worker
+    assert run.summary.count("exit 4 (its ranks ended by the stall watch: hang.json)") == 2, run.summary
     assert sorted(os.listdir(tmp_path / "hang" / "stacks")) == [f"rank-{r}.txt" for r in range(8)]
     report = subprocess.run([sys.executable, "-m", "launcher", "report", "--run-dir", str(tmp_path / "hang")],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -185,3 +185,14 @@ def test_exit_grace_s_one_field_every_door(tmp_path):
         simcluster.run(model="tiny", mesh="1x1x1", target="slurm", exit_grace_s=30, run_dir=str(tmp_path / "r"))
     assert cli.main(["up", "--model", "tiny", "--exit-grace-s", "x", "--run-dir", str(tmp_path / "r")]) == 2
     assert not (tmp_path / "r").exists()
+
+
+def test_every_fields_example_is_a_value_it_accepts():
+    """The example an error suggests (``e.g. name=value (--flag value)``) is one the field itself takes:
+    given (not None) and accepted by its own check (``--stall-s nan`` once suggested ``--stall-s None``)."""
+    from simcluster.launcher.job.fields import FIELDS, check_value
+
+    assert [n for n, spec in FIELDS.items() if spec.example is None] == []
+    for name, spec in FIELDS.items():
+        value = [spec.example] if spec.kind == "strs" else spec.example  # as example() writes a list field
+        check_value(name, value)  # raises ConfigError naming the field if not

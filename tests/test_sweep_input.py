@@ -129,3 +129,26 @@ def test_cli_exit_codes(tmp_path, monkeypatch, capsys):
     outputs["one node"] = GOOD
     assert cli.main(argv + ["--quiet", "--", "--steps", "3"]) == 0
     assert "sweep: OK: loss agrees" in capsys.readouterr().out
+
+
+class Printed(Fake):
+    """A side whose code only prints its loss (``step N loss X`` on rank 0, as `up`'s summary reads it) and
+    whose metrics.jsonl rows hold the instruments' keys but no loss."""
+
+    def __call__(self, side) -> int:
+        code = super().__call__(side)
+        folder = Path(side.run_dir)
+        series = self.outputs[side.name.replace(" ", "_")][1]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "rss_mb": 50.0}) + "\n" for s, _ in series))
+        (folder / "cluster.log").write_text("".join(f"node-0 r0    | step {s} loss {v}\n" for s, v in series))
+        return code
+
+
+def test_a_loss_the_ranks_only_print_is_read_as_up_reads_it(tmp_path):
+    """No "loss" in the rows and no --metric-regex: the printed loss, in the common formats (series.LOSS_REGEX)."""
+    differs = [(1, 0.856526), (2, 0.9), (3, 0.95)]
+    fake = Printed(own=(0, GOOD, []), one_node=(0, differs, []), rank_per_node=(0, GOOD, []))
+    s = sweep(script=SCRIPT, nodes=2, nproc_per_node=2, args=["--steps", "3"], run_dir=str(tmp_path / "b"),
+              runner=fake)
+    step, run = s.first
+    assert not s.ok and step == 2 and run.side.label == "one node (1 node x 4 ranks)", result_text(s)

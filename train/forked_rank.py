@@ -26,6 +26,7 @@ import signal
 import sys
 import traceback
 
+from simcluster.train import stallwatch
 from simcluster.train.layout import TRAINER_MODULE
 
 # Imported before the fork for any entry: what every torchrun script imports (torch: 1.3 s of a
@@ -98,6 +99,8 @@ def _run(body) -> None:
         if e.code not in (None, 0):
             raise
     except BaseException:  # the rank's own stderr shows its traceback, as a fresh interpreter's would
+        if stallwatch.declared():  # a consequence of the declared hang (a peer left first): exit as the hang
+            stallwatch.exit_as_hang()
         traceback.print_exc()
         sys.stderr.flush()
         raise

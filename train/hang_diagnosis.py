@@ -15,7 +15,9 @@ thread's innermost frame outside torch) in, lines out. The cases, in the order t
 - ranks whose record never came (died, or stuck holding the interpreter's lock).
 
 The first line starts ``HANG at step S after N s:``; S is the first step not yet ended on the
-slowest rank (1-based), N the seconds without progress on any rank.
+slowest rank (1-based), N the seconds without progress on any rank. While no rank has ended a step
+(a hang in step 1, or code with no optimizer step to count) it starts ``HANG before any step
+ended, after N s:``.
 """
 from __future__ import annotations
 
@@ -89,7 +91,8 @@ def _mismatch(records: dict) -> str | None:
         for r, e in by_rank.items():
             kinds.setdefault((e["op"], _shape(e)), []).append(r)
         if len(kinds) > 1:
-            sides = [f"{_ranks(rs)} {'runs' if len(rs) == 1 else 'run'} {op} {shape} ({by_rank[rs[0]].get('where', '?')})"
+            sides = [f"{_ranks(rs)} {'runs' if len(rs) == 1 else 'run'} {' '.join(filter(None, (op, shape)))} "
+                     f"({by_rank[rs[0]].get('where', '?')})"
                      for (op, shape), rs in sorted(kinds.items(), key=lambda x: min(x[1]))]
             return f"MISMATCH in collective #{seq} of group {list(group)}: " + "; ".join(sides)
     return None
@@ -146,7 +149,8 @@ def diagnose(records: dict, world_size: int, idle_s: float) -> list[str]:
     """
     records = {int(r): v for r, v in records.items()}
     steps = [int(v.get("step") or 0) for v in records.values()]
-    head = f"HANG at step {min(steps) + 1 if steps else '?'} after {idle_s:.0f} s: "
+    head = (f"HANG at step {min(steps) + 1} after {idle_s:.0f} s: " if steps and max(steps) > 0 else
+            f"HANG before any step ended, after {idle_s:.0f} s: ")  # in step 1, or code without optimizer steps
     lines = []
     found = _mismatch(records) or _unmatched(records, cycles_only=True) or _missing(records) or _unmatched(records)
     if found is None:

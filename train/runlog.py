@@ -127,7 +127,7 @@ def read_summary(run_dir: str) -> dict | None:
 
 
 def last_summary(run_dir: str | None) -> tuple[float, str | None] | None:
-    """(UNIX time RUN_DIR/cluster.log was last written, its last ``== summary: OK|FAILED ==``
+    """(UNIX time RUN_DIR/cluster.log was last written, its last ``== summary: OK|FAILED|HANG|NO WORK ==``
     line or None), or None without a cluster.log: when and how the folder's last `up` ended."""
     path = os.path.join(run_dir or "", CLUSTER_LOG)
     if not run_dir or not os.path.isfile(path):
@@ -200,7 +200,7 @@ def log_lines(run_dir: str, node: str | None = None, rank: int | None = None) ->
 
 
 def summary_lines(run_dir: str) -> list[str]:
-    """The lines of RUN_DIR/cluster.log's last summary, from its ``== summary: OK|FAILED ==`` line
+    """The lines of RUN_DIR/cluster.log's last summary, from its ``== summary: OK|FAILED|HANG|NO WORK ==`` line
     on; [] without one."""
     lines = _log_lines(run_dir)
     start = max((i for i, line in enumerate(lines) if line.startswith("== summary:")), default=None)

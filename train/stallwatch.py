@@ -18,7 +18,8 @@ rank then writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler: every thread's Pyt
 publishes its record (commrecord.Record.snapshot with its step and its main thread's top frame);
 rank 0 waits for them (at most COLLECT_S), writes ``RUN_DIR/hang.json`` (the diagnosis,
 train/hang_diagnosis.py, and every record), prints the diagnosis, sets EXIT, and every rank exits
-with EXIT_HANG (4). A rank that called ``destroy_process_group`` stops publishing and watching.
+with EXIT_HANG (4). Once a rank has seen the stall declared, an error its main thread meets (a peer
+that left first closed its socket) ends it with EXIT_HANG too, quietly: ``declared``. A rank that called ``destroy_process_group`` stops publishing and watching.
 """
 from __future__ import annotations
 
@@ -70,6 +71,32 @@ def read_hang(run_dir: str, since: float = 0.0) -> dict | None:
     return doc if isinstance(doc, dict) and isinstance(doc.get("diagnosis"), list) else None
 
 
+def declared() -> bool:
+    """True once this rank's watch has seen the stall declared: from then on the rank is ending as a
+    hang, and an error its main thread meets (a peer that already exited closed its socket) is a
+    consequence, not a failure of its own (``exit_as_hang``)."""
+    return WATCH is not None and WATCH.declared
+
+
+def exit_as_hang() -> None:
+    """End this process with EXIT_HANG at once, quietly (its streams flushed)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(EXIT_HANG)
+
+
+def _hook(inner):
+    def hook(kind, value, tb):  # a fresh interpreter's main thread raising after the stall was declared
+        if declared():
+            exit_as_hang()
+        inner(kind, value, tb)
+    hook.__wrapped__ = inner
+    return hook
+
+
 def note_step() -> None:
     """A step ended on this rank (progress for the stall clock)."""
     STEPS[0] += 1
@@ -109,7 +136,7 @@ class Watch(threading.Thread):
     def __init__(self, stall_s: float, out_dir: str, rank: int):
         super().__init__(daemon=True, name="simcluster-stall-watch")
         self.stall_s, self.out_dir, self.rank = float(stall_s), out_dir, rank
-        self.finished = False
+        self.finished = self.declared = False
         self.store = None
         self.world = 1
         self.fingerprint = None
@@ -171,7 +198,9 @@ class Watch(threading.Thread):
         return commrecord.frame_text(frame) if frame is not None else "?"
 
     def _dump(self) -> None:
-        self.finished = True
+        self.finished = self.declared = True
+        if not hasattr(sys.excepthook, "__wrapped__"):
+            sys.excepthook = _hook(sys.excepthook)  # forked ranks: train/forked_rank.py asks declared()
         trigger = json.loads(self.store.get(DUMP).decode())
         folder = os.path.join(self.out_dir, STACKS_DIR)
         try:
@@ -193,9 +222,7 @@ class Watch(threading.Thread):
         deadline = time.monotonic() + COLLECT_S + 15
         while time.monotonic() < deadline and not self.store.check([EXIT]):
             time.sleep(0.2)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(EXIT_HANG)
+        exit_as_hang()
 
     def _conclude(self, trigger: dict) -> None:
         deadline = time.monotonic() + COLLECT_S

@@ -64,6 +64,7 @@ from simcluster.launcher.instrument.rank import boot
 from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
 from simcluster.launcher.container.layout import JOIN_TIMEOUT_S
 from simcluster.train.layout import TRAINER_MODULE, node_ranks, rank_range
+from simcluster.train.stallwatch import EXIT_HANG, read_hang
 
 STOP_GRACE_S = 2.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
 GONE_WAIT_S = 15.0  # after FINISHED, wait this long at most for the rendezvous to exit (it takes a few seconds)
@@ -200,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                              "node's network); gives up after the join timeout")
     args = parser.parse_args(own)
     name = args.node_name or socket.gethostname()
+    started = time.time()  # a hang.json older than this is a previous run's
     ranks = rank_range(args.node_rank, args.nproc_per_node)
 
     problem = workdir.check_writable(args.run_dir) if args.run_dir else None
@@ -254,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     if signalled:  # `docker stop` (SIGTERM) or Ctrl-C: stopped, not crashed
         code, why = 128 + signalled[0], f"stopped by {signal.Signals(signalled[0]).name}"
     code = code or (1 if why else 0)
+    if code and not why and args.run_dir and read_hang(args.run_dir, started):  # torchrun's 1 for ranks that exited 4
+        code, why = EXIT_HANG, "its ranks ended by the stall watch: hang.json"
     print(f"[{name}] torchrun exited {code}" + (f" ({why})" if why else ""), flush=True)
     report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, code, reason=why, waits=not signalled)
     if not signalled:  # being stopped (compose down, docker stop): leave now

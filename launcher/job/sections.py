@@ -248,7 +248,7 @@ SWEEP_COMPARE = ("metric", "metric_regex", "rtol")  # CompareOptions' fields swe
 
 _CONFIG_EXAMPLES = {"mesh": "2x2x2", "model": "tiny", "dim": 64, "n_layers": 4, "n_heads": 4, "ffn_dim": 128,
                     "seq_len": 64, "global_batch": 8, "data": "data/corpus.txt", "run_dir": "runs/mesh-2x2x2",
-                    "resume": "runs/mesh-2x2x2", "trace_steps": "2,3", "steps": 3}
+                    "resume": "runs/mesh-2x2x2", "trace_steps": "2,3", "steps": 3, "stall_s": 60}
 _CONFIG_SPECS = {"steps": dict(lo=1, hi=MAX_STEPS), "timeout_s": dict(lo=0, strict_lo=True)}
 
 

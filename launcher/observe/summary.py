@@ -139,7 +139,8 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     aborted = {} if ok else aborted_after_work(stream, launch, run_dir, codes, tracebacks, since)
     ok = ok or bool(aborted)  # ranks that aborted at exit after their work explain the failure: not one
     show = stream.show
-    show(f"== summary: {'NO WORK' if no_work else 'OK' if ok else 'FAILED'} ==")
+    hang = read_hang(run_dir, since) if not ok else None  # a stall: no rank failed first, every rank stopped
+    show(f"== summary: {'NO WORK' if no_work else 'OK' if ok else 'HANG' if hang else 'FAILED'} ==")
     if no_work:
         show(f"  NO WORK      every rank exited 0 without a step or a collective: nothing was trained or "
              f"communicated (did your code find what it needs, GPUs or data, and exit early? its output: "
@@ -179,7 +180,6 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     if stream.per_rank:  # each line tells its rank (torchrun's [rankR]: prefix); a Slurm job's one file does not
         show(f"  rank output  {_rank_output(stream, launch.world_size)}"
              + ("" if not stream.misplaced else "; MISPLACED: " + "; ".join(stream.misplaced)))
-    hang = read_hang(run_dir, since) if not ok else None  # a stall: no rank failed first, every rank stopped
     first = None if ok or hang else _first_failed(stream, launch, tracebacks)
     for k, name in enumerate(launch.names):
         reason = _node_reason(name, codes.get(name), stream.reasons.get(name), first)
