@@ -96,6 +96,11 @@ dist.all_reduce(t, group=g)
 dist.barrier(device_ids=[c.current_device()])
 mesh = init_device_mesh("cuda", (1,), mesh_dim_names=("dp",))
 out["mesh"] = mesh.device_type
+ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1).cuda(), device_ids=[c.current_device()],
+                                                output_device=c.current_device())  # the DDP tutorial's GPU form
+ddp(torch.ones(3, 2, device="cuda")).sum().backward()
+out["ddp"] = [str(ddp.module.weight.grad.device), ddp.device_ids]
+out["ddp_bad_id"] = err(lambda: torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1).cuda(), device_ids=[7]))
 dist.destroy_process_group()
 
 out["graph"] = err(lambda: torch.cuda.CUDAGraph())

@@ -94,11 +94,35 @@ def test_the_environment_carries_the_limit_and_the_check():
     assert Instruments(stall_s=0).env() == {"SIMCLUSTER_STALL_S": "0"} and Instruments.from_env({"SIMCLUSTER_STALL_S": "nan"}).stall_s == 0
 
 
+def test_slurm_up_instruments_your_code_as_its_batch_script_cannot():
+    """`up --target slurm` runs the batch script unchanged; its sbatch exports the instruments (the boot
+    folder, the run folder, torchrun's --tee with the rank prefix), so --stall-s is taken there, while
+    `generate --target slurm` (a real cluster's stock torchrun) refuses it (above)."""
+    from simcluster.launcher.engines.registry import engine_named
+    from simcluster.launcher.engines.slurm.run import submit_env
+    from simcluster.launcher.job.options import resolve
+    from simcluster.launcher.job.request import make_request
+    from simcluster.launcher.job.sections import UpOptions
+
+    req = make_request("up", module="gpuprog", image="simcluster/trainer:latest", nodes=2, nproc_per_node=2,
+                       stall_s=5, target="slurm", run_dir="runs/g")
+    launch = resolve(req, "1000:1000")[0]
+    engine_named("slurm").check(launch, req.section(UpOptions))  # no ConfigError: the simulation instruments it
+    assert submit_env(launch, "/work/runs/g") == {
+        "SIMCLUSTER_SETUP": "true", "PYTHONPATH": "/work/simcluster/launcher/instrument/boot:/work",
+        "SIMCLUSTER_INSTRUMENT": "1", "SIMCLUSTER_OUTPUT_DIR": "/work/runs/g", "PET_TEE": "3",
+        "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[rank${rank}]:"}
+    assert not any("," in v for v in submit_env(launch, "/work/runs/g").values())  # sbatch --export's separator
+    trainer = make_request("up", model="tiny", mesh="2x1x1", target="slurm", run_dir="runs/t")
+    assert submit_env(resolve(trainer, "1000:1000")[0], "/work/runs/t") == {"SIMCLUSTER_SETUP": "true"}
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--stall-s", "-1"], "--stall-s: must be a finite number of seconds in [0, 1e+06], got -1.0"),
-    (["--stall-s", "nan"], "stall_s: must be a finite number, got nan"),
+    (["--stall-s", "nan"], "stall_s: must be a finite number, got nan; e.g. stall_s=60 (--stall-s 60)"),
     (["--stall-s", "61"], "--stall-s: must be at most the job's timeout (60 s), got 61; e.g. --stall-s 60, or raise"),
-    (["--stall-s", "5", "--target", "slurm"], "--stall-s 5: on the slurm target your code's ranks run without"),
+    (["--stall-s", "5", "--target", "slurm"], "--stall-s 5: a slurm document runs your code's ranks without the "
+                                              "instruments (stock torchrun, no node wrapper)"),
     (["--check-collectives", "2"], "--check-collectives: 0 or 1, got 2"),
 ])
 def test_bad_stall_input_exits_2_naming_the_fix(tmp_path, flags, message):

@@ -92,6 +92,7 @@ def test_a_rank_answers_as_a_gpu_of_its_node(tmp_path):
     assert got["elapsed_ms_positive"] and got["cuda_seed_repeats"] and got["cuda_state_restores"]
     assert got["autocast_dtype"] == "torch.bfloat16" and got["scaler_step"] == [pytest.approx(0.8)] * 2
     assert (got["backend"], got["mesh"]) == ("gloo", "cpu")
+    assert got["ddp"] == ["cpu", None] and got["ddp_bad_id"].startswith(f"AcceleratorError: {INVALID}")
     for key, kernel in (("graph", "CUDA graphs (torch.cuda.CUDAGraph)"), ("scaled_mm", "torch._scaled_mm"),
                         ("flash", "flash_attn.flash_attn_func"), ("triton", "the Triton kernel add_kernel")):
         assert got[key].startswith(f"RuntimeError: {kernel} is a CUDA kernel") and "gpu_check.py:" in got[key] \

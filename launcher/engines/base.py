@@ -47,6 +47,7 @@ class Engine(abc.ABC):
     bind_mounts = False
     supports_hosts = False  # --hosts N: rehearsal hosts (Swarm)
     instruments_user_code = True  # your code's ranks get the instruments (the node wrapper's), the stall watch too
+    instruments_user_code_up = True  # and when `up` runs its document here (Slurm: its simulation adds them)
     unsupported: dict[str, str] = {}
 
     def out_path(self, job_name: str) -> str:

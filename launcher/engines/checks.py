@@ -44,7 +44,7 @@ def common_problems(engine, launch: Launch, local: bool) -> list[str]:
     """The rules every engine shares, read from its attributes (launcher/engines/base.py Engine):
     your code folder needs an engine that bind-mounts (Compose, Swarm), whose paths hold no ':';
     here at most this machine's CPUs per node; an image other hosts pull names a registry; --stall-s on your
-    code only where its ranks get the instruments."""
+    code only where its ranks get the instruments (``up``: instruments_user_code_up, else instruments_user_code)."""
     errors = []
     if not engine.bind_mounts and launch.code_dir is not None:
         code = next(m.source for m in launch.mounts if m.target == launch.code_dir)
@@ -60,10 +60,12 @@ def common_problems(engine, launch: Launch, local: bool) -> list[str]:
     if launch.engine.hosts is not None and not engine.supports_hosts:
         errors.append(f"--hosts {launch.engine.hosts}: rehearsal hosts are a swarm of Docker engines; add --target "
                       f"swarm (--target {engine.name} runs on its own machines)")
-    if launch.train is None and launch.instruments.stall_given and not engine.instruments_user_code:
-        errors.append(f"--stall-s {launch.instruments.stall_s:g}: on the {engine.name} target your code's ranks run "
-                      f"without the instruments (no node wrapper), so nothing would watch them; drop --stall-s there "
-                      f"(the built-in trainer watches itself), or rehearse the hang with --target compose")
+    instrumented = engine.instruments_user_code_up if local else engine.instruments_user_code
+    if launch.train is None and launch.instruments.stall_given and not instrumented:
+        errors.append(f"--stall-s {launch.instruments.stall_s:g}: a {engine.name} document runs your code's ranks "
+                      f"without the instruments (stock torchrun, no node wrapper), so nothing would watch them on its "
+                      f"cluster; drop --stall-s there (the built-in trainer watches itself), or rehearse the hang here "
+                      f"with launcher up")
     if launch.requirements and not engine.runs_here:
         errors.append(f"--requirements: the image it derives lives in this machine's Docker only, and a {engine.name} "
                       f"job pulls its image on its own hosts; build an image with your dependencies (docs/own-code.md), "

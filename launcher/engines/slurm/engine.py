@@ -19,7 +19,8 @@ class Slurm(Engine):
 
     name = "slurm"
     default_path = "slurm/{job}.sbatch"
-    instruments_user_code = False  # stock torchrun on each node, no node wrapper
+    instruments_user_code = False  # the batch script: stock torchrun on each node, no node wrapper
+    instruments_user_code_up = True  # the simulation's sbatch exports them (run.py submit_env)
     unsupported = run.UNSUPPORTED
 
     def registry_image(self, launch: Launch, local: bool) -> tuple[str, str] | None:

@@ -19,7 +19,6 @@ Slurm enforces no CPU or memory limit; Docker's own limits still apply to each n
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import secrets
 import time
@@ -33,6 +32,7 @@ from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.job.files import IMAGES, code_sources, host_abspath, make_run_dir
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import IMAGE as TRAINER_IMAGE, IMAGE_USER, LABEL
+from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
 from simcluster.train.layout import node_of
 from simcluster.launcher.observe.progress import split_rank
 from simcluster.launcher.observe.summary import summarise
@@ -69,6 +69,26 @@ def ensure_image(base: str = TRAINER_IMAGE) -> str:
         print(f"launcher | building {tag} (images/slurm/Dockerfile FROM {base}, apt over http)", flush=True)
         images.build_image(os.path.join(IMAGES, "slurm"), tag, buildargs={"BASE_IMAGE": base})
     return tag
+
+
+def submit_env(launch: Launch, job_run: str) -> dict[str, str]:
+    """What the simulation's ``sbatch --export=ALL,...`` adds to the batch script's own environment
+    (the script itself stays the one a real cluster gets): SIMCLUSTER_SETUP ``true`` (the image's
+    venv is already on PATH) and, for your code, the instruments a Compose node's wrapper gives its
+    ranks (launcher/container/node.py instrument_env): their boot folder first on PYTHONPATH (each
+    rank's interpreter runs its sitecustomize; stock torchrun starts fresh ones), the work folder
+    holding this checkout's ``simcluster`` last, SIMCLUSTER_INSTRUMENT=1, and SIMCLUSTER_OUTPUT_DIR,
+    the run folder as the nodes see it; and torchrun's ``--tee 3`` (``PET_TEE``, torchrun's own
+    environment form of a flag) with the ``[rankR]:`` prefix a Compose node sets, so that each line
+    is shown as its rank's and a printed loss is read. The instruments' settings (simulated GPUs,
+    stall watch, traffic) are the script's own exports (engines/document.py node_env). No value
+    holds a comma."""
+    env = {"SIMCLUSTER_SETUP": "true"}
+    if launch.train is None:
+        boot = f"{WORK}/simcluster/launcher/instrument/{BOOT_DIR}"
+        env.update(PYTHONPATH=f"{boot}:{WORK}", **{ENABLE: "1"}, SIMCLUSTER_OUTPUT_DIR=job_run,
+                   PET_TEE="3", TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[rank${rank}]:")
+    return env
 
 
 def _exec(container, cmd: list[str], user: str = "root", workdir: str | None = None) -> tuple[int, str]:
@@ -166,7 +186,8 @@ def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout
             raise LauncherError(f"Slurm nodes not idle after 60 s (sinfo: {out.strip()!r})")
         time.sleep(0.5)
     stream.show(f"launcher | slurm: {launch.nnodes} nodes idle after {time.monotonic() - t0:.1f}s; sbatch job.sbatch")
-    rc, out = _exec(ctl, ["sbatch", "--parsable", "--export=ALL,SIMCLUSTER_SETUP=true",
+    export = ",".join(["ALL", *(f"{k}={v}" for k, v in submit_env(launch, job_run).items())])
+    rc, out = _exec(ctl, ["sbatch", "--parsable", f"--export={export}",
                           f"--output={job_run}/%x-%j.out", f"{job_run}/job.sbatch"], user=IMAGE_USER, workdir=WORK)
     if rc != 0:
         raise LauncherError(f"sbatch failed: {out.strip()}")
@@ -204,9 +225,7 @@ def _run_job(ctl, launch: Launch, job_run: str, run_dir: str, t0: float, timeout
     exit_code = 0 if state == "COMPLETED" else int(code.split(":")[0]) if code.split(":")[0].isdigit() else 1
     codes = {name: exit_code for name in launch.names}  # the job's exit code: Slurm keeps no per-node one
     wall = time.monotonic() - t0
-    # Slurm's nodes run stock torchrun, without the node wrapper that installs the simulated GPUs
-    shown = dataclasses.replace(launch, instruments=dataclasses.replace(launch.instruments, simulated_gpus=False))
-    if summarise(stream, shown, run_dir, codes, wall, time.time() - wall) and state == "COMPLETED":
+    if summarise(stream, launch, run_dir, codes, wall, time.time() - wall) and state == "COMPLETED":
         return 0
     return EXIT_HANG if read_hang(run_dir, time.time() - wall) else 1
 

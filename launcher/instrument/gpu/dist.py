@@ -6,8 +6,11 @@
 backend naming nccl, alone or as ``cpu:gloo,cuda:nccl``, becomes gloo; ``device_id=`` is accepted
 and not bound: the ranks' tensors are CPU tensors), ``barrier(device_ids=...)`` (the ids checked,
 then gloo's barrier), ``is_nccl_available`` (True); in ``torch.distributed.device_mesh``:
-``DeviceMesh`` and ``init_device_mesh`` given "cuda" build a CPU mesh. NCCL_* variables in the
-environment are accepted; rank 0 names them once as without effect.
+``DeviceMesh`` and ``init_device_mesh`` given "cuda" build a CPU mesh; ``install_ddp``:
+``DistributedDataParallel(module, device_ids=[local_rank], output_device=...)``, the GPU form of
+PyTorch's DDP tutorial, checks the ids and wraps the module as DDP wraps a CPU module (no ids: torch
+refuses ids for a module whose parameters are on the CPU). NCCL_* variables in the environment are
+accepted; rank 0 names them once as without effect.
 """
 from __future__ import annotations
 
@@ -91,3 +94,23 @@ def install_mesh(torch) -> None:
     import torch.distributed as dist
     if getattr(dist, "init_device_mesh", None) is getattr(dm.init_device_mesh, "__simulated__", None):
         dist.init_device_mesh = dm.init_device_mesh
+
+
+def install_ddp(parallel) -> None:
+    """DistributedDataParallel given ``device_ids``/``output_device`` of the simulated GPUs: the ids
+    checked (torch's invalid-ordinal error beyond the node's), then dropped, as a CPU module needs."""
+    from simcluster.launcher.instrument.gpu.tensors import _wrap
+
+    def init(fn):
+        def wrapper(self, module, device_ids=None, output_device=None, *args, **kwargs):
+            for i in device_ids or ():
+                STATE.index(i)
+            if output_device is not None:
+                STATE.index(output_device)
+            on_cpu = all(p.device.type == "cpu" for p in module.parameters())
+            if on_cpu:
+                device_ids = output_device = None
+            return fn(self, module, device_ids, output_device, *args, **kwargs)
+        return wrapper
+
+    _wrap(parallel.DistributedDataParallel, "__init__", init)

@@ -5,7 +5,7 @@ torch is imported).
     SIMCLUSTER_INSTRUMENT=1 RANK=0 LOCAL_WORLD_SIZE=4 PYTHONPATH=launcher/instrument/boot:. python3 tests/gpu_check.py  # a rank's answers
 
 The pieces: gpu/device.py (torch.cuda, torch.accelerator, properties, RNG), gpu/tensors.py
-(cuda -> cpu at every tensor door), gpu/dist.py (nccl -> gloo, the "cuda" DeviceMesh),
+(cuda -> cpu at every tensor door), gpu/dist.py (nccl -> gloo, the "cuda" DeviceMesh, DDP's device_ids),
 gpu/memory.py (memory statistics from the rank's tensors), gpu/kernels.py (CUDA kernels refused,
 the flash-attn stand-in). See docs/own-code.md, "Simulated GPUs".
 """
@@ -19,7 +19,7 @@ def install(torch, count: int, gpu: str) -> None:
     whose tensors live on the CPU."""
     from simcluster.launcher.instrument.gpu import memory
     from simcluster.launcher.instrument.gpu.device import install_device
-    from simcluster.launcher.instrument.gpu.dist import install_dist, install_mesh
+    from simcluster.launcher.instrument.gpu.dist import install_ddp, install_dist, install_mesh
     from simcluster.launcher.instrument.gpu.kernels import install_kernels, install_standins
     from simcluster.launcher.instrument.gpu.tensors import install_tensors
     from simcluster.launcher.instrument.lazy import when_imported
@@ -30,4 +30,5 @@ def install(torch, count: int, gpu: str) -> None:
     install_standins()
     when_imported("torch.distributed.distributed_c10d", lambda _m: install_dist(torch))
     when_imported("torch.distributed.device_mesh", lambda _m: install_mesh(torch))
+    when_imported("torch.nn.parallel.distributed", install_ddp)
     memory.start()
