@@ -212,7 +212,7 @@ class ComposeRun:
         from simcluster.launcher.engines.base import UpOptions
         from simcluster.launcher.engines.registry import DEFAULT, ENGINES
 
-        runner, opts = ENGINES[DEFAULT], UpOptions()
+        runner, opts = ENGINES[DEFAULT], UpOptions(quiet=self.quiet)  # quiet: compose's own lines captured too
         runner.check(side.launch, opts)
         if not self.quiet:
             return runner.up(side.launch, side.command, opts)
