@@ -112,12 +112,17 @@ class Stream:
         else:
             self.show(line)
 
-    def on_metrics(self, row: dict) -> None:
-        """A new metrics.jsonl row (the schema of train/metrics.py): update and maybe show progress."""
-        if not isinstance(row.get("step"), int):
+    def on_metrics(self, rows: list[dict]) -> None:
+        """New metrics.jsonl rows (the schema of train/metrics.py), read at once: update the progress
+        with each, then maybe show one line of the newest (rows that arrive together after a quiet
+        spell, as a short job's do at its end, print no stale step)."""
+        rows = [row for row in rows if isinstance(row.get("step"), int)]
+        if not rows:
             return
-        self.progress.update({"step": row["step"], "total": row.get("total_steps") or 0, "loss": row.get("loss"),
-                              "tokens_per_s": row.get("tokens_per_s"), "step_time": row.get("step_time_s")})
+        for row in rows:
+            self.progress.update({"step": row["step"], "total": row.get("total_steps") or 0, "loss": row.get("loss"),
+                                  "tokens_per_s": row.get("tokens_per_s"), "step_time": row.get("step_time_s")})
+        row = rows[-1]
         now = time.monotonic()
         if self.bar is not None:
             self.bar.update(self.progress)
@@ -219,8 +224,7 @@ class Watch:
         return len(self.late)
 
     def tick(self, stream: Stream) -> dict:
-        for row in self.metrics.rows():
-            stream.on_metrics(row)
+        stream.on_metrics(self.metrics.rows())
         now = time.monotonic()
         started: dict = {}
         named = {x.split()[0] for x in stream.lost}
