@@ -120,7 +120,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    from simcluster.launcher.drills.chaos import FAULTS, chaos
+    from simcluster.launcher.drills.chaos import chaos
+    from simcluster.launcher.drills.chaos_checks import FAULTS
     from simcluster.launcher.drills.host_chaos import HOST_FAULTS, chaos_host
     from simcluster.launcher.engines.registry import ENGINES
 
@@ -222,6 +223,14 @@ def build_parser() -> argparse.ArgumentParser:
     return _build_parser(__doc__)
 
 
+def _up_only_flags() -> set[str]:
+    """The flags of `up` that are not the trainer's (job/sections.py), e.g. ``--target``."""
+    from simcluster.launcher.job.fields import FIELDS, flag
+    from simcluster.launcher.job.sections import TrainerOptions, specs
+
+    return {flag(name) for name in FIELDS} - {flag(name) for name in specs(TrainerOptions)}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run its command; the exit code (2: bad options, ConfigError's
     message on stderr; argparse's own usage errors exit 2 through SystemExit)."""
@@ -231,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
         yours = getattr(args, "script", None) or getattr(args, "module", None)
-        hint = (f"; compare takes no trainer options: your code's arguments go after --, e.g. ... -- "
+        elsewhere = [u for u in unknown if u.split("=")[0] in _up_only_flags()]
+        hint = (f"; {', '.join(elsewhere)}: an option of `up` that {args.command} does not take (its options: "
+                f"python -m launcher {args.command} --help)" if elsewhere else
+                f"; compare takes no trainer options: your code's arguments go after --, e.g. ... -- "
                 f"{' '.join(unknown)}" if args.command == "compare" else
                 f"; your code's arguments go after --, e.g. ... -- {' '.join(unknown)}" if yours else
                 f"; its options: python -m launcher {args.command} --help")
@@ -247,3 +259,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # stdout closed by its reader (`| head`); the engine removed its cluster first
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit fails no more
+        return 1

@@ -215,6 +215,30 @@ def test_ctrl_c_ends_everything_within_20_s(tmp_path):
 
 
 @docker_test
+def test_a_closed_stdout_leaves_no_cluster_and_no_traceback(tmp_path):
+    """`launcher up ... | head -3`: the reader goes, up's next line meets a broken pipe; it removes its
+    cluster and exits 1 without a traceback (a new user found the containers left behind)."""
+    run_dir = tmp_path / "piped"
+    project = Handle.for_run(str(run_dir)).project
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", "up", "--mesh", "1x1x1", "--model", "tiny", "--mount-code",
+                             "--steps", "2000", "--run-dir", str(run_dir)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3):  # as `head -3` reads
+            proc.stdout.readline()
+        proc.stdout.close()
+        code = proc.wait(timeout=120)
+        err = proc.stderr.read()
+        assert code == 1 and "Traceback" not in err and "BrokenPipeError" not in err, err[-3000:]
+        assert project_states(project) == {}, project_states(project)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run([sys.executable, "-m", "launcher", "down", "--run-dir", str(run_dir)], cwd=ROOT,
+                       capture_output=True, timeout=120)
+
+
+@docker_test
 @pytest.mark.parametrize("fault", ["kill", "pause", "disconnect"])
 def test_lost_node_is_named_within_the_timeout(tmp_path, fault):
     """node-1 faulted at step 3: within --timeout-s the rendezvous names it (node-1, rank 1),

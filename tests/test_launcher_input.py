@@ -231,6 +231,21 @@ def test_chaos_on_a_folder_made_by_generate_refuses_at_once(capsys, tmp_path, mo
     assert code == 2 and "no job.json and no container of it runs" in err and "generate" in err, out + err
 
 
+def test_chaos_on_a_file_of_generate_refuses_at_once(capsys, tmp_path):
+    """A folder holding generate's file under another name, and --file with a node the file lacks: exit 2
+    before any wait (no container is asked for: nothing could run there)."""
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    code, _, err = main(capsys, "generate", "--mesh", "2x1x1", "--out", str(gen / "mesh.yml"))
+    assert code == 0, err
+    code, out, err = main(capsys, "chaos", "--kill", "node-9", "--at-step", "1", "--run-dir", str(gen))
+    assert code == 2 and f"--run-dir {gen}: holds mesh.yml but no job.json or compose.yml" in err, out + err
+    assert f"pass --file {gen / 'mesh.yml'}" in err and "waiting" not in out
+    code, out, err = main(capsys, "chaos", "--kill", "node-9", "--at-step", "1", "--file", str(gen / "mesh.yml"))
+    assert code == 2 and f"kill: --kill node-9: {gen / 'mesh.yml'} has no such service; its nodes: node-0, node-1; " \
+        "e.g. --kill node-1" in err, out + err
+
+
 def test_chaos_on_an_ended_run_exits_1_at_once(capsys, tmp_path, monkeypatch):
     from simcluster.launcher.docker.client import Client
 

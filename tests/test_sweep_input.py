@@ -93,6 +93,17 @@ def test_a_failed_layout_differs_at_its_first_missing_step_and_the_sweep_goes_on
     assert "first differs at step 1: one node (1 node x 2 ranks) 0.856526, own (2 nodes x 1 rank) has no value" in text
 
 
+def test_an_option_of_up_the_sweep_does_not_take_is_named_as_such(tmp_path, capsys):
+    """`--target swarm` on the command line: an option of `up`, not one of your code's (argparse's exit 2)."""
+    with pytest.raises(SystemExit) as e:
+        cli.main(["sweep", "--script", SCRIPT, "--nodes", "2", "--nproc-per-node", "1", "--target", "swarm",
+                  "--run-dir", str(tmp_path / "b")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and " sweep [-h] " in err.splitlines()[0], err  # sweep's usage
+    assert (" sweep: error: unrecognized arguments: --target swarm; --target: an option of `up` that sweep does not "
+            "take (its options: python -m launcher sweep --help)") in err and not (tmp_path / "b").exists()
+
+
 def test_a_metric_the_own_layout_lacks_stops_the_sweep(tmp_path):
     fake = Fake(own=(0, GOOD, []), one_node=(0, GOOD, []))
     with pytest.raises(ConfigError, match=r"--metric lsos: .* \(the other layouts were not run\)"):

@@ -34,9 +34,9 @@ from simcluster.train.layout import node_names, rank_range
 from simcluster.train.rundir import METRICS, last_step
 from simcluster.train.runlog import read_job
 from simcluster.launcher.docker.handle import Handle
+from simcluster.launcher.drills.chaos_checks import check_args, check_generated, check_step
 from simcluster.train.errors import ConfigError
 
-FAULTS = ("kill", "stop", "pause", "disconnect", "freeze")
 START_WAIT_S = 120.0  # how long chaos waits for a first container of the run (`launcher up` starting it)
 
 
@@ -109,44 +109,6 @@ def apply_fault(kind: str, container, rank: int | None = None) -> str:
     if not nets:
         raise LauncherError(f"container {container.short_id} is on no network")
     return "network disconnect " + ", ".join(nets)
-
-
-def check_args(kind: str, node: str, at_step: int, wait_s: float, run_dir: str | None) -> None:
-    """The fault's own inputs, before anything waits.
-
-    Raises:
-        ConfigError: an unknown kind, a step below 1, a --wait-s not a finite number > 0, a rank
-            below 0 (freeze), an empty node name, a --run-dir that is a file.
-    """
-    if kind not in FAULTS:
-        raise ConfigError(f"chaos: unknown fault {kind!r}; choose one of {', '.join(FAULTS)}")
-    if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 1:
-        raise ConfigError(f"at_step: --at-step {at_step!r} is not a step (steps count from 1, the first "
-                          f"finished step); e.g. --at-step 5")
-    if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not (0 < wait_s < float("inf")):
-        raise ConfigError(f"wait_s: --wait-s {wait_s!r} must be a finite number of seconds > 0; e.g. --wait-s 600")
-    if kind == "freeze" and not (str(node).isdigit()):
-        raise ConfigError(f"freeze: --freeze {node} is not a global rank (an integer >= 0); e.g. --freeze 1")
-    if kind != "freeze" and not str(node).strip():
-        raise ConfigError(f"{kind}: --{kind} {node!r} names no node; e.g. --{kind} node-1")
-    if run_dir is not None and os.path.exists(run_dir) and not os.path.isdir(run_dir):
-        raise ConfigError(f"--run-dir {run_dir}: a file, not a folder; pass the run folder of `launcher up`, "
-                          f"e.g. --run-dir runs/mesh-2x2x2")
-
-
-def check_step(at_step: int, run_dir: str | None, flag: str) -> None:
-    """Refuse at once a step after the run's last, where its record knows it (RUN_DIR/job.json "steps").
-
-    flag: the fault's flag and value for the example (``--kill node-1``).
-
-    Raises:
-        ConfigError: at_step is after the last step, naming both and a valid step.
-    """
-    job = read_job(run_dir) if run_dir else None
-    last = job.get("steps") if job else None
-    if last is not None and at_step > last:
-        raise ConfigError(f"at_step: --at-step {at_step} is after the last step ({last}) of the run in {run_dir}: it "
-                          f"would never be reached; e.g. {flag} --at-step {last}")
 
 
 def cluster_nodes(handle: Handle, found: dict) -> tuple[dict[str, str], int] | None:
@@ -226,6 +188,7 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
     deadline, appear_by = t0 + wait_s, t0 + min(wait_s, START_WAIT_S)
     until = time.strftime("%H:%M:%S", time.localtime(time.time() + wait_s))
     named = f"run folder {run_dir}" if run_dir else f"compose file {file}" if file else "the newest run under runs/"
+    check_generated(kind, str(node), run_dir, file, project)  # a file of `generate`: no `up` will come
     try:  # a run folder that exists already: its record names the nodes before anything is said or waited for
         early = Handle.find(run_dir, file, project)
     except ConfigError:  # not there yet: `up` may be about to make it

@@ -22,7 +22,7 @@ import os
 import time
 
 from simcluster.launcher.docker.hosts import HOSTS_FILE, cut, host_containers, kill_host
-from simcluster.launcher.drills.chaos import check_step
+from simcluster.launcher.drills.chaos_checks import check_step
 from simcluster.launcher.job.files import ROOT, host_abspath
 from simcluster.train.errors import ConfigError
 from simcluster.train.rundir import last_step

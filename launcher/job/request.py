@@ -145,7 +145,8 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
                                        "CPU mesh: its attention and random ops are bridged); turn both off, e.g. "
                                        "--no-cpu-bridges --no-simulated-gpus")
     if v.get("gpu") is not None and v.get("no_simulated_gpus"):
-        raise _error("gpu", f"--gpu {v['gpu']}: no effect with --no-simulated-gpus; drop one, e.g. --gpu a100-80g")
+        raise _error("gpu", f"--gpu {v['gpu']}: no effect with --no-simulated-gpus; drop one: --gpu (the simulated "
+                            f"GPU's model) or --no-simulated-gpus (no simulated GPU)")
     defaults = Config()
     trainer_only = [f.name for f in fields(Config) if f.name not in SHARED + INSTRUMENTS
                     and v[f.name] not in (None, getattr(defaults, f.name))]

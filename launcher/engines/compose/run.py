@@ -122,6 +122,10 @@ def _attempt(client: Client, launch: Launch, handle: Handle, run_dir: str, opts:
     except LauncherError:
         _force_down(client, handle)
         raise
+    except BaseException:  # anything else (stdout closed under `| head`: BrokenPipeError): no cluster left behind
+        kill_all(client, handle)
+        _force_down(client, handle, capture_output=True)
+        raise
 
 
 def _force_down(client: Client, handle: Handle, **kwargs) -> None:

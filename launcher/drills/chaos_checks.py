@@ -1,0 +1,86 @@
+"""The inputs of ``launcher chaos`` refused before it waits: the fault's own arguments, a step after
+the run's last, and a compose file written by ``generate`` (never a run of ``up``, so nothing to wait for).
+
+    python -m launcher chaos --kill node-9 --at-step 1 --file docker-compose.yml   # exits 2: no such service
+
+Split from launcher/drills/chaos.py (which waits and applies the fault) by concern.
+"""
+from __future__ import annotations
+
+import os
+
+from simcluster.launcher.docker.client import LauncherError
+from simcluster.launcher.docker.compose_cli import compose
+from simcluster.launcher.docker.handle import sanitize_project
+from simcluster.train.errors import ConfigError
+from simcluster.train.runlog import read_job
+
+FAULTS = ("kill", "stop", "pause", "disconnect", "freeze")
+RUN_RECORDS = ("job.json", "compose.yml", "stack.yml", "cluster.log")  # what `up` leaves in a run folder
+
+
+def check_args(kind: str, node: str, at_step: int, wait_s: float, run_dir: str | None) -> None:
+    """The fault's own inputs, before anything waits.
+
+    Raises:
+        ConfigError: an unknown kind, a step below 1, a --wait-s not a finite number > 0, a rank
+            below 0 (freeze), an empty node name, a --run-dir that is a file.
+    """
+    if kind not in FAULTS:
+        raise ConfigError(f"chaos: unknown fault {kind!r}; choose one of {', '.join(FAULTS)}")
+    if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 1:
+        raise ConfigError(f"at_step: --at-step {at_step!r} is not a step (steps count from 1, the first "
+                          f"finished step); e.g. --at-step 5")
+    if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not (0 < wait_s < float("inf")):
+        raise ConfigError(f"wait_s: --wait-s {wait_s!r} must be a finite number of seconds > 0; e.g. --wait-s 600")
+    if kind == "freeze" and not (str(node).isdigit()):
+        raise ConfigError(f"freeze: --freeze {node} is not a global rank (an integer >= 0); e.g. --freeze 1")
+    if kind != "freeze" and not str(node).strip():
+        raise ConfigError(f"{kind}: --{kind} {node!r} names no node; e.g. --{kind} node-1")
+    if run_dir is not None and os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise ConfigError(f"--run-dir {run_dir}: a file, not a folder; pass the run folder of `launcher up`, "
+                          f"e.g. --run-dir runs/mesh-2x2x2")
+
+
+def check_step(at_step: int, run_dir: str | None, flag: str) -> None:
+    """Refuse at once a step after the run's last, where its record knows it (RUN_DIR/job.json "steps").
+
+    flag: the fault's flag and value for the example (``--kill node-1``).
+
+    Raises:
+        ConfigError: at_step is after the last step, naming both and a valid step.
+    """
+    job = read_job(run_dir) if run_dir else None
+    last = job.get("steps") if job else None
+    if last is not None and at_step > last:
+        raise ConfigError(f"at_step: --at-step {at_step} is after the last step ({last}) of the run in {run_dir}: it "
+                          f"would never be reached; e.g. {flag} --at-step {last}")
+
+
+def check_generated(kind: str, node: str, run_dir: str | None, file: str | None, project: str | None) -> None:
+    """A compose file of ``generate``, refused before any wait: a --run-dir folder that holds YAML
+    files but none of a run's records (RUN_RECORDS: `up` writes job.json before anything starts),
+    and, with --file, a node that is none of the file's services (the Compose CLI lists them:
+    ``config --services``; a file Compose cannot read is left to the run).
+
+    Raises:
+        ConfigError: naming the folder's files and --file, or the file's nodes.
+    """
+    if run_dir and os.path.isdir(run_dir) and not any(os.path.exists(os.path.join(run_dir, f)) for f in RUN_RECORDS):
+        files = sorted(f for f in os.listdir(run_dir) if f.endswith((".yml", ".yaml")))
+        if files:
+            raise ConfigError(f"--run-dir {run_dir}: holds {', '.join(files)} but no job.json or compose.yml: not a run "
+                              f"folder of `python -m launcher up` (a file written by `generate`?), so no run will "
+                              f"appear; for a cluster you started with docker compose pass --file "
+                              f"{os.path.join(run_dir, files[0])}, for `launcher up` the folder you give it")
+    if file and kind != "freeze" and os.path.isfile(file):
+        try:
+            listed = compose(project or sanitize_project("chaos-check"), file, "config", "--services",
+                             capture_output=True, text=True)
+        except (LauncherError, OSError):  # no compose installed: the run's own start says so
+            return
+        services = listed.stdout.split() if listed.returncode == 0 else []
+        nodes = [s for s in services if s.startswith("node-")]
+        if nodes and node not in services:
+            raise ConfigError(f"{kind}: --{kind} {node}: {file} has no such service; its nodes: {', '.join(nodes)}; "
+                              f"e.g. --{kind} {nodes[-1]}")
