@@ -46,6 +46,14 @@ def noise(text: str) -> list[str]:
     return [line for line in text.splitlines() if any(m in line for m in NOISE)]
 
 
+def noise_context(text: str, before: int = 6) -> str:
+    """The lines before the first NOISE line and the next few: what printed it (an assertion's message;
+    a tail of the log can show only a C++ stack's last frames)."""
+    lines = text.splitlines()
+    first = next((i for i, line in enumerate(lines) if any(m in line for m in NOISE)), None)
+    return "" if first is None else "\n".join(lines[max(0, first - before):first + 4])
+
+
 def assert_ends_quietly(out: str, run_dir: Path) -> None:
     """A successful run ends quietly (issue 17 item 4): the rendezvous' all-clear in ``up``'s output
     and in RUN_DIR/cluster.log, no NOISE in either, no rank that left its store client open."""

@@ -84,7 +84,11 @@ class Cluster:
 
     def _watch(self, service: str) -> None:
         cid = project_containers(self.project).get(service)
-        if cid and inspect(cid)["State"]["Running"]:
+        try:
+            running = bool(cid) and inspect(cid)["State"]["Running"]
+        except subprocess.CalledProcessError:  # listed, then not found by inspect (seen once at load 28): next try
+            return
+        if running:
             uid = subprocess.run(["docker", "exec", cid, "id", "-u"], capture_output=True, text=True)
             if uid.returncode == 0:
                 self.live = {"uid": uid.stdout.strip(), "info": inspect(cid)}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_torch, noise
+from conftest import need_torch, noise, noise_context
 
 from simcluster.launcher.container.node import torchrun_command
 from simcluster.launcher.container.workdir import check_writable
@@ -289,7 +289,7 @@ def test_node_wrapper_ranks_follow_node_names_not_arrival(tmp_path):
             assert f"[rank{r}]:probe rank={r} all_reduce=6 expected=6 ok" in text
     assert server.returncode == 0 and "all nodes exited 0" in out
     for text in (*outs, out):  # the quiet end: no store call fails after the rendezvous closed
-        assert not noise(text), text[-3000:]
+        assert not noise(text), noise_context(text)
 
 
 def test_code_digest_follows_content_not_mtimes(tmp_path):

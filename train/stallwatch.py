@@ -18,11 +18,13 @@ rank then writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler: every thread's Pyt
 publishes its record (commrecord.Record.snapshot with its step and its main thread's top frame);
 rank 0 waits for them (at most COLLECT_S), writes ``RUN_DIR/hang.json`` (the diagnosis,
 train/hang_diagnosis.py, and every record), prints the diagnosis, sets EXIT, and every rank exits
-with EXIT_HANG (4). Once a rank has seen the stall declared, an error its main thread meets (a peer
+with EXIT_HANG (4). ``destroy_process_group`` (or the interpreter's exit) stops the watch and waits
+for its thread, so its store client goes before the interpreter's teardown. Once a rank has seen the stall declared, an error its main thread meets (a peer
 that left first closed its socket) ends it with EXIT_HANG too, quietly: ``declared``. A rank that called ``destroy_process_group`` stops publishing and watching.
 """
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import json
 import os
@@ -112,6 +114,7 @@ def start(stall_s: float, out_dir: str | None, rank: int) -> "Watch | None":
     _mark_destroy()
     WATCH = Watch(stall_s, out_dir, rank)
     WATCH.start()
+    atexit.register(WATCH.stop)  # a program that never destroys its group: the watch still ends before teardown
     return WATCH
 
 
@@ -123,7 +126,7 @@ def _mark_destroy() -> None:
 
     def destroy(group=None):
         if group is None and WATCH is not None:
-            WATCH.finished = True
+            WATCH.stop()
         return original(group)
 
     destroy.__wrapped__ = original
@@ -137,6 +140,7 @@ class Watch(threading.Thread):
         super().__init__(daemon=True, name="simcluster-stall-watch")
         self.stall_s, self.out_dir, self.rank = float(stall_s), out_dir, rank
         self.finished = self.declared = False
+        self.wake = threading.Event()  # set by stop(): the watch's waits end at once
         self.store = None
         self.world = 1
         self.fingerprint = None
@@ -158,21 +162,32 @@ class Watch(threading.Thread):
                                    timeout=timedelta(seconds=30))
         return True
 
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """End the watch (the default group is being destroyed, or the interpreter exits) and wait for
+        its thread, at most timeout_s: its store client is released in its own thread, never at the
+        interpreter's teardown (where a C++ thread outliving it aborts the process at exit)."""
+        self.finished = True
+        self.wake.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join(timeout_s)
+
     def run(self) -> None:
         try:
             while self.store is None:
                 if self.finished or not self._connect():
                     if self.finished:
                         return
-                    time.sleep(0.5)
+                    self.wake.wait(0.5)
             if self.world < 2:
                 return
             while not self.finished:
                 self._beat()
-                time.sleep(POLL_S)
+                self.wake.wait(POLL_S)
         except Exception as e:  # noqa: BLE001 - the watch never stops the rank; a store gone ends it
             if not self.finished and not isinstance(e, (ConnectionError, OSError, RuntimeError)):
                 print(f"[simcluster] stall watch stopped: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        finally:
+            self.store = None  # the client closed here, in this thread
 
     def _beat(self) -> None:
         progress = (STEPS[0], commrecord.RECORD.poll() if commrecord.RECORD else 0, commrecord.fr_completed())
