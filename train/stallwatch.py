@@ -18,9 +18,10 @@ rank then writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler: every thread's Pyt
 publishes its record (commrecord.Record.snapshot with its step and its main thread's top frame);
 rank 0 waits for them (at most COLLECT_S), writes ``RUN_DIR/hang.json`` (the diagnosis,
 train/hang_diagnosis.py, and every record), prints the diagnosis, sets EXIT, and every rank exits
-with EXIT_HANG (4). ``destroy_process_group`` (or the interpreter's exit) stops the watch and waits
-for its thread, so its store client goes before the interpreter's teardown. Once a rank has seen the stall declared, an error its main thread meets (a peer
-that left first closed its socket) ends it with EXIT_HANG too, quietly: ``declared``. A rank that called ``destroy_process_group`` stops publishing and watching.
+with EXIT_HANG (4). Once a rank has seen the stall declared, an error its main thread meets (a peer
+that left first closed its socket) ends it with EXIT_HANG too, quietly: ``declared``.
+``destroy_process_group`` (or the interpreter's exit) stops the watch and waits for its thread, so
+its store client is closed there, before the interpreter's teardown.
 """
 from __future__ import annotations
 
