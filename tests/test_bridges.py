@@ -243,16 +243,7 @@ def test_the_rng_bridge_gives_the_gpu_trackers_guarantees(drawn):
     assert abs(mean) < 0.6  # drawn from normal(0, 1): 16 values
 
 
-def end_rank() -> None:
-    """End a probe rank whose work is done (its process group destroyed, rank 0's result written): a
-    barrier-free exit with no interpreter teardown, so no gloo thread can outlive the interpreter and
-    abort the rank (torch's 'terminate called without an active exception', SIGABRT: seen on a busy
-    machine after rank 0 had written the result). A fresh rank's exit status 0, its output flushed."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
 if __name__ == "__main__":
     rng_ranks(sys.argv[1]) if sys.argv[2:] == ["rng"] else ranks(sys.argv[1])
-    end_rank()
+    from simcluster.train.__main__ import exit_now
+    exit_now(0)  # no interpreter teardown: a gloo thread outliving it aborted a rank on a busy machine

@@ -80,8 +80,7 @@ def check_generated(kind: str, node: str, run_dir: str | None, file: str | None,
         except (LauncherError, OSError):  # no compose installed: the run's own start says so
             return
         services = listed.stdout.split() if listed.returncode == 0 else []
-        nodes = sorted((s for s in services if s.startswith("node-")),  # compose lists them in no fixed order
-                       key=lambda s: (len(s), s))  # node-2 before node-10
+        nodes = sorted(s for s in services if s.startswith("node-"))  # compose keeps no order; names are padded
         if nodes and node not in services:
             raise ConfigError(f"{kind}: --{kind} {node}: {file} has no such service; its nodes: {', '.join(nodes)}; "
                               f"e.g. --{kind} {nodes[-1]}")

@@ -60,21 +60,10 @@ def _demo() -> None:
     dist.destroy_process_group()
 
 
-def _end_rank() -> None:
-    """End a demo rank whose work is done with exit status 0 and no interpreter teardown: torch's gloo
-    threads can outlive a torn-down interpreter and abort the rank ('terminate called without an active
-    exception', SIGABRT; CI saw it once after both lines were written). The trainer's rule: train/__main__.py
-    exit_now."""
-    import os
-    import sys
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
 if __name__ == "__main__":
     import argparse
     argparse.ArgumentParser(description="2 ranks under torchrun: FSDP2 with a divide factor of 4 on gloo, "
                                         "bridged; each prints its gradient's sum (24.0)").parse_args()
     _demo()
-    _end_rank()
+    from simcluster.train.__main__ import exit_now
+    exit_now(0)  # no interpreter teardown: a gloo thread outliving it aborts the rank (CI saw it once)
