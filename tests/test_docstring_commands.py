@@ -148,14 +148,18 @@ def test_entry_points_answer_help():
     assert ("launcher", "up") in entries and ("train", None) in entries
     runner = r"""
 import contextlib, io, json, runpy, signal, sys, traceback
-def alarm(*_):
-    raise TimeoutError("no --help within 20 s: it started something")
-signal.signal(signal.SIGALRM, alarm)
+def busy(*_):  # CPU time, not wall: importing torch on a loaded machine took over 20 s of wall clock
+    raise TimeoutError("no --help within 20 s of CPU: it started something")
+def waits(*_):
+    raise TimeoutError("no --help within 120 s: it waits on something")
+signal.signal(signal.SIGPROF, busy)
+signal.signal(signal.SIGALRM, waits)
 bad = []
 for module, sub in json.load(sys.stdin):
     sys.argv = [module] + ([sub] if sub else []) + ["--help"]
     out = io.StringIO()
-    signal.alarm(20)
+    signal.setitimer(signal.ITIMER_PROF, 20)
+    signal.alarm(120)
     try:
         with contextlib.redirect_stdout(out):
             runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -166,6 +170,7 @@ for module, sub in json.load(sys.stdin):
     except BaseException:
         bad.append(f"python -m {' '.join(sys.argv)}: {traceback.format_exc(limit=-3)}")
     finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
         signal.alarm(0)
 print(json.dumps(bad))
 """
