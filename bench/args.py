@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 
 def positive(kind=int, zero: bool = False):

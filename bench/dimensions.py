@@ -24,9 +24,9 @@ import sys
 import tempfile
 import time
 
-from simcluster.train.errors import ConfigError
-from simcluster.train.config import parse_mesh
-from simcluster.train.rundir import read_metrics
+from simcluster.core.errors import ConfigError
+from simcluster.core.config import parse_mesh
+from simcluster.core.rundir import read_metrics
 from bench.throughput import WARMUP, mesh_command, single_command
 from bench.args import positive
 

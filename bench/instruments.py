@@ -21,7 +21,7 @@ import tempfile
 
 from simcluster.launcher.job.files import SOURCE
 from simcluster.launcher.instrument.spec import Instruments
-from simcluster.train.rundir import read_metrics
+from simcluster.core.rundir import read_metrics
 from bench.args import positive
 
 SETTINGS = ("plain", "steps", "traffic", "trace")

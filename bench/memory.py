@@ -35,8 +35,8 @@ import tempfile
 import time
 
 from bench.args import check_up_flags, positive
-from simcluster.train.errors import ConfigError
-from simcluster.train.config import parse_mesh
+from simcluster.core.errors import ConfigError
+from simcluster.core.config import parse_mesh
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the node wrapper (it imports torch and forks the agent), the agent, its fork server and the ranks all carry

@@ -29,9 +29,9 @@ from simcluster.launcher.docker.client import Client
 from simcluster.launcher.docker.container import log_text, remove, wait
 from simcluster.launcher.docker import cluster
 from simcluster.launcher.drills.shaping import NETTOOLS_IMAGE, tbf_command
-from simcluster.train.units import rate_bits_per_s
+from simcluster.core.units import rate_bits_per_s
 from simcluster.launcher.container.layout import IMAGE
-from simcluster.train.rundir import read_metrics
+from simcluster.core.rundir import read_metrics
 from bench.args import positive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

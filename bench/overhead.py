@@ -30,8 +30,8 @@ import tempfile
 import time
 
 from bench.args import check_up_flags, positive
-from simcluster.train.errors import ConfigError
-from simcluster.train.rundir import METRICS, read_metrics
+from simcluster.core.errors import ConfigError
+from simcluster.core.rundir import METRICS, read_metrics
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "examples", "pipelining.py")

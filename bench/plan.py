@@ -16,7 +16,7 @@ import argparse
 import sys
 import tempfile
 
-from simcluster.train.config import SCHEDULES, Config
+from simcluster.core.config import SCHEDULES, Config
 from simcluster.train.plan.measure import measure_ranks
 from simcluster.train.plan.predict import plan
 from simcluster.train.plan.traffic import rank_traffic

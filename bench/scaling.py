@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 from bench.throughput import run_mesh, run_single, steady_tokens_per_s
-from simcluster.train.config import parse_mesh
+from simcluster.core.config import parse_mesh
 from bench.args import positive
 
 

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 
-from simcluster.train.rundir import read_metrics
+from simcluster.core.rundir import read_metrics
 
 SETTINGS = {
     "off": ({}, "0"),

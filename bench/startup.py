@@ -24,8 +24,8 @@ import sys
 import tempfile
 import time
 
-from simcluster.train.errors import ConfigError
-from simcluster.train.config import parse_mesh
+from simcluster.core.errors import ConfigError
+from simcluster.core.config import parse_mesh
 from bench.args import positive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -14,7 +14,7 @@ by 10-25% from run to run on this shared machine, BENCHMARKS.md); the order of t
 speed is checked wherever their measured steps differ by more than 10%. --search: `plan
 --search`'s 1F1B order against those meshes measured likewise, in as many rounds. Project (runs
 with the traffic accounting on and step 6 traced, what project reads): the 2x2x2 run at full bandwidth projected onto the same job under each --inter-node-bandwidth
-(the shaped hardware of train/plan/hardware.py), against the runs measured under it.
+(the shaped hardware of simcluster/core/hardware.py), against the runs measured under it.
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ import sys
 import tempfile
 
 import simcluster
-from simcluster.train.config import Config, parse_mesh
-from simcluster.train.plan.hardware import shaped
+from simcluster.core.config import Config, parse_mesh
+from simcluster.core.hardware import shaped
 from simcluster.train.plan.lookup import hardware
 from simcluster.train.plan.measure import overhead_for
 from simcluster.train.plan.search import search

@@ -17,9 +17,9 @@ import subprocess
 import sys
 import tempfile
 
-from simcluster.train.errors import ConfigError
-from simcluster.train.config import parse_mesh
-from simcluster.train.rundir import read_metrics
+from simcluster.core.errors import ConfigError
+from simcluster.core.config import parse_mesh
+from simcluster.core.rundir import read_metrics
 
 WARMUP = 2  # steps excluded from the medians (first-call caches, allocator warm-up)
 

@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 from bench.throughput import run_mesh, steady_tokens_per_s
-from simcluster.train.config import parse_mesh
+from simcluster.core.config import parse_mesh
 from bench.args import positive
 
 

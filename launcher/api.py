@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from simcluster.launcher.drills import faults as _faults
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.job.request import JobRequest, make_request
-from simcluster.train import rundir
-from simcluster.train import runlog
-from simcluster.train.errors import ConfigError
+from simcluster.core import rundir
+from simcluster.core import runlog
+from simcluster.core.errors import ConfigError
 
 CHAOS_JOIN_S = 10.0  # how long a run waits, after its cluster ended, for its chaos threads to say why they stopped
 
@@ -80,7 +80,7 @@ class Run:
 
     @property
     def hang(self) -> list[str]:
-        """The stall's diagnosis (``HANG at step S after N s: ...``, train/hang_diagnosis.py) when the
+        """The stall's diagnosis (``HANG at step S after N s: ...``, simcluster/core/hang_diagnosis.py) when the
         run hung (exit_code 4), else []; every rank's record in RUN_DIR/hang.json, stacks in RUN_DIR/stacks/."""
         return list(self.record.get("hang") or [])
 
@@ -152,9 +152,9 @@ def up(args: JobRequest, chaos: tuple = (), chaos_lines: list[str] | None = None
     from simcluster.launcher.job.options import resolve
     from simcluster.launcher.job.sections import UpOptions
     from simcluster.launcher.engines.registry import ENGINES, engine_named
-    from simcluster.train.layout import host_names
+    from simcluster.core.layout import host_names
 
-    from simcluster.train.series import metric_pattern
+    from simcluster.core.series import metric_pattern
 
     if args.metric_regex is not None:
         try:

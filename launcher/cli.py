@@ -35,7 +35,7 @@ from simcluster.launcher.container.layout import IMAGE_USER
 from simcluster.launcher.parser import build_parser as _build_parser
 from simcluster.launcher.job.options import resolve, split_job_argv
 from simcluster.launcher.job.request import cli_values, request_from_cli
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 EXIT_USAGE = 2
 

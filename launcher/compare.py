@@ -28,8 +28,8 @@ from simcluster.launcher.job.sections import (COMPARE_RUN, COMPARE_TRAINER, Comp
                                               UpOptions)
 from simcluster.launcher.compare_read import check_options, failure_text, read_series, result_text  # noqa: F401
 from simcluster.launcher.job.request import make_request, unknown
-from simcluster.train.series import Comparison, compare_series
-from simcluster.train.errors import ConfigError
+from simcluster.core.series import Comparison, compare_series
+from simcluster.core.errors import ConfigError
 
 FLAGS = {"A": ("--mesh", "--nodes", "--nproc-per-node"), "B": ("--against", "--against-nodes",
                                                                "--against-nproc-per-node")}

@@ -11,10 +11,10 @@ from __future__ import annotations
 import math
 
 from simcluster.launcher.job.files import repo_path
-from simcluster.train.errors import ConfigError
-from simcluster.train.rundir import METRICS, step_rows
-from simcluster.train.runlog import printed_series, rank_lines, summary_lines
-from simcluster.train.series import Comparison, Series, metric_pattern, series_from_lines, series_from_rows
+from simcluster.core.errors import ConfigError
+from simcluster.core.rundir import METRICS, step_rows
+from simcluster.core.runlog import printed_series, rank_lines, summary_lines
+from simcluster.core.series import Comparison, Series, metric_pattern, series_from_lines, series_from_rows
 
 
 def check_options(metric: str, metric_regex: str | None, rtol: float) -> None:

@@ -5,7 +5,7 @@ flags of `up`, `generate` and `compare` made from their one declaration (job/sec
 
 Only the command line builds or calls it (cli.py): the Python API takes keywords (job/request.py).
 The job request's options stay text here and are typed by the request, so both refuse a bad value
-with one message. The trainer's own flags are train/cli.py's.
+with one message. The trainer's own flags are simcluster/core/flags.py's.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from simcluster.launcher.job.fields import FIELDS, flag
 from simcluster.launcher.job.sections import (COMPARE_RUN, COMPARE_TRAINER, SWEEP_COMPARE, CompareOptions,
                                               EngineOptions, GenerateOptions, JobOptions, NodeOptions,
                                               TrainerOptions, UpOptions, specs)
-from simcluster.train.cli import add_config_args, field_docs
-from simcluster.train.config import Config
+from simcluster.core.flags import add_config_args, field_docs
+from simcluster.core.config import Config
 
 
 def _help(s) -> str:

@@ -10,7 +10,7 @@ layout twice runs once), with the same mesh: SIMCLUSTER_PP/DP/TP, WORLD_SIZE and
 same on each; what moves is which ranks share a node: LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK
 (the node's index), the node's own files (/tmp), the host name. Then ``metric`` of each layout
 (compare_read.read_series: metrics.jsonl's step rows, or printed lines with --metric-regex) is
-compared step by step against the job's own layout (train/series.py, b the reference). The first
+compared step by step against the job's own layout (simcluster/core/series.py, b the reference). The first
 step at which a layout differs (a value beyond rtol, or a step it lacks: a run that failed or
 stopped early) is named with that layout. Code that is right on every layout takes its global
 indices from RANK and WORLD_SIZE and shares files through the run folder ($SIMCLUSTER_OUTPUT_DIR).
@@ -31,8 +31,8 @@ from simcluster.launcher.compare_read import check_options, failure_text, read_s
 from simcluster.launcher.job.files import ROOT, repo_path
 from simcluster.launcher.job.request import JobRequest, make_request
 from simcluster.launcher.job.sections import CompareOptions
-from simcluster.train.errors import ConfigError
-from simcluster.train.series import Comparison, Series, compare_series, fmt
+from simcluster.core.errors import ConfigError
+from simcluster.core.series import Comparison, Series, compare_series, fmt
 
 HINT = ("what moves with the node boundaries: LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, a node's own files "
         "(/tmp) and its host name; use RANK and WORLD_SIZE for global indices (a pipeline stage, a data "

@@ -1,7 +1,7 @@
 """simcluster: run and test 3D-parallel PyTorch training (pp x dp x tp) on a simulated multi-node cluster.
 
     python -m simcluster generate --mesh 2x2x2        # = the `simcluster` command = python -m launcher (checkout)
-    python -c "import simcluster.train.layout as l; print(l.node_names(2))"
+    python -c "import simcluster.core.layout as l; print(l.node_names(2))"
 
 The one import name of this project, so that a user's own ``train.py``, ``launcher.py`` or
 ``train/`` package never shadows it: every import of this project's code goes through
@@ -15,7 +15,7 @@ API for your tests (imported on first use: the ranks never load it): ``simcluste
 (launcher/api.py), ``simcluster.compare(...)`` (launcher/compare.py), ``simcluster.sweep(...)`` (launcher/sweep.py), the faults ``Kill``, ``Stop``,
 ``Pause``, ``Disconnect``, ``Freeze``, ``KillHost``, ``DisconnectHost`` (launcher/drills/faults.py) for
 ``run(chaos=...)``, and the
-errors ``ConfigError`` (bad input: the CLI's exit 2; train/errors.py) and ``LauncherError`` (Docker
+errors ``ConfigError`` (bad input: the CLI's exit 2; simcluster/core/errors.py) and ``LauncherError`` (Docker
 failed; launcher/docker/client.py). The pytest plugin (``pip install "simcluster[pytest]"``):
 launcher/testing/plugin.py.
 """
@@ -34,7 +34,7 @@ def __getattr__(name):
     elif name in FAULTS:
         from simcluster.launcher.drills import faults as home
     elif name == "ConfigError":
-        from simcluster.train import errors as home
+        from simcluster.core import errors as home
     elif name == "LauncherError":
         from simcluster.launcher.docker import client as home
     else:

@@ -177,7 +177,7 @@ def reference_losses(mesh: str, steps: int, data: Path) -> list[float]:
     on ``mesh`` (``steps`` steps, the text file ``data``), trained in this process on one intra-op
     thread, as a rank runs. Skips without torch on the host, fails under CI=true."""
     torch = need_torch()
-    from simcluster.train.config import Config
+    from simcluster.core.config import Config
     from simcluster.train.preflight import preflight
     from simcluster.train.reference import run_reference
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from simcluster.train.rundir import read_metrics
+from simcluster.core.rundir import read_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]

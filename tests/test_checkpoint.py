@@ -12,9 +12,9 @@ import torch
 
 import warm
 from simcluster.train.checkpoint_paths import list_checkpoints, resolve_resume
-from simcluster.train.config import Config, parse_mesh
+from simcluster.core.config import Config, parse_mesh
 from simcluster.train.data import dp_shard, lm_batch
-from simcluster.train.metrics import MetricsWriter, read_metrics
+from simcluster.core.metrics import MetricsWriter, read_metrics
 from simcluster.train.preflight import check
 
 STEPS, SAVE_AT = 6, 3

@@ -28,7 +28,7 @@ import pytest
 import warm
 from conftest import need, need_torch
 from simcluster.train.checkpoint_paths import list_checkpoints
-from simcluster.train.config import Config
+from simcluster.core.config import Config
 from simcluster.train.preflight import preflight
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -145,7 +145,7 @@ def test_2x2x2_node_k_holds_pipeline_stage_k(cluster_2x2x2):
 def test_2x2x2_losses_match_the_single_process_reference(cluster_2x2x2):
     """Every step once, loss falls, and each step's loss is the reference's within 1e-4 relative."""
     torch = need_torch()
-    from simcluster.train.config import Config
+    from simcluster.core.config import Config
     from simcluster.train.preflight import preflight
     from simcluster.train.reference import run_reference
 

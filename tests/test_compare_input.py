@@ -15,7 +15,7 @@ import pytest
 
 from simcluster.launcher import cli
 from simcluster.launcher.compare import ComposeRun, RunFailed, compare
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = str(ROOT / "examples" / "manual_3d.py")

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from simcluster.launcher.cli import main
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

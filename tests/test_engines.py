@@ -16,8 +16,8 @@ from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.engines.registry import ENGINES
 from simcluster.launcher.job.entry import resolve_training
 from simcluster.launcher.job.launch import NodeOptions
-from simcluster.train.config import Config
-from simcluster.train.errors import ConfigError
+from simcluster.core.config import Config
+from simcluster.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = ("compose", "swarm", "slurm", "jobset", "trainjob")

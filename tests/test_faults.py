@@ -84,8 +84,8 @@ def test_start_late_option_and_restart_launch(tmp_path):
     from simcluster.launcher.job.entry import resolve_training
     from simcluster.launcher.job.launch import NodeOptions
     from simcluster.launcher.job.launch import restart_launch
-    from simcluster.train.config import Config
-    from simcluster.train.errors import ConfigError
+    from simcluster.core.config import Config
+    from simcluster.core.errors import ConfigError
 
     assert parse_start_late(["node-1=20", "node-2=0.5"]) == {"node-1": 20.0, "node-2": 0.5}
     for bad in (["node-1"], ["=3"], ["node-1=-1"], ["node-1=x"]):

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from simcluster.train.config import PRESETS
+from simcluster.core.config import PRESETS
 from simcluster.train.model import Attention, FeedForward
 
 

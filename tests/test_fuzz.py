@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import simcluster.launcher.cli
-from simcluster.train.config import Config
+from simcluster.core.config import Config
 
 BUDGET = settings(max_examples=120, deadline=None, derandomize=True,
                   suppress_health_check=[HealthCheck.too_slow])

@@ -22,7 +22,7 @@ import pytest
 from conftest import need_torch
 
 from simcluster.launcher.instrument.spec import Instruments
-from simcluster.train.hang_diagnosis import diagnose, fingerprint_mismatch
+from simcluster.core.hang_diagnosis import diagnose, fingerprint_mismatch
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "hang"

@@ -54,7 +54,7 @@ def test_hosts_refusals_exit_2_before_anything(tmp_path, args, problem):
 def test_host_faults_refused_before_anything(tmp_path):
     from simcluster.launcher.drills.faults import DisconnectHost, KillHost, check
     from simcluster.launcher.drills.host_chaos import check_host
-    from simcluster.train.errors import ConfigError
+    from simcluster.core.errors import ConfigError
 
     names, hosts = ("node-0", "node-1"), ("host-0", "host-1")
     assert check((KillHost("host-1", at_step=3), DisconnectHost("host-0")), names, 2, hosts) == []
@@ -73,7 +73,7 @@ def test_an_engine_without_the_privileges_is_named(monkeypatch, tmp_path):
     what a host needs; nothing is left (start_host made nothing)."""
     import docker
     from simcluster.launcher.docker import hosts as docker_hosts
-    from simcluster.train.errors import ConfigError
+    from simcluster.core.errors import ConfigError
 
     class Refusing:
         class containers:

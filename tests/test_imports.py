@@ -86,7 +86,7 @@ def _graph() -> tuple[dict[str, set[str]], list[str]]:
             if target is None:
                 unresolved.append(f"{here}:{line} {module}")
                 continue
-            for name in names:  # `from simcluster.train import layout` names the module train/layout.py
+            for name in names:  # `from simcluster.train import layout` names the module simcluster/core/layout.py
                 sub = _resolve(f"{module}.{name}") if name != "*" else None
                 if sub is not None and sub.suffix == ".py":
                     edges.setdefault(here, set()).add(str(sub.relative_to(ROOT)))

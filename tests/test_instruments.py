@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from simcluster.launcher.instrument.spec import Instruments
-from simcluster.train.layout import mesh_groups
-from simcluster.train.rundir import StepsTail, step_rows
+from simcluster.core.layout import mesh_groups
+from simcluster.core.rundir import StepsTail, step_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOT = ROOT / "launcher" / "instrument" / "boot"

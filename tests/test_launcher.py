@@ -21,9 +21,9 @@ from simcluster.launcher.engines.compose.render import build_compose, host_path,
 from simcluster.launcher.engines.document import escape
 from simcluster.launcher.job.entry import resolve_training, train_flags
 from simcluster.launcher.job.launch import Launch, NodeOptions, check_node_options
-from simcluster.train.layout import node_names, node_ranks
-from simcluster.train.config import Config, MeshSpec, parse_mesh
-from simcluster.train.errors import ConfigError
+from simcluster.core.layout import node_names, node_ranks
+from simcluster.core.config import Config, MeshSpec, parse_mesh
+from simcluster.core.errors import ConfigError
 
 
 def launch(cfg: Config, node: NodeOptions = NodeOptions()) -> Launch:

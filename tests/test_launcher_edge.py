@@ -17,7 +17,7 @@ import yaml
 
 import simcluster.launcher.cli
 import simcluster.launcher.engines.compose.render
-import simcluster.train.config
+import simcluster.core.config
 from simcluster.launcher.job import files
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +42,7 @@ def calls_during(funcs, fn) -> dict[str, int]:
 
 def test_generate_parses_the_mesh_once_and_builds_once(tmp_path, capsys):
     out = tmp_path / "c.yml"
-    counts = calls_during([simcluster.train.config.parse_mesh, simcluster.launcher.engines.compose.render.build_compose],
+    counts = calls_during([simcluster.core.config.parse_mesh, simcluster.launcher.engines.compose.render.build_compose],
                           lambda: simcluster.launcher.cli.main(["generate", "--mesh", "pp=2,dp=2,tp=2", "--model", "tiny",
                                                      "--out", str(out)]))
     assert counts == {"parse_mesh": 1, "build_compose": 1}

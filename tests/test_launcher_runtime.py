@@ -357,7 +357,7 @@ def test_failing_ranks_are_named_with_traceback_or_cxx_abort(tmp_path, capsys):
 
 def test_metrics_tail_skips_a_previous_runs_file(tmp_path):
     """A reused run folder: the old metrics.jsonl gives no progress rows until this run writes it."""
-    from simcluster.train.rundir import MetricsTail
+    from simcluster.core.rundir import MetricsTail
 
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n')

@@ -32,7 +32,7 @@ def test_simcluster_imports_beside_my_train():
     from simcluster.launcher.job import files
     from simcluster.launcher.job.entry import resolve_code
     from simcluster.launcher.job.launch import NodeOptions
-    import simcluster.train.config  # ours, under its own name
+    import simcluster.core.config  # ours, under its own name
 
     launch = resolve_code(NodeOptions(), script="train.py", nodes=2, nproc_per_node=2)
     assert launch.script.endswith("train.py")

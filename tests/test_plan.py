@@ -23,14 +23,14 @@ else:
     torch = pytest.importorskip("torch")
 
 from simcluster.launcher.cli import main  # noqa: E402
-from simcluster.train.config import Config, SCHEDULES  # noqa: E402
+from simcluster.core.config import Config, SCHEDULES  # noqa: E402
 from simcluster.train.plan.measure import measure_ranks  # noqa: E402
 from simcluster.train.plan.predict import plan  # noqa: E402
 from simcluster.train.plan.schedule import rank_orders, shared_window, simulate  # noqa: E402
 from simcluster.train.plan.shapes import state_bytes  # noqa: E402
 from simcluster.train.plan.traffic import rank_traffic  # noqa: E402
 from simcluster.train.preflight import preflight  # noqa: E402
-from simcluster.train.timeline import textbook_bubble  # noqa: E402
+from simcluster.core.timeline import textbook_bubble  # noqa: E402
 
 PARITY_MESHES = ["1x1x1", "1x1x2", "1x2x1", "2x1x1", "1x2x2", "2x1x2", "2x2x1", "2x2x2", "4x1x2"]  # tests/test_parity.py
 HELD = ("params", "grads", "optimizer")
@@ -123,7 +123,7 @@ def test_recalibrate_measures_again_and_replaces_the_cache(tmp_path, monkeypatch
     cache is read. The measurement is stubbed here: the real one (about 30 s) runs once a session,
     for the first test that asks for "local"."""
     from simcluster.train.plan import lookup as hw_module
-    from simcluster.train.plan.hardware import HARDWARE
+    from simcluster.core.hardware import HARDWARE
 
     monkeypatch.setenv("SIMCLUSTER_CACHE", str(tmp_path))
     measured = [HARDWARE["h100-sxm-8x"], HARDWARE["a100-80g-8x"]]
@@ -138,7 +138,7 @@ def test_recalibrate_measures_again_and_replaces_the_cache(tmp_path, monkeypatch
 def test_hardware_models_step_time_and_search(capsys, tmp_path):
     """Named targets carry their sources; `local` is read from its cache file; the step time's parts
     add up and H100 beats A100; the search ranks runnable candidates only, fastest first."""
-    from simcluster.train.plan.hardware import HARDWARE, memory_of_rank
+    from simcluster.core.hardware import HARDWARE, memory_of_rank
     from simcluster.train.plan.lookup import _cached, cache_path, hardware
     from simcluster.train.plan.search import search
     from simcluster.train.plan.steptime import step_time
@@ -187,7 +187,7 @@ def test_hardware_models_step_time_and_search(capsys, tmp_path):
 def test_collective_cpu_scales_the_measured_line_to_the_group_and_prices_the_copying():
     """A group size between measured ones takes the line of the largest below it, per call by
     (k - 1) / (k' - 1) and per byte by the ring's bytes; the copying is the communication's CPU."""
-    from simcluster.train.plan.hardware import Hardware
+    from simcluster.core.hardware import Hardware
     from simcluster.train.plan.steptime import collective_cpu_s, step_time
 
     table = (("tp_all_reduce", 2, 1e-3, 1e-9), ("tp_all_reduce", 4, 2e-3, 3e-9), ("fsdp_all_gather", 2, 0.0, 2e-9))
@@ -313,7 +313,7 @@ def test_memory_per_node_warns_and_strict_memory_refuses(tmp_path, capsys):
 def test_project_refuses_folders_without_records(tmp_path, capsys):
     """A missing folder, a folder that is not the trainer's, one without a traced step or traffic:
     each named, with the flags to run with; nothing else is needed to fail fast."""
-    from simcluster.train.cli import save_config
+    from simcluster.core.flags import save_config
 
     assert main(["project", str(tmp_path / "nope")]) == 2
     assert "is not a folder" in capsys.readouterr().err

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import warm
-from simcluster.train.cli import add_config_args, config_from_args
-from simcluster.train.config import Config
-from simcluster.train.errors import ConfigError
+from simcluster.core.flags import add_config_args, config_from_args
+from simcluster.core.config import Config
+from simcluster.core.errors import ConfigError
 from simcluster.train.corpus import split_sizes
 from simcluster.train.preflight import check
 

@@ -59,7 +59,7 @@ def test_report_refuses_a_folder_without_metrics(tmp_path):
 
 
 def test_bubble_and_textbook_values():
-    from simcluster.train.timeline import bubble, textbook_bubble
+    from simcluster.core.timeline import bubble, textbook_bubble
 
     def ev(rank, ts, dur, step=3):
         return {"ph": "X", "cat": "compute", "name": "forward mb0 s0", "ts": ts, "dur": dur, "tid": rank,

@@ -14,7 +14,7 @@ import pytest
 import simcluster
 from simcluster.launcher import cli
 from simcluster.launcher.job.request import make_request
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP = str(ROOT / "examples" / "ddp.py")
@@ -153,8 +153,8 @@ def test_importing_the_request_loads_no_engine_and_no_docker_sdk():
         "simcluster", "simcluster.launcher", "simcluster.launcher.container", "simcluster.launcher.container.layout",
         "simcluster.launcher.job", "simcluster.launcher.job.checks", "simcluster.launcher.job.deps", "simcluster.launcher.job.env",
         "simcluster.launcher.job.fields", "simcluster.launcher.job.request", "simcluster.launcher.job.sections",
-        "simcluster.train", "simcluster.train.config", "simcluster.train.errors", "simcluster.train.layout",
-        "simcluster.train.plan", "simcluster.train.plan.hardware", "simcluster.train.units"]  # --gpu's names
+        "simcluster.train", "simcluster.core.config", "simcluster.core.errors", "simcluster.core.layout",
+        "simcluster.train.plan", "simcluster.core.hardware", "simcluster.core.units"]  # --gpu's names
 
 
 def test_a_target_no_engine_has_is_refused_at_the_door(tmp_path):

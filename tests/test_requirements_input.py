@@ -20,7 +20,7 @@ from simcluster.launcher.engines.deps_image import download, new_wheels
 from simcluster.launcher.job.deps import Requirements
 from simcluster.launcher.job.env import env_pairs
 from simcluster.launcher.job.request import make_request
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import warm
-from simcluster.train.config import Config
-from simcluster.train.metrics import read_metrics
+from simcluster.core.config import Config
+from simcluster.core.metrics import read_metrics
 from simcluster.train.optim import lr_at
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The step-by-step comparison both `launcher compare` and `train.parity` use (train/series.py):
+"""The step-by-step comparison both `launcher compare` and `train.parity` use (simcluster/core/series.py):
 alignment, relative difference, first divergence, the table text. Pure: no Docker, no torch.
 
     python -m pytest -q tests/test_series.py
@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from simcluster.train.series import (compare_series, metric_pattern, rel, series_from_lines, series_from_rank_lines,
+from simcluster.core.series import (compare_series, metric_pattern, rel, series_from_lines, series_from_rank_lines,
                                                 series_from_rows, spans, table_text)
 
 # examples/manual_3d.py, 3 steps: mesh 2x2x2 against 2x2x1 on the cluster (metrics.jsonl's loss)

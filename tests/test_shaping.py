@@ -13,10 +13,10 @@ import pytest
 from simcluster.launcher.engines.compose.render import node_command
 from simcluster.launcher.job.entry import resolve_training
 from simcluster.launcher.job.launch import NodeOptions
-from simcluster.train.units import rate_bits_per_s
+from simcluster.core.units import rate_bits_per_s
 from simcluster.launcher.drills.shaping import tbf_command
 from simcluster.launcher.container.layout import shaped_marker
-from simcluster.train.config import Config
+from simcluster.core.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -73,7 +73,7 @@ def test_plan_refuses(capsys, argv, named):
     refused(capsys, ["plan", "--model", "tiny", *argv], *named)
 
 
-# --- project: the run folder read through train/rundir.py, the rate checked --------------------------
+# --- project: the run folder read through simcluster/core/rundir.py, the rate checked --------------------------
 
 def test_project_refuses_a_missing_folder_and_a_file(capsys, tmp_path):
     refused(capsys, ["project", str(tmp_path / "nothere"), "--hardware", "h100-sxm-8x"], "RUN_DIR", "(nothing there)")
@@ -106,8 +106,8 @@ def test_project_refuses_an_overflowing_rate_and_an_empty_hardware(capsys, tmp_p
 
 def test_rundir_names_the_file_and_line(tmp_path):
     """The one reader: a cut last line, a string where a number belongs, a non-object row."""
-    from simcluster.train.errors import ConfigError
-    from simcluster.train.rundir import read_metrics
+    from simcluster.core.errors import ConfigError
+    from simcluster.core.rundir import read_metrics
 
     run = run_folder(tmp_path)
     path = run / "metrics.jsonl"

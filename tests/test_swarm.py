@@ -26,8 +26,8 @@ from conftest import need
 from simcluster.launcher.job.entry import resolve_training
 from simcluster.launcher.job.launch import NodeOptions
 from simcluster.launcher.engines.swarm import render as swarm
-from simcluster.train.config import Config
-from simcluster.train.errors import ConfigError
+from simcluster.core.config import Config
+from simcluster.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT.parents[0] / "shared" / "data" / "tinyshakespeare.txt"

@@ -14,7 +14,7 @@ from simcluster.launcher import cli
 from simcluster.launcher.compare import ComposeRun
 from simcluster.launcher.sweep import layouts, plan, result_text, sweep
 from simcluster.launcher.job.request import make_request
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = str(ROOT / "examples" / "bugs" / "layout_bugs.py")

@@ -23,8 +23,8 @@ from simcluster.launcher.job.launch import NodeOptions
 from simcluster.launcher.engines import jobset, trainjob
 from simcluster.launcher.engines.slurm import render as slurm
 from simcluster.launcher.engines.checks import has_registry
-from simcluster.train.config import Config, resolve
-from simcluster.train.errors import ConfigError
+from simcluster.core.config import Config, resolve
+from simcluster.core.errors import ConfigError
 from simcluster.train.device import backend, mesh_device_type, process_group_device, rank_device
 
 ROOT = Path(__file__).resolve().parent.parent

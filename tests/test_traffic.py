@@ -41,7 +41,7 @@ def expected(mesh: str, rank: int) -> dict:
     """Bytes and messages of one rank in one steady step (1F1B, default microbatches = pp): the
     planner's closed forms (train/plan/traffic.py, their one home; the model's shapes, the mesh
     and the schedule, not the accounting under test)."""
-    from simcluster.train.config import Config, resolve
+    from simcluster.core.config import Config, resolve
     from simcluster.train.plan.traffic import rank_traffic
 
     return rank_traffic(resolve(Config(model="tiny", mesh=mesh)), rank)
@@ -82,7 +82,7 @@ OFF_PROBE = r"""
 import json, sys, torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 import simcluster.train.pipeline as P
-from simcluster.train.config import Config
+from simcluster.core.config import Config
 from simcluster.train.preflight import preflight
 from simcluster.train.trainer import run
 seen = []

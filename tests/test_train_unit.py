@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from simcluster.train.cli import add_config_args, config_from_args
-from simcluster.train.config import PRESETS, Config, MeshSpec, parse_mesh, resolve
-from simcluster.train.errors import ConfigError
+from simcluster.core.flags import add_config_args, config_from_args
+from simcluster.core.config import PRESETS, Config, MeshSpec, parse_mesh, resolve
+from simcluster.core.errors import ConfigError
 from simcluster.train.data import Corpus, dp_shard, lm_batch, load_corpus, seed_batch, train_val_split
 from simcluster.train.model import build_model, loss_fn, prune_to_stage
 from simcluster.train.optim import kernel_flags
@@ -273,7 +273,7 @@ def test_reference_hands_over_each_step_when_it_ends(tmp_path):
     """train.reference gives each step's record to ``on_step`` as that step ends (its CLI prints the
     step line then, as a mesh's rank 0 does, so bench.dimensions can time steps by their lines):
     when step N's record arrives, the run folder holds N records; in order, the records returned."""
-    from simcluster.train.rundir import read_metrics
+    from simcluster.core.rundir import read_metrics
     from simcluster.train.preflight import preflight
     from simcluster.train.reference import run_reference
 

@@ -48,7 +48,7 @@ def left_over(run_dir: Path) -> str:
 def instrumented(run: Path, world: int, steps: int, out: str) -> dict:  # tests/test_compare.py too
     """What the instruments recorded (--traffic 1 --trace-steps 2): every rank's step records for
     every step, the traffic totals per step, and the merged trace's tracks (one per rank)."""
-    from simcluster.train.rundir import traffic_totals
+    from simcluster.core.rundir import traffic_totals
 
     for r in range(world):
         recs = [json.loads(line) for line in (run / "steps" / f"rank-{r}.jsonl").read_text().splitlines()]

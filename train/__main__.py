@@ -12,8 +12,8 @@ import argparse
 import os
 import sys
 
-from simcluster.train.cli import add_config_args, config_from_args
-from simcluster.train.errors import ConfigError
+from simcluster.core.flags import add_config_args, config_from_args
+from simcluster.core.errors import ConfigError
 from simcluster.train.preflight import preflight
 
 

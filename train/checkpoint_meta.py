@@ -21,7 +21,7 @@ import platform
 import subprocess
 
 from simcluster.train.checkpoint_paths import list_checkpoints, resolve_resume
-from simcluster.train.config import TrainRun
+from simcluster.core.config import TrainRun
 
 META = "simcluster.json"
 FORMAT = 1

@@ -14,7 +14,7 @@ import math
 import os
 import sysconfig
 
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__", "lib2to3",
              "tkinter", "turtledemo", "ensurepip"}

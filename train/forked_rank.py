@@ -27,7 +27,7 @@ import sys
 import traceback
 
 from simcluster.train import stallwatch
-from simcluster.train.layout import TRAINER_MODULE
+from simcluster.core.layout import TRAINER_MODULE
 
 # Imported before the fork for any entry: what every torchrun script imports (torch: 1.3 s of a
 # rank's 2.7 s of imports). Not DTensor, FSDP2 or pipelining for the user's code: a rank then

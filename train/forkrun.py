@@ -60,7 +60,7 @@ import sys
 import uuid
 
 from simcluster.train.forked_rank import preload, run_module, run_script
-from simcluster.train.layout import TRAINER_MODULE
+from simcluster.core.layout import TRAINER_MODULE
 from simcluster.train.warmup import warm_up
 
 

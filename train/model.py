@@ -1,6 +1,6 @@
 """Models: a Llama-style decoder LM and the ``seed`` toy Linear stack, both stage-splittable.
 
-    python -c "from train.model import build_model; from simcluster.train.config import PRESETS; print(build_model(PRESETS['tiny']))"
+    python -c "from train.model import build_model; from simcluster.core.config import PRESETS; print(build_model(PRESETS['tiny']))"
 
 Both keep their blocks in ``layers``, an ``nn.ModuleDict`` keyed by the global layer index, and
 treat a missing ``tok_embeddings`` / ``norm`` / ``output`` (set to None by ``prune_to_stage``) as
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from simcluster.train.config import ModelArgs
+from simcluster.core.config import ModelArgs
 
 
 @functools.lru_cache(maxsize=8)

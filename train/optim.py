@@ -1,6 +1,6 @@
 """AdamW with decoupled weight decay on matrices only, and warmup + cosine learning rate.
 
-    python -c "from train.optim import lr_at; from simcluster.train.config import Config; print(lr_at(Config(), 10))"
+    python -c "from train.optim import lr_at; from simcluster.core.config import Config; print(lr_at(Config(), 10))"
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from simcluster.train.config import Config
+from simcluster.core.config import Config
 
 
 def lr_at(cfg: Config, step: int) -> float:

@@ -10,7 +10,7 @@ import of torch and the trainer, as on the cluster's nodes), runs ``train.refere
 same seed, data and optimizer, prints a table of each step's loss and grad norm, and ends with one line
 ``max_rel_loss_diff=<float>``. Exits 1 when a step's relative loss difference exceeds the
 tolerance (1e-4 over all steps, 1e-6 on the first step) or the runs hold different steps, 2 on a
-bad config. The step-by-step comparison and its table are train/series.py's, the one
+bad config. The step-by-step comparison and its table are simcluster/core/series.py's, the one
 ``launcher compare`` uses.
 
 Lists: ``--mesh`` and ``--schedule`` take comma-separated lists, and the tool checks every pair
@@ -31,11 +31,11 @@ import subprocess
 import sys
 import tempfile
 
-from simcluster.train.cli import add_config_args, config_from_args
-from simcluster.train.errors import ConfigError
-from simcluster.train.config import TrainRun
-from simcluster.train.rundir import read_metrics
-from simcluster.train.series import Comparison, compare_series, series_from_rows, table_text
+from simcluster.core.flags import add_config_args, config_from_args
+from simcluster.core.errors import ConfigError
+from simcluster.core.config import TrainRun
+from simcluster.core.rundir import read_metrics
+from simcluster.core.series import Comparison, compare_series, series_from_rows, table_text
 from simcluster.train.preflight import preflight
 
 PARITY_DEFAULTS = {"model": "tiny", "steps": 10, "val_every": 0, "log_every": 1}

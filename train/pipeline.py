@@ -18,7 +18,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage
 
-from simcluster.train.config import SCHEDULES, TrainRun
+from simcluster.core.config import SCHEDULES, TrainRun
 from simcluster.train.model import build_model, prune_to_stage
 from simcluster.train.split import split_layers, stage_ids
 

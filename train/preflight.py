@@ -2,9 +2,9 @@
 
     python -m train --mesh 2x2x3 --model tiny        # exits 2: "n_heads=4 is not divisible by tp=3 ..."
     python -m train --model tiny --lr nan --data a.bin --resume runs/a   # exits 2, every problem listed
-    python -c "from train.preflight import preflight; from simcluster.train.config import Config; preflight(Config())"
+    python -c "from train.preflight import preflight; from simcluster.core.config import Config; preflight(Config())"
 
-Refused here: numbers out of range or not finite (``train.preflight_values``), model shapes the
+Refused here: numbers out of range or not finite (``simcluster.core.preflight_values``), model shapes the
 TP plan or attention cannot split, meshes and schedules that cannot place the layers or
 microbatches, data that is missing, not UTF-8 or shorter than one window in either split
 (``train.corpus``), and a --resume checkpoint that is missing, partial, corrupted or from a run
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from simcluster.train.config import SCHEDULES, Config, TrainRun, resolve
-from simcluster.train.errors import ConfigError
+from simcluster.core.config import SCHEDULES, Config, TrainRun, resolve
+from simcluster.core.errors import ConfigError
 from simcluster.train.corpus import check_corpus
-from simcluster.train.preflight_values import value_errors
+from simcluster.core.preflight_values import value_errors
 
 
 def check(cfg: Config, world_size: int | None = None) -> list[str]:

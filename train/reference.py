@@ -12,12 +12,12 @@ from collections.abc import Callable
 
 import torch
 
-from simcluster.train.cli import add_config_args, config_from_args, save_config
+from simcluster.core.flags import add_config_args, config_from_args, save_config
 from simcluster.train.clip import clip_grad_norm_
-from simcluster.train.errors import ConfigError
-from simcluster.train.config import TrainRun
+from simcluster.core.errors import ConfigError
+from simcluster.core.config import TrainRun
 from simcluster.train.data import Batches
-from simcluster.train.metrics import MetricsWriter, peak_rss_mb, step_line
+from simcluster.core.metrics import MetricsWriter, peak_rss_mb, step_line
 from simcluster.train.model import build_model, loss_fn
 from simcluster.train.optim import build_optimizer
 from simcluster.train.parallel import init_weights

@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from simcluster.train.layout import node_of
+from simcluster.core.layout import node_of
 
 KINDS = ("pp_send", "pp_recv", "tp_all_reduce", "fsdp_all_gather", "fsdp_reduce_scatter", "world_all_reduce", "other")
 

@@ -20,20 +20,22 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
+from simcluster.core import hang
 from simcluster.train import checkpoint, device, memprobe, stallwatch
 from simcluster.train.checkpoint_meta import CheckpointError, data_identity, make_record
-from simcluster.train.cli import save_config
+from simcluster.core.flags import save_config
 from simcluster.train.clip import clip_grad_norm_
-from simcluster.train.config import Config, TrainRun, traced_steps
+from simcluster.core.config import Config, TrainRun, traced_steps
 from simcluster.train.data import Batches, dp_shard
-from simcluster.train.metrics import MetricsWriter, peak_rss_mb, step_line
+from simcluster.core.metrics import MetricsWriter, peak_rss_mb, step_line
 from simcluster.train.model import loss_fn
 from simcluster.train.optim import build_optimizer, restore_kernel_flags
 from simcluster.train.parallel import apply_fsdp, apply_tp, init_weights
 from simcluster.train.pipeline import apply_pp, build_stage_modules
 from simcluster.train.profiling import maybe_profile
 from simcluster.train.runtime import GarbageCollection, freeze_imports, tune_malloc
-from simcluster.train import timeline, traffic as traffic_acct
+from simcluster.core import timeline
+from simcluster.train import traffic as traffic_acct
 
 
 EXIT_DIVERGED = 3  # exit code of a run stopped by a non-finite loss or grad norm (2: bad config or checkpoint)
@@ -50,7 +52,7 @@ def init_distributed(cfg: Config) -> tuple[int, int, int]:
     Returns (rank, local_rank, world_size).
     """
     # with the stall watch on, a collective's timeout leaves it time to collect and name the hang first
-    stall = stallwatch.stall_limit(cfg.stall_s, cfg.timeout_s)
+    stall = hang.stall_limit(cfg.stall_s, cfg.timeout_s)
     timeout = timedelta(seconds=max(cfg.timeout_s, stall + stallwatch.GRACE_S) if stall else cfg.timeout_s)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device.bind(cfg.device, local_rank)  # cuda: this rank's GPU, before the group exists
@@ -266,7 +268,7 @@ def run(job: TrainRun) -> int:
         torch._C._distributed_c10d.set_debug_level_from_env()
     rank, local_rank, _ = init_distributed(cfg)
     if "RANK" in os.environ:  # under torchrun: the stall watch and the communication record
-        stallwatch.start(stallwatch.stall_limit(cfg.stall_s, cfg.timeout_s), cfg.run_dir, rank)
+        stallwatch.start(hang.stall_limit(cfg.stall_s, cfg.timeout_s), cfg.run_dir, rank)
     memprobe.mark("process group")
     trainer, together = None, False  # together: every rank ends at the same step (done, or diverged)
     try:

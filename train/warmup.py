@@ -70,8 +70,8 @@ def warm_up(train_argv: list[str], rank: int = 0) -> bool:
     from torch.distributed.pipelining import PipelineStage
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from simcluster.train.cli import add_config_args, config_from_args
-    from simcluster.train.errors import ConfigError
+    from simcluster.core.flags import add_config_args, config_from_args
+    from simcluster.core.errors import ConfigError
     from simcluster.train.preflight import preflight
     from simcluster.train.trainer import Trainer
 

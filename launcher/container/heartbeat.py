@@ -22,7 +22,7 @@ import time
 from datetime import timedelta
 
 from simcluster.launcher.container.layout import CLOSED_KEY, EXIT_KEY, FINISHED, HB_KEY, NODE_KEY, REPORTED, VERDICT, report_key
-from simcluster.train.layout import rank_range
+from simcluster.core.layout import rank_range
 
 
 def report(endpoint: str, node_name: str, node_rank: int, nproc: int, code: int, timeout_s: float = 15,

@@ -63,8 +63,8 @@ from simcluster.launcher.container.ranks import frozen
 from simcluster.launcher.instrument.rank import boot
 from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
 from simcluster.launcher.container.layout import JOIN_TIMEOUT_S
-from simcluster.train.layout import TRAINER_MODULE, node_ranks, rank_range
-from simcluster.train.stallwatch import EXIT_HANG, read_hang
+from simcluster.core.layout import TRAINER_MODULE, node_ranks, rank_range
+from simcluster.core.hang import EXIT_HANG, read_hang
 
 STOP_GRACE_S = 2.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
 GONE_WAIT_S = 15.0  # after FINISHED, wait this long at most for the rendezvous to exit (it takes a few seconds)

@@ -41,7 +41,7 @@ import time
 from datetime import timedelta
 
 from simcluster.launcher.container.layout import CLOSED_KEY, EXIT_KEY, FINISHED, HB_KEY, JOIN_TIMEOUT_S, NODE_KEY, REPORTED, VERDICT, report_key
-from simcluster.train.layout import node_name, rank_range
+from simcluster.core.layout import node_name, rank_range
 
 GRACE_S = 30.0  # after one node failed, the others get this long to report
 CLOSE_WAIT_S = 5.0  # after FINISHED, wait this long at most for the waiting nodes to close their clients

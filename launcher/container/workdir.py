@@ -42,7 +42,7 @@ HASH_FILE_LIMIT = 8 * 2**20  # a listed file above this many bytes is not hashed
 HASH_BUDGET = 64 * 2**20  # bytes hashed at most for one listing; the files after are listed unhashed
 MAX_FILES = 20_000  # files stat'ed at most (a data set of many small files); the rest are not listed
 SKIP = ("__pycache__", ".git")  # never copied nor listed, nor a run folder inside the code folder
-RUN_MARKERS = ("cluster.log", "job.json")  # a folder holding one is a run folder (train/runlog.py)
+RUN_MARKERS = ("cluster.log", "job.json")  # a folder holding one is a run folder (simcluster/core/runlog.py)
 
 
 def check_writable(run_dir: str) -> str | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from simcluster.launcher.container.layout import LABEL
 from simcluster.launcher.job.files import ROOT, host_abspath
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 
 def sanitize_project(name: str) -> str:

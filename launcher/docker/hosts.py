@@ -22,7 +22,7 @@ from requests.exceptions import RequestException
 
 from simcluster.launcher.docker.client import Client, LauncherError, sdk_errors
 from simcluster.launcher.container.layout import LABEL
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 HOST_IMAGE = "simcluster/host:latest"
 HOSTS_FILE = "hosts.json"  # RUN_DIR/hosts.json: the record of a run's rehearsal hosts (engines/swarm/hosts.py writes it)

@@ -30,12 +30,12 @@ from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.docker.container import disconnect, exec_in, kill, log_text, pause, stop
 from simcluster.launcher.observe.progress import parse_step, split_rank
 from simcluster.launcher.container.layout import LABEL, RDZV_HOST
-from simcluster.train.layout import node_names, rank_range
-from simcluster.train.rundir import METRICS, last_step
-from simcluster.train.runlog import read_job
+from simcluster.core.layout import node_names, rank_range
+from simcluster.core.rundir import METRICS, last_step
+from simcluster.core.runlog import read_job
 from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.drills.chaos_checks import check_args, check_generated, check_step
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 START_WAIT_S = 120.0  # how long chaos waits for a first container of the run (`launcher up` starting it)
 

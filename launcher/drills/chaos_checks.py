@@ -12,8 +12,8 @@ import os
 from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.docker.compose_cli import compose
 from simcluster.launcher.docker.handle import sanitize_project
-from simcluster.train.errors import ConfigError
-from simcluster.train.runlog import read_job
+from simcluster.core.errors import ConfigError
+from simcluster.core.runlog import read_job
 
 FAULTS = ("kill", "stop", "pause", "disconnect", "freeze")
 RUN_RECORDS = ("job.json", "compose.yml", "stack.yml", "cluster.log")  # what `up` leaves in a run folder

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import ClassVar
 
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

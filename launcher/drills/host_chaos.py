@@ -24,8 +24,8 @@ import time
 from simcluster.launcher.docker.hosts import HOSTS_FILE, cut, host_containers, kill_host
 from simcluster.launcher.drills.chaos_checks import check_step
 from simcluster.launcher.job.files import ROOT, host_abspath
-from simcluster.train.errors import ConfigError
-from simcluster.train.rundir import last_step
+from simcluster.core.errors import ConfigError
+from simcluster.core.rundir import last_step
 
 HOST_FAULTS = ("kill-host", "disconnect-host")
 START_WAIT_S = 300.0  # how long it waits for `up` to bring the hosts up (a first push of the image included)

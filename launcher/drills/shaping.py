@@ -21,8 +21,8 @@ import shutil
 
 from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.container.layout import SHAPED_DIR, shaped_marker
-from simcluster.train.errors import ConfigError
-from simcluster.train.units import rate_bits_per_s
+from simcluster.core.errors import ConfigError
+from simcluster.core.units import rate_bits_per_s
 
 NETTOOLS_IMAGE = "simcluster/nettools:latest"
 

@@ -30,7 +30,7 @@ from simcluster.launcher.engines.checks import common_problems, refuse
 from simcluster.launcher.job.files import project_dir_for
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.job.sections import UpOptions  # noqa: F401 (every engine's up takes it)
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 
 class Engine(abc.ABC):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 
 from simcluster.launcher.job.launch import Launch
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 
 def has_registry(image: str) -> bool:

@@ -43,7 +43,7 @@ from simcluster.launcher.docker import images
 from simcluster.launcher.job import pip_errors
 from simcluster.launcher.job.deps import WHEEL, Requirements, read_lines
 from simcluster.launcher.job.launch import Launch
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 PLATFORM = ("--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
             "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",

@@ -3,7 +3,7 @@ the stack CLI), the containers' hardening, the node environment, torchrun's stat
 command line, the job's own argv with host paths, GPU requests.
 
     python -c "from simcluster.launcher.engines.document import *; from simcluster.launcher.job.entry import resolve_training; \
-from simcluster.launcher.job.launch import NodeOptions; from simcluster.train.config import Config; \
+from simcluster.launcher.job.launch import NodeOptions; from simcluster.core.config import Config; \
 print(torchrun_argv(resolve_training(Config(mesh='2x2x2'), NodeOptions()), 'NODE_RANK', 'node-0'))"
 
 Stage placement is explicit: node k (the engine's own index: SLURM_NODEID, the JobSet job

@@ -17,7 +17,7 @@ from simcluster.launcher.job import files
 from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import IMAGE, LABEL
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 NODE_MODULE = "simcluster.launcher.container.node"  # what every node runs
 

@@ -1,7 +1,7 @@
 """The Kubernetes pod template of one node, shared by the JobSet and TrainJob engines.
 
     python -c "from simcluster.launcher.engines.pod import *; from simcluster.launcher.job.entry import resolve_training; \
-from simcluster.launcher.job.launch import NodeOptions; from simcluster.train.config import Config; \
+from simcluster.launcher.job.launch import NodeOptions; from simcluster.core.config import Config; \
 print(container(resolve_training(Config(mesh='2x2x2'), NodeOptions()), ['torchrun'], {}))"
 
 One container ``node`` of the image, non-root (the image's user 1000), all capabilities dropped,

@@ -29,7 +29,7 @@ def engine_named(name: str) -> Engine:
         ConfigError: no engine of that name, naming them all and an example.
     """
     if name not in ENGINES:
-        from simcluster.train.errors import ConfigError
+        from simcluster.core.errors import ConfigError
 
         e = ConfigError(f"target: must be one of {', '.join(ENGINES)}, got {name!r}; e.g. target={DEFAULT!r} "
                         f"(--target {DEFAULT})")
@@ -47,7 +47,7 @@ def engine_of(handle: Handle) -> Engine:
     for engine in ENGINES.values():
         if engine.owns(handle):
             return engine
-    from simcluster.train.errors import ConfigError
+    from simcluster.core.errors import ConfigError
 
     raise ConfigError(f"{handle.file}: no engine runs this handle here")
 

@@ -18,9 +18,9 @@ from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.engines.base import UpOptions
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.observe.follow import Stream, Watch
-from simcluster.train.runlog import CLUSTER_LOG
+from simcluster.core.runlog import CLUSTER_LOG
 from simcluster.launcher.observe.summary import summarise
-from simcluster.train.stallwatch import EXIT_HANG, read_hang
+from simcluster.core.hang import EXIT_HANG, read_hang
 
 
 def open_stream(launch: Launch, run_dir: str, opts: UpOptions) -> Stream:

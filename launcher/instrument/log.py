@@ -3,7 +3,7 @@
     python -c "import simcluster; simcluster.log(step=1, loss=2.5)"     # outside the cluster: a no-op
 
 ``simcluster.log(step=None, *, total_steps=None, **metrics)`` appends one row to
-$SIMCLUSTER_OUTPUT_DIR/metrics.jsonl, the schema of train/metrics.py (``{"step", "loss", ...}``),
+$SIMCLUSTER_OUTPUT_DIR/metrics.jsonl, the schema of simcluster/core/metrics.py (``{"step", "loss", ...}``),
 which progress, the summary, the report and ``launcher compare`` read. Call it on the rank that
 holds the values (rank 0, or the last pipeline stage for a loss); rows of one step logged by
 several ranks are merged by the readers, a later row's keys winning. ``step`` defaults to the
@@ -57,7 +57,7 @@ def log(step: int | None = None, *, total_steps: int | None = None, **metrics) -
         row[name] = value
     _last_step = step
     os.makedirs(out_dir, exist_ok=True)
-    from simcluster.train.rundir import METRICS
+    from simcluster.core.rundir import METRICS
 
     with open(os.path.join(out_dir, METRICS), "a", encoding="utf-8") as fh:
         fh.write(json.dumps(row) + "\n")  # one write of one line: appends from several ranks stay whole

@@ -21,7 +21,7 @@ import sys
 from simcluster.launcher.instrument.clock import Clock
 from simcluster.launcher.instrument.lazy import when_imported
 from simcluster.launcher.instrument.spec import ENABLE, OWNER, Instruments
-from simcluster.train.layout import node_of
+from simcluster.core.layout import node_of
 
 CLOCK: Clock | None = None  # this rank's clock, once installed (simcluster.step and simcluster.log use it)
 

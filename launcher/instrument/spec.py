@@ -14,7 +14,7 @@ default except the CPU bridges (``instrument/bridges.py``) and the simulated GPU
     SIMCLUSTER_TOTAL_STEPS=N      the run's steps, for progress and ETA (else the logging API's)
     SIMCLUSTER_CPU_BRIDGES=0      leave torch's CPU-only DTensor gaps unbridged
     SIMCLUSTER_SIMULATED_GPUS=0   no simulated GPU: torch.cuda answers as torch's CPU build does
-    SIMCLUSTER_GPU=a100-80g       the simulated GPU's model (default h100-sxm; train/plan/hardware.py)
+    SIMCLUSTER_GPU=a100-80g       the simulated GPU's model (default h100-sxm; simcluster/core/hardware.py)
     TORCH_DISTRIBUTED_DEBUG=DETAIL  --check-collectives 1: torch checks each collective across its group
     SIMCLUSTER_STALL_S=10         the stall watch and communication record (train/stallwatch.py); 0: off (unset: 60)
 """
@@ -22,14 +22,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simcluster.train.stallwatch import STALL_DEFAULT_S
+from simcluster.core.hang import STALL_DEFAULT_S
 
 ENABLE = "SIMCLUSTER_INSTRUMENT"  # set to "1" by the node wrapper for user code (not the built-in trainer)
 OWNER = "SIMCLUSTER_INSTRUMENT_PID"  # the pid that installed them: a child interpreter (spawn) is not a rank
 TRAFFIC, TRACE_STEPS, TOTAL_STEPS, CPU_BRIDGES = ("SIMCLUSTER_TRAFFIC", "SIMCLUSTER_TRACE_STEPS",
                                                   "SIMCLUSTER_TOTAL_STEPS", "SIMCLUSTER_CPU_BRIDGES")
 SIMULATED_GPUS, GPU = "SIMCLUSTER_SIMULATED_GPUS", "SIMCLUSTER_GPU"
-DEFAULT_GPU = "h100-sxm"  # the simulated GPU unless --gpu names another (train/plan/hardware.py GPU_NAMES)
+DEFAULT_GPU = "h100-sxm"  # the simulated GPU unless --gpu names another (simcluster/core/hardware.py GPU_NAMES)
 DEBUG = "TORCH_DISTRIBUTED_DEBUG"  # torch's own: DETAIL checks each collective across its group (--check-collectives 1)
 STALL_S = "SIMCLUSTER_STALL_S"  # seconds; unset: STALL_DEFAULT_S (the trainer's own --stall-s default)
 BOOT_DIR = "boot"  # beside this file: the folder whose sitecustomize.py starts the instruments in a rank
@@ -46,7 +46,7 @@ class Instruments:
     total_steps: the run's step count, for progress and ETA (None: unknown unless logged).
     cpu_bridges: register DTensor sharding strategies torch lacks on CPU (on by default).
     simulated_gpus: each rank sees one GPU of its node, tensors on the CPU (on by default).
-    gpu: the simulated GPU's model, a name of train/plan/hardware.py's GPU_NAMES.
+    gpu: the simulated GPU's model, a name of simcluster/core/hardware.py's GPU_NAMES.
     stall_s: seconds without progress on any rank that end the job as a hang (0: off; train/stallwatch.py).
     check_collectives: torch's TORCH_DISTRIBUTED_DEBUG=DETAIL (each collective checked across its group).
     stall_given: --stall-s was given (not its default): an engine whose ranks get no instruments refuses

@@ -13,7 +13,7 @@ trainer's own ``train.profiling.StepProfile`` with the events of USER_KEEP (gloo
 collectives, FSDP, DTensor's functional collectives, the optimizer, torch pipelining's actions,
 the layers' linear and attention ops and autograd's backward functions). ``launcher up`` (and
 ``launcher report`` for a run started with plain ``docker compose up``) merges them into
-RUN_DIR/trace.json, one process per node and one track per rank (train/timeline.py).
+RUN_DIR/trace.json, one process per node and one track per rank (simcluster/core/timeline.py).
 """
 from __future__ import annotations
 

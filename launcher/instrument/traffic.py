@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from simcluster.train.layout import mesh_groups
+from simcluster.core.layout import mesh_groups
 
 
 def groups_from_env(rank: int, env) -> dict[str, tuple[int, ...]]:

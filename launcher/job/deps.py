@@ -18,7 +18,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 REPO = "simcluster/deps"  # the derived images' repository: simcluster/deps:<key>
 EXAMPLE = "e.g. --requirements requirements.txt (one requirement a line, as pip reads it)"

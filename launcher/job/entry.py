@@ -23,9 +23,9 @@ from dataclasses import fields
 
 from simcluster.launcher.job.launch import Launch, Mount, NodeOptions, check_node_options
 from simcluster.launcher.container.layout import APP_DIR, CODE_DIR, DATA_MOUNT, RUNS_MOUNT, run_name
-from simcluster.train.layout import TRAINER_MODULE
-from simcluster.train.config import Config, MeshSpec, parse_mesh
-from simcluster.train.errors import ConfigError
+from simcluster.core.layout import TRAINER_MODULE
+from simcluster.core.config import Config, MeshSpec, parse_mesh
+from simcluster.core.errors import ConfigError
 from simcluster.train.preflight import preflight
 
 RESERVED = (RUNS_MOUNT, APP_DIR, CODE_DIR, "/tmp")  # mount targets the launcher owns
@@ -115,7 +115,7 @@ def resolve_training(cfg: Config, node: NodeOptions, mounts: tuple[str, ...] = (
 
     cfg: the user's options; its run_dir and data as host_path(p) will name them in the compose
         file (the CLI passes a function giving repo-relative or absolute paths). An unset run_dir
-        is the one default rule of train.config.default_run_dir, relative to the repo root.
+        is the one default rule of simcluster.core.config.default_run_dir, relative to the repo root.
 
     Raises:
         ConfigError: every problem of the config (preflight), the node options, mounts or run folder.

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OWNED = {

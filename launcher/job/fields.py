@@ -15,7 +15,7 @@ import math
 
 from simcluster.launcher.job.sections import (MAX_INT, MAX_STEPS, EngineOptions, GenerateOptions,  # noqa: F401
                                               JobOptions, NodeOptions, Spec, TrainerOptions, UpOptions, specs)
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 SECTIONS = (TrainerOptions, JobOptions, NodeOptions, EngineOptions, UpOptions, GenerateOptions)
 # every field, in the command line's order (the header's regenerate line lists them so)

@@ -11,7 +11,7 @@ import sys
 import tempfile
 
 from simcluster.launcher.container.layout import APP_DIR, IMAGE_USER, RUN_DIR_MODE
-from simcluster.train.runlog import write_job
+from simcluster.core.runlog import write_job
 
 PACKAGE = os.path.dirname(os.path.abspath(sys.modules["simcluster"].__file__))  # simcluster/ (its __init__)
 # SOURCE: the folder holding launcher/, train/ and images/. Installed with pip they are inside the
@@ -128,7 +128,7 @@ def container_user() -> str:
 def make_run_dir(path: str, user: str, job: dict | None = None) -> None:
     """Create the run folder (mode RUN_DIR_MODE) owned by the containers' user ``UID:GID``
     (a chown only when running as root; otherwise the user is the invoking one), and write the job's
-    record there (RUN_DIR/job.json: Launch.record(), train/runlog.py) when given. A folder that was
+    record there (RUN_DIR/job.json: Launch.record(), simcluster/core/runlog.py) when given. A folder that was
     there before, not empty and no run folder (no job.json, cluster.log or compose.yml: a folder of the user's)
     keeps its owner and mode: the containers' user must be able to write it (the node checks, and
     says so)."""

@@ -1,6 +1,6 @@
 """The launch description: one cluster job, resolved once at the edge, frozen, passed everywhere.
 
-    python -c "from simcluster.launcher.job.entry import resolve_training; from simcluster.launcher.job.launch import NodeOptions; from simcluster.train.config import Config; \
+    python -c "from simcluster.launcher.job.entry import resolve_training; from simcluster.launcher.job.launch import NodeOptions; from simcluster.core.config import Config; \
 print(resolve_training(Config(mesh='2x2x2', model='tiny'), NodeOptions()))"
 
 ``launcher/cli.py`` turns the flags into a Launch (``launcher/job/entry.py``: the built-in trainer or
@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from simcluster.launcher.job.checks import MIN_CPUS, image_problem, memory_problem
-from simcluster.train.units import tc_rate_problem
+from simcluster.core.units import tc_rate_problem
 from simcluster.launcher.job.deps import Requirements
 from simcluster.launcher.job.sections import RDZV_BACKENDS, EngineOptions, NodeOptions  # noqa: F401 (a Launch's)
 from simcluster.launcher.instrument.spec import Instruments
 from simcluster.launcher.container.layout import CODE_DIR, RUNS_MOUNT, WORK_DIR, lost_after_s, run_name
-from simcluster.train.layout import host_names, node_names, placement
-from simcluster.train.layout import format_ranks, node_ranks
-from simcluster.train.config import MeshSpec, TrainRun
+from simcluster.core.layout import host_names, node_names, placement
+from simcluster.core.layout import format_ranks, node_ranks
+from simcluster.core.config import MeshSpec, TrainRun
 
 def check_node_options(node: NodeOptions) -> list[str]:
     """Problems of the node options, each naming the option and a fix (the rules of sizes and
@@ -178,10 +178,10 @@ class Launch:
         return f"{entry}-{shape}"
 
     def record(self) -> dict:
-        """The job as RUN_DIR/job.json keeps it (train/runlog.py write_job, read_job): each node's ranks,
+        """The job as RUN_DIR/job.json keeps it (simcluster/core/runlog.py write_job, read_job): each node's ranks,
         the ranks a node, the world size, the image every node runs, the last step where it is known
         (the trainer's steps, your code's total_steps) and, on rehearsal hosts, each node's host
-        (train/layout.py placement)."""
+        (simcluster/core/layout.py placement)."""
         out = {"nodes": {name: format_ranks(node_ranks(k, self.nproc_per_node)) for k, name in enumerate(self.names)},
                "nproc_per_node": self.nproc_per_node, "world_size": self.world_size, "image": self.node.image}
         steps = self.train.config.steps if self.train is not None else self.instruments.total_steps
@@ -193,7 +193,7 @@ class Launch:
 
     @cached_property
     def node_hosts(self) -> list[str] | None:
-        """Node k's rehearsal host, for every k (``up --hosts``; train/layout.py placement over hosts_up, or
+        """Node k's rehearsal host, for every k (``up --hosts``; simcluster/core/layout.py placement over hosts_up, or
         over every host), or None on one engine."""
         if not self.engine.hosts:
             return None

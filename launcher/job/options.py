@@ -24,10 +24,10 @@ from simcluster.launcher.instrument.spec import DEFAULT_GPU, Instruments
 from simcluster.launcher.job.entry import parse_mount, resolve_code, resolve_training
 from simcluster.launcher.job.launch import EngineOptions, Launch, NodeOptions, check_engine_options
 from simcluster.launcher.job.request import JobRequest
-from simcluster.train.cli import load_yaml
-from simcluster.train.config import Config
-from simcluster.train.config_types import config_from_dict
-from simcluster.train.errors import ConfigError
+from simcluster.core.flags import load_yaml
+from simcluster.core.config import Config
+from simcluster.core.config_types import config_from_dict
+from simcluster.core.errors import ConfigError
 
 
 def split_job_argv(argv: list[str]) -> tuple[list[str], tuple[str, ...]]:
@@ -45,10 +45,10 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     Raises:
         ConfigError: traffic not 0 or 1, a traced step that does not parse or lies beyond total_steps.
     """
-    from simcluster.train.config import parse_steps
+    from simcluster.core.config import parse_steps
 
-    from simcluster.train.preflight_values import RULES, stall_errors
-    from simcluster.train.stallwatch import stall_limit
+    from simcluster.core.preflight_values import RULES, stall_errors
+    from simcluster.core.hang import stall_limit
 
     if cfg.traffic not in (0, 1):
         raise ConfigError(f"--traffic: 0 or 1, got {cfg.traffic}; e.g. --traffic 1")

@@ -25,9 +25,9 @@ from simcluster.launcher.job.env import env_pairs
 from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY, MAX_STEPS, UP_ONLY, check_values, flag, from_text
 from simcluster.launcher.job.sections import (EngineOptions, GenerateOptions, JobOptions, NodeOptions,
                                               TrainerOptions, UpOptions)
-from simcluster.train.config import Config
-from simcluster.train.errors import ConfigError
-from simcluster.train.layout import TRAINER_MODULE
+from simcluster.core.config import Config
+from simcluster.core.errors import ConfigError
+from simcluster.core.layout import TRAINER_MODULE
 
 COMMANDS = ("up", "generate")
 SHARED = ("mesh", "run_dir", "timeout_s", "stall_s")  # Config fields that are launcher options for any job

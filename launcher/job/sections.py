@@ -4,7 +4,7 @@ under each field.
 
     python -c "from simcluster.launcher.job.sections import NodeOptions, spec; print(spec(NodeOptions, 'join_timeout_s'))"
 
-The sections: the trainer's Config (train/config.py, each field unset here: ``TrainerOptions``), the
+The sections: the trainer's Config (simcluster/core/config.py, each field unset here: ``TrainerOptions``), the
 job (``JobOptions``: what runs), the node options (``NodeOptions``: every node's container), the
 engine options (``EngineOptions``: --target and the real engines' documents), the run options
 (``UpOptions``: `up` only), ``GenerateOptions`` and ``CompareOptions`` (layout B and the metric).
@@ -25,8 +25,8 @@ from typing import ClassVar
 
 from simcluster.launcher.container.layout import IMAGE, IMAGE_USER, JOIN_TIMEOUT_S
 from simcluster.launcher.job.checks import MIN_CPUS
-from simcluster.train.config import Config
-from simcluster.train.plan.hardware import GPU_NAMES
+from simcluster.core.config import Config
+from simcluster.core.hardware import GPU_NAMES
 
 MAX_INT = 2**63 - 1  # every int field's bound unless its own is smaller (the trainer's seed is < 2**63)
 MAX_STEPS = 10**7  # steps, total_steps and a traced step: far beyond any simulated run
@@ -254,14 +254,14 @@ _CONFIG_SPECS = {"steps": dict(lo=1, hi=MAX_STEPS), "timeout_s": dict(lo=0, stri
 
 def _trainer_options():
     """The trainer's Config as a section: ``config`` (its YAML file) and each Config field, unset (None);
-    their help is Config's docstrings (train/cli.py add_config_args makes their flags)."""
+    their help is Config's docstrings (simcluster/core/flags.py add_config_args makes their flags)."""
     out = [("config", "str | None", option(None, "run.yaml", metavar="YAML"))]
     for f in dataclasses.fields(Config):
         kind = f.type.split("|")[0].strip()
         extra = _CONFIG_SPECS.get(f.name, {})
         out.append((f.name, f"{kind} | None", option(None, _CONFIG_EXAMPLES.get(f.name, f.default), **extra)))
     return dataclasses.make_dataclass("TrainerOptions", out, frozen=True, namespace={
-        "title": "the trainer's options (train/config.py Config)",
+        "title": "the trainer's options (simcluster/core/config.py Config)",
         "__doc__": "The built-in trainer's Config fields, each unset (None): the YAML file's or Config's default."})
 
 

@@ -26,9 +26,9 @@ from simcluster.launcher.docker.container import kill, log_lines
 from simcluster.launcher.docker.cluster import Events
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import RDZV_HOST
-from simcluster.train.layout import node_of
+from simcluster.core.layout import node_of
 from simcluster.launcher.observe.failures import RankTrace
-from simcluster.train.rundir import StepsTail
+from simcluster.core.rundir import StepsTail
 from simcluster.launcher.observe.progress import Bar, Progress, parse_done, parse_step, split_rank
 from simcluster.launcher.docker.handle import Handle
 
@@ -113,7 +113,7 @@ class Stream:
             self.show(line)
 
     def on_metrics(self, rows: list[dict]) -> None:
-        """New metrics.jsonl rows (the schema of train/metrics.py), read at once: update the progress
+        """New metrics.jsonl rows (the schema of simcluster/core/metrics.py), read at once: update the progress
         with each, then maybe show one line of the newest (rows that arrive together after a quiet
         spell, as a short job's do at its end, print no stale step)."""
         rows = [row for row in rows if isinstance(row.get("step"), int)]

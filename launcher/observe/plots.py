@@ -98,9 +98,9 @@ def plot_traffic(totals: dict, path: str) -> str | None:
 
 
 def plot_host_traffic(totals: dict, hosts: list[str], path: str) -> str | None:
-    """Host x host matrix of one step's bytes between nodes on different hosts (train/metrics.py host_links;
+    """Host x host matrix of one step's bytes between nodes on different hosts (simcluster/core/metrics.py host_links;
     hosts: node i's host), for rehearsal hosts (``up --hosts``)."""
-    from simcluster.train.metrics import host_links
+    from simcluster.core.metrics import host_links
 
     names = list(dict.fromkeys(hosts))
     pairs = host_links(totals, hosts)

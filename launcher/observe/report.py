@@ -4,7 +4,7 @@
     python -m launcher report --run-dir runs/mesh-2x2x2
     python -m launcher report --run-dir runs/train-nodes-2x2 --metric-regex 'step (?P<step>[0-9]+) loss (?P<value>[^ ]+)'
 
-Works on any folder with a metrics.jsonl (the schema of train/metrics.py; only ``step`` is
+Works on any folder with a metrics.jsonl (the schema of simcluster/core/metrics.py; only ``step`` is
 required) or the instruments' steps/ of the user's code (rundir.step_rows joins both; a trace of
 such a run started with plain ``docker compose up`` is merged here), or a loss the ranks only printed
 (cluster.log; ``--metric-regex``, by default the common formats: runlog.printed_series). Draws what the run recorded: loss and
@@ -20,11 +20,11 @@ import os
 import shutil
 import tempfile
 
-from simcluster.train import runlog
-from simcluster.train.rundir import METRICS, STEPS, step_rows
-from simcluster.train.runlog import newest_run
-from simcluster.train.errors import ConfigError
-from simcluster.train.stallwatch import HANG_FILE, STACKS_DIR, read_hang
+from simcluster.core import runlog
+from simcluster.core.rundir import METRICS, STEPS, step_rows
+from simcluster.core.runlog import newest_run
+from simcluster.core.errors import ConfigError
+from simcluster.core.hang import HANG_FILE, STACKS_DIR, read_hang
 
 
 def read_rows(run_dir: str, metric_regex: str | None = None) -> list[dict]:
@@ -43,7 +43,7 @@ def read_rows(run_dir: str, metric_regex: str | None = None) -> list[dict]:
         raise ConfigError(f"report: --metric-regex: {e}") from None
     if not os.path.isfile(path) and not os.path.isdir(os.path.join(run_dir, STEPS)) and not printed:
         raise ConfigError(f"report: {path} does not exist; pass --run-dir with a run folder that holds "
-                          f"metrics.jsonl (one JSON object per step with at least \"step\", see train/metrics.py), "
+                          f"metrics.jsonl (one JSON object per step with at least \"step\", see simcluster/core/metrics.py), "
                           f"the steps/ records of your own code's run, or a loss its ranks printed (--metric-regex)")
     try:
         rows = step_rows(run_dir, strict=True)
@@ -74,7 +74,7 @@ def _summary(rows: list[dict], hosts: list[str] | None = None) -> dict:
     if rss:
         out["peak RSS of any rank"] = f"{max(rss):.0f} MB"
     if isinstance(last.get("traffic"), dict):
-        from simcluster.train.metrics import traffic_text
+        from simcluster.core.metrics import traffic_text
         out["traffic per step (last)"] = traffic_text(last["traffic"], hosts)
     return out
 
@@ -102,7 +102,7 @@ def make_report(run_dir: str, metric_regex: str | None = None) -> tuple[str, lis
             config_text = fh.read()
     trace_path = os.path.join(run_dir, runlog.TRACE)
     if not os.path.isfile(trace_path) and os.path.isdir(os.path.join(run_dir, "trace")):
-        from simcluster.train.timeline import merge_found  # the user's code under plain `docker compose up`
+        from simcluster.core.timeline import merge_found  # the user's code under plain `docker compose up`
         try:
             merge_found(run_dir)
         except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
@@ -148,7 +148,7 @@ def _draw(plots, rows: list[dict], events: list[dict] | None, config: str, run_d
             pngs.append(plots.plot_host_traffic(traffic, hosts, os.path.join(out, "traffic_hosts.png")))
     bubbles = {}
     if events is not None:
-        from simcluster.train.timeline import bubble
+        from simcluster.core.timeline import bubble
         bubbles = bubble(events)
         steps = sorted(bubbles) or sorted({e["args"]["step"] for e in events if "step" in e.get("args", {})}) or [None]
         pngs.append(plots.plot_timeline(events, os.path.join(out, "timeline.png"), step=steps[0]))

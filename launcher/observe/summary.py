@@ -26,13 +26,13 @@ from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT, miss
 from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.observe.teardown import TEARDOWN_ABORT, aborted_after_work, show_aborted
-from simcluster.train.rundir import METRICS, collectives, step_rows
-from simcluster.train.runlog import printed_series, write_summary
+from simcluster.core.rundir import METRICS, collectives, step_rows
+from simcluster.core.runlog import printed_series, write_summary
 from simcluster.launcher.container.layout import RDZV_HOST
-from simcluster.train.layout import format_ranks, node_of, node_ranks
-from simcluster.train.metrics import host_links, traffic_text
-from simcluster.train.stallwatch import HANG_FILE, STACKS_DIR, read_hang
-from simcluster.train.hang_diagnosis import fingerprint_mismatch
+from simcluster.core.layout import format_ranks, node_of, node_ranks
+from simcluster.core.metrics import host_links, traffic_text
+from simcluster.core.hang import HANG_FILE, STACKS_DIR, read_hang
+from simcluster.core.hang_diagnosis import fingerprint_mismatch
 
 GLOO_MISMATCH = "Received data size doesn't match expected size"
 
@@ -70,7 +70,7 @@ def _gpus(launch: Launch) -> str | None:
     if launch.train is not None or inst is None or not inst.simulated_gpus:
         return None
     from simcluster.launcher.instrument.gpu.install import SUMMARY
-    from simcluster.train.plan.hardware import GPU_ALIASES, HARDWARE
+    from simcluster.core.hardware import GPU_ALIASES, HARDWARE
     return (f"{launch.nproc_per_node} a node ({SUMMARY}), "
             f"{HARDWARE[GPU_ALIASES.get(inst.gpu, inst.gpu)].device_name} (--gpu {inst.gpu})")
 
@@ -118,7 +118,7 @@ def _merge_trace(launch: Launch, run_dir: str) -> None:
     merges its own); a trace that cannot be merged does not fail the run."""
     if launch.train is not None or not launch.instruments.trace_steps:
         return
-    from simcluster.train.timeline import merge
+    from simcluster.core.timeline import merge
 
     try:
         merge(run_dir, launch.world_size, launch.nproc_per_node)
@@ -229,7 +229,7 @@ def _record(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float, 
     every node ran (image: the trainer's, --image, or the derived image of --requirements); with rehearsal
     hosts (up --hosts) the host each container ran on (hosts: service -> host), the hosts that stopped
     answering with the services that went with them (lost_hosts), the last step's bytes per host pair
-    (host_traffic: train/metrics.py host_links, or null), and --inter-host-bandwidth; summarise adds
+    (host_traffic: simcluster/core/metrics.py host_links, or null), and --inter-host-bandwidth; summarise adds
     no_work (the NO WORK headline) and first_failed (the node whose rank failed first, or null)."""
     def failed(rank: int, lines: list[str]) -> dict:
         node = launch.names[node_of(rank, launch.nproc_per_node)]

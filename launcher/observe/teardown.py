@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.observe.follow import Stream
-from simcluster.train.layout import node_of
-from simcluster.train.rundir import rank_last_steps, step_rows
+from simcluster.core.layout import node_of
+from simcluster.core.rundir import rank_last_steps, step_rows
 
 TEARDOWN_ABORT = "terminate called without an active exception"  # std::terminate with no exception: a joinable thread
 

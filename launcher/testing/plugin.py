@@ -218,7 +218,7 @@ def simcluster(request: pytest.FixtureRequest, tmp_path, simcluster_image) -> Si
 def sections(path: str):
     """(folder, text) of what a failed test's report shows of a run folder (each side of a compare):
     its summary, else its log's end."""
-    from simcluster.train.runlog import log_lines, summary_lines
+    from simcluster.core.runlog import log_lines, summary_lines
 
     for folder in _folders(path):
         lines = summary_lines(folder)

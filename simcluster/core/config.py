@@ -3,7 +3,7 @@
 Torch-free on purpose, so the launcher can parse and preflight a run on a host without torch.
 
     python -m train --config run.yaml --mesh 2x2x2 --steps 50   # how a Config is made
-    python -c "from simcluster.train.config import parse_mesh; print(parse_mesh('2x2x2'))"
+    python -c "from simcluster.core.config import parse_mesh; print(parse_mesh('2x2x2'))"
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from simcluster.train.errors import ConfigError
-from simcluster.train.layout import node_of
+from simcluster.core.errors import ConfigError
+from simcluster.core.layout import node_of
 
 DEVICES = ("cpu", "cuda")  # --device: gloo on CPU, or nccl with one GPU per rank
 MESH_EXAMPLES = "valid examples: 2x2x2, 4x1x2, 1x1x1, pp=2,dp=2,tp=2"

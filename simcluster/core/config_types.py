@@ -1,7 +1,7 @@
 """Typing a mapping of Config fields (a parsed YAML file, or flags): every value of the wrong type
 refused at once, each naming the field and a fix. Torch-free.
 
-    python -c "from simcluster.train.config_types import config_from_dict; print(config_from_dict({'steps': 5}).steps)"
+    python -c "from simcluster.core.config_types import config_from_dict; print(config_from_dict({'steps': 5}).steps)"
 
 Accepted: an int for an int field (a float only when it is whole, 3.0), an int or a float for a
 float field, and numeric text for either (PyYAML reads ``lr: 3e-4`` as the text '3e-4'); a
@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import MISSING, fields
 
-from simcluster.train.config import Config
-from simcluster.train.errors import ConfigError
+from simcluster.core.config import Config
+from simcluster.core.errors import ConfigError
 
 EXAMPLES = {"int": "100", "float": "0.003", "str": "text"}
 

@@ -11,13 +11,13 @@ from dataclasses import fields
 
 import yaml
 
-from simcluster.train.config import Config
-from simcluster.train.errors import ConfigError
-from simcluster.train.config_types import config_from_dict
+from simcluster.core.config import Config
+from simcluster.core.errors import ConfigError
+from simcluster.core.config_types import config_from_dict
 
 
 def field_docs() -> dict[str, str]:
-    """Field name -> its one-line documentation (the string after each field of train.config.Config)."""
+    """Field name -> its one-line documentation (the string after each field of simcluster.core.config.Config)."""
     import ast
     import inspect
 

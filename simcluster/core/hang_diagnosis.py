@@ -1,6 +1,6 @@
 """The diagnosis of a stall: the first point where the ranks' records disagree, in a line or two.
 
-    python -c "from simcluster.train.hang_diagnosis import diagnose; print(diagnose({0: {'top': 'a.py:3 (f)', 'step': 2}, 1: {'top': 'a.py:9 (g)', 'step': 2}}, 2, 60))"
+    python -c "from simcluster.core.hang_diagnosis import diagnose; print(diagnose({0: {'top': 'a.py:3 (f)', 'step': 2}, 1: {'top': 'a.py:9 (g)', 'step': 2}}, 2, 60))"
 
 Pure: every rank's record (train/commrecord.py ``Record.snapshot`` plus "step" and "top", its main
 thread's innermost frame outside torch) in, lines out. The cases, in the order they are looked for:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from simcluster.train.errors import ConfigError
-from simcluster.train.units import rate_bits_per_s
+from simcluster.core.errors import ConfigError
+from simcluster.core.units import rate_bits_per_s
 
 G = 1e9
 

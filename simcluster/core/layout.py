@@ -1,6 +1,6 @@
 """The rank layout of a (pp, dp, tp) mesh on nodes: which node holds a rank, node names, each rank's groups.
 
-    python -c "from simcluster.train.layout import node_names, node_ranks; print(node_names(12)[:3], node_ranks(1, 4))"
+    python -c "from simcluster.core.layout import node_names, node_ranks; print(node_names(12)[:3], node_ranks(1, 4))"
 
 The lower floor's one home for these rules (stdlib only): the trainer, the planner and the launcher's
 host side and containers import them from here. Node k holds pipeline stage k and the global ranks

@@ -24,7 +24,7 @@ import json
 import os
 import resource
 
-from simcluster.train.rundir import METRICS, read_metrics
+from simcluster.core.rundir import METRICS, read_metrics
 
 
 def peak_rss_mb() -> float:

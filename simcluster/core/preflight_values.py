@@ -1,14 +1,14 @@
 """Range checks of every numeric Config field: finite, within what the trainer can run. Torch-free.
 
     python -m train --lr nan          # exits 2: "lr: must be a finite number > 0, got nan; ..."
-    python -c "from train.preflight_values import value_errors; from simcluster.train.config import Config; print(value_errors(Config(lr=float('inf'))))"
+    python -c "from simcluster.core.preflight_values import value_errors; from simcluster.core.config import Config; print(value_errors(Config(lr=float('inf'))))"
 """
 from __future__ import annotations
 
 import math
 
-from simcluster.train.config import Config, parse_steps
-from simcluster.train.errors import ConfigError
+from simcluster.core.config import Config, parse_steps
+from simcluster.core.errors import ConfigError
 
 SEED_LIMIT = 2**63  # torch.Generator.manual_seed takes 64-bit seeds; batches and init use seed mod 2**63
 TIMEOUT_LIMIT_S = 1e6  # datetime.timedelta and gloo take far more; beyond 11 days a peer is surely gone

@@ -1,9 +1,9 @@
 """The one reader of a run folder: metrics.jsonl (whole, growing, or its last step), the newest run.
 
-    python -c "from simcluster.train.rundir import read_metrics; print(read_metrics('runs/mesh-2x2x2')[-1])"
+    python -c "from simcluster.core.rundir import read_metrics; print(read_metrics('runs/mesh-2x2x2')[-1])"
 
 A run folder (``runs/<name>``, mounted at /runs/<name> in every container) holds ``metrics.jsonl``
-(one JSON object per step, the schema of train/metrics.py), ``cluster.log``, ``traffic/``,
+(one JSON object per step, the schema of simcluster/core/metrics.py), ``cluster.log``, ``traffic/``,
 ``trace.json``, ``report/`` and ``checkpoints/``; the user's code adds the instruments' own
 ``steps/rank-R.jsonl`` (launcher/instrument/clock.py), which ``step_rows`` joins to metrics.jsonl's. Every part of this project that reads
 metrics.jsonl (progress, summary, report, chaos, status, parity, benchmarks) reads it here.
@@ -16,7 +16,7 @@ import glob
 import json
 import os
 
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 METRICS = "metrics.jsonl"
 STEPS = "steps"  # the instruments' step records of the user's code: steps/rank-R.jsonl (instrument/spec.py)
@@ -24,7 +24,7 @@ WORK = ".work.json"  # steps/rank-R.work.json: {"collectives": N} at a rank's en
 TRAFFIC = "traffic"  # traffic/rank-R.jsonl: one summary per step and rank (train/traffic.py)
 
 
-# metrics.jsonl's typed keys (train/metrics.py's schema), checked when read strictly
+# metrics.jsonl's typed keys (simcluster/core/metrics.py's schema), checked when read strictly
 _INTS = ("step", "total_steps")
 _NUMBERS = ("loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "step_time_s")
 _EXAMPLE = '{"step": 3, "loss": 2.5, "step_time_s": 0.4}'
@@ -40,7 +40,7 @@ def _is_number(v) -> bool:
 
 
 def row_problem(row) -> str | None:
-    """What is wrong with one metrics.jsonl row read strictly (train/metrics.py's schema), or None."""
+    """What is wrong with one metrics.jsonl row read strictly (simcluster/core/metrics.py's schema), or None."""
     if not isinstance(row, dict):
         return f"not a JSON object but {type(row).__name__}"
     for key in _INTS:

@@ -3,7 +3,7 @@
 start), config.yaml (the trainer's resolved config) and trace.json; read here alone, each named by
 file and line when it cannot be read.
 
-    python -c "from simcluster.train.runlog import summary_lines, read_job; print(summary_lines('runs/mesh-2x1x1')[:2], read_job('runs/mesh-2x1x1'))"
+    python -c "from simcluster.core.runlog import summary_lines, read_job; print(summary_lines('runs/mesh-2x1x1')[:2], read_job('runs/mesh-2x1x1'))"
 
 The ranks' records (metrics.jsonl, steps/, traffic/) are rundir.py's.
 """
@@ -14,8 +14,8 @@ import json
 import os
 import re
 
-from simcluster.train.errors import ConfigError
-from simcluster.train.rundir import METRICS, STEPS, _is_number
+from simcluster.core.errors import ConfigError
+from simcluster.core.rundir import METRICS, STEPS, _is_number
 
 TRACE = "trace.json"
 CONFIG = "config.yaml"  # the built-in trainer's resolved config
@@ -172,12 +172,12 @@ def printed_series(run_dir: str, regex: str | None = None) -> tuple[int | None, 
     """(rank, its (step, value) pairs) of a metric the ranks printed (cluster.log): the highest rank
     (the last pipeline stage's, where the loss lives) whose lines match ``regex`` (a --metric-regex: one group, or groups step and value), by default
     series.LOSS_REGEX (the common ways of printing a loss); (None, []) when none matches, or a match
-    is no number (train/series.py series_from_rank_lines, the one home of these rules).
+    is no number (simcluster/core/series.py series_from_rank_lines, the one home of these rules).
 
     Raises:
         ValueError: regex is not a --metric-regex (series.metric_pattern's message).
     """
-    from simcluster.train.series import metric_pattern, series_from_rank_lines
+    from simcluster.core.series import metric_pattern, series_from_rank_lines
 
     pattern = metric_pattern(regex) if regex is not None else None
     try:

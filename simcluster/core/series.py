@@ -1,7 +1,7 @@
 """Step-by-step comparison of two metric series: alignment by step, relative difference, the first
 divergence, the table text. Pure (stdlib only); ``launcher compare`` and ``train.parity`` share it.
 
-    python -c "from simcluster.train.series import compare_series as c; \
+    python -c "from simcluster.core.series import compare_series as c; \
 print(c([(1, 0.5), (2, 0.3)], [(1, 0.5), (2, 0.31)], 1e-5).table())"
 
 A series is a sequence of (step, value) pairs. ``compare_series(a, b, rtol)`` aligns them by step

@@ -1,6 +1,6 @@
 """The merged pipeline timeline of traced steps and its measured bubble. Torch-free.
 
-    python -c "from simcluster.train.timeline import merge; print(merge('runs/mesh-2x1x2', 4, 2))"
+    python -c "from simcluster.core.timeline import merge; print(merge('runs/mesh-2x1x2', 4, 2))"
 
 ``merge`` joins the per-rank files ``train.profiling`` wrote (RUN_DIR/trace/rank-R-step-S.json,
 wall-clock microseconds) into RUN_DIR/trace.json, a Chrome trace-event file that Perfetto and
@@ -14,7 +14,7 @@ import glob
 import json
 import os
 
-from simcluster.train.layout import node_name, node_of
+from simcluster.core.layout import node_name, node_of
 
 COMPUTE_CAT = "compute"
 

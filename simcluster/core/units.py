@@ -1,6 +1,6 @@
 """Units the host side and the planner both read: tc's rates (``100mbit``).
 
-    python -c "from simcluster.train.units import rate_bits_per_s; print(rate_bits_per_s('100mbit'))"
+    python -c "from simcluster.core.units import rate_bits_per_s; print(rate_bits_per_s('100mbit'))"
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from simcluster.train.plan.hardware import Hardware
+from simcluster.core.hardware import Hardware
 from simcluster.train.plan.steptime import INSIDE
 
 
@@ -54,7 +54,7 @@ def block_flops(seconds: float = 0.6, processes: int = 1) -> float:
 
     from torch.utils.flop_counter import FlopCounterMode
 
-    from simcluster.train.config import PRESETS
+    from simcluster.core.config import PRESETS
     from simcluster.train.model import build_model, loss_fn
 
     threads = torch.get_num_threads()

@@ -12,17 +12,17 @@ import json
 import math
 import sys
 
-from simcluster.train.cli import config_from_args
-from simcluster.train.errors import ConfigError
+from simcluster.core.flags import config_from_args
+from simcluster.core.errors import ConfigError
 from simcluster.train.plan import search as searching
 from simcluster.train.plan import project as projecting
-from simcluster.train.plan.hardware import HARDWARE, NAMES, shaped
+from simcluster.core.hardware import HARDWARE, NAMES, shaped
 from simcluster.train.plan.lookup import hardware
 from simcluster.train.plan.predict import plan, to_dict, to_text
 from simcluster.train.plan.steptime import step_time
 from simcluster.train.plan.steptime import to_text as step_text
 from simcluster.train.preflight import preflight
-from simcluster.train.runlog import run_folder
+from simcluster.core.runlog import run_folder
 
 
 def run(args: argparse.Namespace) -> int:

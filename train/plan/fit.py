@@ -11,8 +11,8 @@ torch's libraries (a few hundred MB, measured in BENCHMARKS.md), which the messa
 """
 from __future__ import annotations
 
-from simcluster.train.layout import node_name, node_of
-from simcluster.train.config import TrainRun
+from simcluster.core.layout import node_name, node_of
+from simcluster.core.config import TrainRun
 from simcluster.train.plan.predict import Plan, plan
 
 

@@ -15,9 +15,9 @@ import json
 import os
 from dataclasses import asdict
 
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 from simcluster.train.plan.calibrate import calibrate
-from simcluster.train.plan.hardware import HARDWARE, NAMES, Hardware
+from simcluster.core.hardware import HARDWARE, NAMES, Hardware
 
 CACHE_VERSION = 3  # bumped whenever Hardware's fields or the calibration's method change
 

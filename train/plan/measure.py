@@ -34,8 +34,8 @@ import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from simcluster.train.config import TrainRun
-from simcluster.train.plan.hardware import Hardware
+from simcluster.core.config import TrainRun
+from simcluster.core.hardware import Hardware
 from simcluster.train.plan.predict import Plan
 
 
@@ -221,7 +221,7 @@ def overhead_for(p: Plan, hw: Hardware) -> tuple[float, ...] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from simcluster.train.cli import add_config_args, config_from_args
+    from simcluster.core.flags import add_config_args, config_from_args
     from simcluster.train.preflight import preflight
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

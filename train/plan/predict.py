@@ -1,7 +1,7 @@
 """The plan of a run: per rank its memory, traffic and schedule, the bubble; as a table or JSON.
 
     python -m launcher plan --mesh 2x2x2 --model small [--schedule 1f1b] [--microbatches N] [--json]
-    python -c "from simcluster.train.plan.predict import plan; from simcluster.train.config import *; print(plan(resolve(Config(mesh='2x1x1'))).bubble)"
+    python -c "from simcluster.train.plan.predict import plan; from simcluster.core.config import *; print(plan(resolve(Config(mesh='2x1x1'))).bubble)"
 
 Everything is predicted from shapes and torch's schedule order (shapes.py, schedule.py,
 traffic.py); nothing is run. Units: bytes, FLOPs; the table prints MB = 1e6 bytes.
@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from simcluster.train.config import TrainRun
+from simcluster.core.config import TrainRun
 from simcluster.train.plan.schedule import in_flight, peak_activations, rank_orders, simulate
 from simcluster.train.plan.shapes import stage_cost, state_bytes
 from simcluster.train.plan.traffic import rank_traffic
 from simcluster.train.split import stage_ids
-from simcluster.train.timeline import textbook_bubble
+from simcluster.core.timeline import textbook_bubble
 
 LEFT_OUT = ("the CUDA caching allocator's fragmentation and the CUDA context; temporaries of the op "
             "running (MemTracker's TEMP: a layer's output grads during its backward); mixed precision (the "

@@ -33,12 +33,12 @@ import os
 import statistics
 from dataclasses import dataclass
 
-from simcluster.train import rundir
-from simcluster.train import runlog
-from simcluster.train.errors import ConfigError
-from simcluster.train.config import TrainRun, resolve, traced_steps
-from simcluster.train.config_types import config_from_dict
-from simcluster.train.plan.hardware import Hardware
+from simcluster.core import rundir
+from simcluster.core import runlog
+from simcluster.core.errors import ConfigError
+from simcluster.core.config import TrainRun, resolve, traced_steps
+from simcluster.core.config_types import config_from_dict
+from simcluster.core.hardware import Hardware
 from simcluster.train.plan.schedule import rank_orders, simulate
 from simcluster.train.plan.steptime import INSIDE, LEFT_OUT, comm_parts, send_bytes, send_pair, send_s
 

@@ -15,7 +15,7 @@ The bubble is the order run on a clock: each action starts when its rank is free
 are done (F after the previous stage's F of that microbatch; B and I after the next stage's B/I
 and this stage's F; W after this stage's I), taking its stage's FLOPs (``shapes.stage_cost``: F
 the forward, B the backward, I and W half of it each), communication free. The fraction is the
-measured bubble's definition (train/timeline.py ``bubble``): mean over ranks of the share of the
+measured bubble's definition (simcluster/core/timeline.py ``bubble``): mean over ranks of the share of the
 step's window (first start to last end of any rank) the rank computes nothing.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch.distributed.pipelining.schedules as schedules
 from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
 
-from simcluster.train.config import SCHEDULES
+from simcluster.core.config import SCHEDULES
 
 Act = tuple[str, int, int]  # (kind "F" | "B" | "I" | "W", stage, microbatch)
 

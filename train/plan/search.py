@@ -2,7 +2,7 @@
 
     python -m launcher plan --search --world-size 8 --model small [--hardware local] [--memory-per-rank GB]
 
-A candidate is each pp x dp x tp = world size with each schedule (train/config.py SCHEDULES), the
+A candidate is each pp x dp x tp = world size with each schedule (simcluster/core/config.py SCHEDULES), the
 rest of the config as given; train/preflight.py decides which can run (its refusals are counted,
 not ranked); each runnable one is planned (predict.py) and timed (steptime.py; on ``local`` with
 each pp stage's overhead measured once a mesh, measure.stage_overhead, for all its schedules:
@@ -17,8 +17,8 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from simcluster.train.config import SCHEDULES, Config
-from simcluster.train.plan.hardware import Hardware, memory_of_rank
+from simcluster.core.config import SCHEDULES, Config
+from simcluster.core.hardware import Hardware, memory_of_rank
 from simcluster.train.plan.predict import plan
 from simcluster.train.plan.steptime import StepTime, step_time
 from simcluster.train.preflight import check, preflight

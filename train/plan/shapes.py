@@ -1,7 +1,7 @@
 """What the model's shapes give: each rank's parameter shards and each stage's activations and
 FLOPs per microbatch. Nothing is allocated (meta device, fake tensors); no process group.
 
-    python -c "from simcluster.train.plan.shapes import shard_table; from simcluster.train.config import *; print(shard_table(resolve(Config(mesh='2x2x2', model='tiny')), 5)[:3])"
+    python -c "from simcluster.train.plan.shapes import shard_table; from simcluster.core.config import *; print(shard_table(resolve(Config(mesh='2x2x2', model='tiny')), 5)[:3])"
 
 Sharding rules (those of train/parallel.py, torch 2.13): a tensor-parallel Linear's weight is
 ``Shard(0)`` under ``ColwiseParallel`` and ``Shard(1)`` under ``RowwiseParallel``, its bias
@@ -29,7 +29,7 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 from torch.distributed.tensor.placement_types import Shard
 from torch.utils.flop_counter import FlopCounterMode
 
-from simcluster.train.config import ModelArgs, TrainRun
+from simcluster.core.config import ModelArgs, TrainRun
 from simcluster.train.model import build_model, loss_fn, prune_to_stage
 from simcluster.train.parallel import SEED_TP_PLAN, TP_PLAN
 from simcluster.train.split import split_layers, stage_ids

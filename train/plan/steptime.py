@@ -32,9 +32,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from simcluster.train.layout import mesh_groups, node_of
-from simcluster.train.config import MeshSpec
-from simcluster.train.plan.hardware import Hardware
+from simcluster.core.layout import mesh_groups, node_of
+from simcluster.core.config import MeshSpec
+from simcluster.core.hardware import Hardware
 from simcluster.train.plan.predict import Plan, RankPlan
 from simcluster.train.plan.schedule import rank_orders, shared_window
 from simcluster.train.plan.shapes import stage_cost

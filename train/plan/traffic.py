@@ -1,7 +1,7 @@
 """The closed forms of the traffic accounting: bytes and messages per step, by kind and link, of one
 rank of the built-in trainer (train/traffic.py's counting rules, applied to shapes and the schedule).
 
-    python -c "from simcluster.train.plan.traffic import rank_traffic; from simcluster.train.config import *; print(rank_traffic(resolve(Config(mesh='2x2x2', model='tiny')), 0))"
+    python -c "from simcluster.train.plan.traffic import rank_traffic; from simcluster.core.config import *; print(rank_traffic(resolve(Config(mesh='2x2x2', model='tiny')), 0))"
 
 The one home of these forms: tests/test_traffic.py checks the accounting against them on real
 gloo runs, tests/test_plan.py on every schedule and mesh of the parity matrix. A steady step
@@ -22,7 +22,7 @@ collective inside node i, "span" for one across nodes; recvs are not counted on 
 """
 from __future__ import annotations
 
-from simcluster.train.config import TrainRun
+from simcluster.core.config import TrainRun
 from simcluster.train.plan.shapes import F32, shard_table
 from simcluster.train.split import split_layers, stage_ids
 

@@ -3,7 +3,7 @@
 No I/O, no Docker, no torch: the same Launch always gives the same bytes.
 
     python -c "from simcluster.launcher.engines.compose.render import render; from simcluster.launcher.job.entry import resolve_training; \
-from simcluster.launcher.job.launch import NodeOptions; from simcluster.train.config import Config; \
+from simcluster.launcher.job.launch import NodeOptions; from simcluster.core.config import Config; \
 print(render(resolve_training(Config(mesh='2x2x2'), NodeOptions()), 'python -m launcher generate', 'compose/x.yml', '..'))"
 
 Layout: service ``rendezvous`` (a TCPStore that also collects every node's exit code, then
@@ -27,7 +27,7 @@ from simcluster.launcher.job import files
 from simcluster.launcher.job.files import repo_path
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import APP_DIR, LABEL, NETWORK, RDZV_HOST, RDZV_PORT, shaped_marker
-from simcluster.train.layout import format_ranks, node_ranks
+from simcluster.core.layout import format_ranks, node_ranks
 from simcluster.launcher.engines.document import HEADER, dump_services, hardening
 from simcluster.launcher.engines.document import node_env as common_env
 

@@ -39,7 +39,7 @@ from simcluster.launcher.engines.skeleton import follow_and_summarise, kill_all,
 from simcluster.launcher.engines.deps_image import with_image
 from simcluster.launcher.engines.image import check_image, ensure_image
 from simcluster.launcher.engines.compose.render import render
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 
 def up_problems(launch: Launch, opts: UpOptions) -> list[str]:

@@ -17,8 +17,8 @@ from simcluster.launcher.docker.client import Client
 from simcluster.launcher.docker.compose_cli import compose
 from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.job.files import repo_path
-from simcluster.train.rundir import last_step
-from simcluster.train.runlog import last_summary
+from simcluster.core.rundir import last_step
+from simcluster.core.runlog import last_summary
 
 
 def _when(t: float) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from simcluster.launcher.engines.base import Engine, UpOptions
 from simcluster.launcher.engines.slurm import render, run
 from simcluster.launcher.job.launch import Launch
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 
 class Slurm(Engine):

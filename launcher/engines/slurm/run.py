@@ -33,13 +33,13 @@ from simcluster.launcher.job.files import IMAGES, code_sources, host_abspath, ma
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import IMAGE as TRAINER_IMAGE, IMAGE_USER, LABEL
 from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
-from simcluster.train.layout import node_of
+from simcluster.core.layout import node_of
 from simcluster.launcher.observe.progress import split_rank
 from simcluster.launcher.observe.summary import summarise
 from simcluster.launcher.engines.base import UpOptions
 from simcluster.launcher.engines.skeleton import open_stream
 from simcluster.launcher.engines.slurm import render as slurm
-from simcluster.train.stallwatch import EXIT_HANG, read_hang
+from simcluster.core.hang import EXIT_HANG, read_hang
 
 IMAGE = "simcluster/slurm:latest"
 CONTROLLER = "slurmctld"

@@ -21,7 +21,7 @@ from simcluster.launcher.engines.swarm import hosts as rehearsal
 from simcluster.launcher.engines.swarm import render, rehearse, run
 from simcluster.launcher.job.files import project_dir_for
 from simcluster.launcher.job.launch import Launch
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 
 class Swarm(Engine):

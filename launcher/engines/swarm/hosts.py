@@ -33,8 +33,8 @@ from simcluster.launcher.engines.checks import has_registry
 from simcluster.launcher.job import files
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.drills.shaping import tbf_command
-from simcluster.train.errors import ConfigError
-from simcluster.train.layout import host_names
+from simcluster.core.errors import ConfigError
+from simcluster.core.layout import host_names
 
 REGISTRY = f"host-0:{dh.REGISTRY_PORT}"  # how the hosts name the registry (host-0's name on the bridge)
 ENGINE_TIMEOUT_S = 60.0  # each host's engine answers by then

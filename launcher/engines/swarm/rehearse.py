@@ -29,7 +29,7 @@ from simcluster.launcher.engines.swarm import hosts as rehearsal
 from simcluster.launcher.engines.swarm import run
 from simcluster.launcher.job.files import host_abspath
 from simcluster.launcher.job.launch import Launch, restart_launch
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 
 def _show(text: str) -> None:

@@ -9,7 +9,7 @@ rendezvous. Stage placement: node-K's host name is its service name and c10d ord
 sorted host name, which the zero padding makes node-rank order, so node K holds pipeline stage K
 and ranks K*dp*tp .. (K+1)*dp*tp-1 (every node prints its host and coordinates; ``launcher up``
 checks them). With ``--hosts N`` each node is pinned to a host by a placement constraint,
-``node.hostname == host-K`` with K = k mod N (Launch.node_hosts: train/layout.py placement), the
+``node.hostname == host-K`` with K = k mod N (Launch.node_hosts: simcluster/core/layout.py placement), the
 rendezvous with node 0. c10d and not the static rendezvous: a swarm has no per-node index of its own for
 one service per node (``{{.Task.Slot}}`` numbers the replicas of one service, from 1), and the
 rendezvous service also collects heartbeats and exit codes, which give ``launcher up`` its

@@ -36,7 +36,7 @@ from simcluster.launcher.engines.deps_image import with_image
 from simcluster.launcher.engines.image import check_image, ensure_image
 from simcluster.launcher.engines.swarm import render as swarm
 from simcluster.launcher.engines.checks import has_registry, no_registry
-from simcluster.train.errors import ConfigError
+from simcluster.core.errors import ConfigError
 
 ADVERTISE_ADDR = "127.0.0.1"  # a one-node swarm: nothing outside this machine joins it
 GWBRIDGE = "docker_gwbridge"  # the bridge a swarm node makes for its tasks (ours attach none of it)

@@ -7,7 +7,7 @@ its GPUs, each rank's tensors live on its CPU.
 a CPU build of torch cannot answer: availability (True), ``device_count`` (the node's ranks,
 torchrun's LOCAL_WORLD_SIZE), the current device (``set_device``/``current_device``/``device``
 keep a local index), the device's name, capability, properties and ``mem_get_info`` (from the
-planner's hardware model, train/plan/hardware.py), streams and events (gpu/streams.py),
+planner's hardware model, simcluster/core/hardware.py), streams and events (gpu/streams.py),
 ``synchronize``, ``empty_cache``, the RNG (the CPU default generator: one generator for host and
 device, seeded at install with CUDA's fixed default seed) and the memory statistics
 (gpu/memory.py). An index beyond the node's ranks raises torch's own CUDA error.
@@ -19,7 +19,7 @@ import types
 from dataclasses import dataclass
 
 from simcluster.launcher.instrument.gpu.state import STATE
-from simcluster.train.plan.hardware import GPU_ALIASES, HARDWARE
+from simcluster.core.hardware import GPU_ALIASES, HARDWARE
 
 CUDA_DEFAULT_SEED = 67280421310721  # c10::detail::default_rng_seed_val: a CUDA generator's seed until seeded
 DEFAULT_GPU = "h100-sxm"
