@@ -6,8 +6,10 @@ entry point loaded it (no Docker).
 The static half reads the source alone, as an import-graph tool or an IDE would, with no mapping
 rule: every first-party import (function-level ones too) resolves to a path in the checkout
 (``simcluster.launcher.job.launch`` -> simcluster/launcher/job/launch.py, through the link to
-launcher/), the graph of modules has no cycle, nothing under train/ imports launcher/, and launcher/'s
-folders stand on floors (FLOORS, drawn in docs/layout.md) whose arrows point down only. The
+launcher/), the graph of modules has no cycle, nothing under train/ imports launcher/, the floor
+simcluster/core/ imports nothing of the project but itself and no torch, launcher/ imports train/
+only at the trainer's doors (TRAINER_DOORS), and launcher/'s folders stand on floors (FLOORS, drawn
+in docs/layout.md) whose arrows point down only. The
 dynamic half starts each entry point (``python -m launcher``, ``python -m simcluster``,
 ``python -m train``, ``python -m train.parity``, torchrun's ``-m train``, the pytest plugin),
 imports every module of the project in that process at its exit, and finds no file loaded twice.
@@ -142,6 +144,47 @@ def test_the_import_graph_has_no_cycle_and_train_imports_nothing_of_launcher():
     assert not upward, f"train/ (the lower floor) imports launcher/: {upward}"
 
 
+CORE = "simcluster/core/"  # the floor both sides stand on: the facts launcher/ and train/ share
+# The only places launcher/ imports train/ (the torch side): where it starts or reads the trainer
+# (docs/layout.md names them). Everything else launcher/ needs of the trainer's facts is simcluster/core/'s.
+TRAINER_DOORS = (
+    "launcher/cli.py",  # `launcher plan` / `project`: the planner (train/plan/command.py)
+    "launcher/job/options.py",  # --memory-per-node: the planner's fit of each node's tensors (train/plan/fit.py)
+    "launcher/job/entry.py",  # the built-in trainer's preflight before anything is launched (train/preflight.py)
+    "launcher/container/node.py",  # the node wrapper starts the trainer's ranks (train/forkrun.py, forked_rank.py)
+    "launcher/instrument/",  # loaded into a rank: the trainer's stall watch, traffic, trace, exit (torch there)
+)
+
+
+def test_the_floor_imports_no_torch_no_train_no_launcher():
+    """simcluster/core/ imports only itself of the project, and no torch at any depth (function-level
+    imports too); a fresh interpreter importing all of it loads no torch and nothing of train/ or launcher/."""
+    edges, _ = _graph()
+    core = [str(p.resolve().relative_to(ROOT)) for p in _sources("simcluster/core")]
+    assert len(core) > 10, core
+    out = sorted(f"{a} -> {b}" for a in core for b in edges.get(a, ()) if not b.startswith(CORE))
+    assert not out, f"simcluster/core/ imports outside itself: {out}"
+    torch = sorted(f"{a}:{line} {m}" for a in core for line, m, _ in _imports(ROOT / a) if m.split(".")[0] == "torch")
+    assert not torch, f"simcluster/core/ imports torch: {torch}"
+    names = [".".join(Path(a).with_suffix("").parts).removesuffix(".__init__") for a in core]
+    code = (f"import importlib, sys; [importlib.import_module(n) for n in {names!r}]; "
+            "print(sorted(n for n in sys.modules if n == 'torch' or n.startswith(('simcluster.train', 'simcluster.launcher'))))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_launcher_imports_train_only_where_it_starts_or_reads_the_trainer():
+    edges, _ = _graph()
+    into_train = {a: sorted(b for b in bs if b.startswith("train/")) for a, bs in edges.items() if a.startswith("launcher/")}
+    stray = sorted(f"{a} -> {', '.join(bs)}" for a, bs in into_train.items()
+                   if bs and not any(a == d or (d.endswith("/") and a.startswith(d)) for d in TRAINER_DOORS))
+    assert not stray, f"launcher/ imports train/ outside the trainer's doors {TRAINER_DOORS} (use simcluster.core): {stray}"
+    used = {d for d in TRAINER_DOORS for a, bs in into_train.items() if bs and (a == d or (d.endswith("/") and a.startswith(d)))}
+    assert used == set(TRAINER_DOORS), f"a door imports nothing of train/ (drop it here and in docs/layout.md): {set(TRAINER_DOORS) - used}"
+    into_core = {b for a, bs in edges.items() if a.startswith(("launcher/", "train/")) for b in bs if b.startswith(CORE)}
+    assert len(into_core) > 10, into_core  # both sides stand on the floor
+
+
 # launcher/'s floors, the top first (docs/layout.md draws them): a module imports its own floor's or a lower
 # floor's modules only. A folder (or a top-level file) that is on no floor fails the test until it is placed.
 FLOORS = (
@@ -197,12 +240,13 @@ PROBE = r'''
 import atexit, importlib, json, os, sys
 
 def _import_all(root):
-    for top in ("launcher", "train"):
+    for top in ("launcher", "train", os.path.join("simcluster", "core")):
         for base, dirs, files in os.walk(os.path.join(root, top)):
             dirs[:] = [d for d in dirs if d not in ("__pycache__", "boot")]
             for f in files:
                 if f.endswith(".py") and f != "__main__.py":
                     rel = os.path.relpath(os.path.join(base, f), root)[:-3].split(os.sep)
+                    rel = rel[1:] if rel[0] == "simcluster" else rel
                     name = ".".join(["simcluster", *(rel[:-1] if rel[-1] == "__init__" else rel)])
                     importlib.import_module(name)
 

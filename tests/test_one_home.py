@@ -49,7 +49,7 @@ def test_the_rank_to_node_rule_is_layout_node_of():
     """Which node holds a rank is worked out by simcluster/core/layout.py node_of alone (its inverse,
     node_ranks, beside it), and node names are made by layout.node_name alone."""
     divide = re.compile(r"\b(\w*rank\w*|peer|r)\s*//\s*[\w.]*(per_node|nproc\w*)\b")
-    for path in _files("launcher", "train", "bench"):
+    for path in _files("launcher", "train", "bench", "simcluster"):
         if _rel(path) == "simcluster/core/layout.py":
             continue
         text = path.read_text()
@@ -60,7 +60,7 @@ def test_the_rank_to_node_rule_is_layout_node_of():
 def test_one_reader_of_a_run_folder():
     """metrics.jsonl is named in simcluster/core/rundir.py only (METRICS); everything else reads
     through read_metrics / last_step / MetricsTail there."""
-    for path in _files("launcher", "train", "bench"):
+    for path in _files("launcher", "train", "bench", "simcluster"):
         if _rel(path) != "simcluster/core/rundir.py":
             assert "metrics.jsonl" not in _constants(path), f"{_rel(path)} opens metrics.jsonl itself"
 
@@ -69,7 +69,7 @@ def test_code_folders_labels_and_rates_have_one_home():
     """The image's code layout: launcher/job/files.py (code_sources); container labels: layout.LABEL;
     tc rates: simcluster/core/units.py."""
     homes = {"code": "launcher/job/files.py", "label": "launcher/container/layout.py", "rate": "simcluster/core/units.py"}
-    for path in _files("launcher", "train", "bench"):
+    for path in _files("launcher", "train", "bench", "simcluster"):
         rel, consts = _rel(path), _constants(path)
         tree = ast.parse(path.read_text())
         pairs = [n for n in ast.walk(tree) if isinstance(n, (ast.Tuple, ast.List))

@@ -1,7 +1,7 @@
 """The stall watch of one rank: progress published, a stall declared, every rank's stacks and
 record collected, the diagnosis written, the job ended.
 
-    python -c "from simcluster.train.stallwatch import read_hang; print(read_hang('runs/mesh-2x2x2'))"
+    python -c "from simcluster.train.stallwatch import GRACE_S, POLL_S; print(GRACE_S, POLL_S)"
 
 Each rank of a job (the built-in trainer, train/trainer.py; your code, through the instruments,
 launcher/instrument/rank.py) starts one daemon thread, ``Watch``. Once the rank's default process
@@ -17,7 +17,7 @@ first completed call is left to the process group's timeout. Every
 rank then writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler: every thread's Python stack) and
 publishes its record (commrecord.Record.snapshot with its step and its main thread's top frame);
 rank 0 waits for them (at most COLLECT_S), writes ``RUN_DIR/hang.json`` (the diagnosis,
-train/hang_diagnosis.py, and every record), prints the diagnosis, sets EXIT, and every rank exits
+simcluster/core/hang_diagnosis.py, and every record), prints the diagnosis, sets EXIT, and every rank exits
 with EXIT_HANG (4). Once a rank has seen the stall declared, an error its main thread meets (a peer
 that left first closed its socket) ends it with EXIT_HANG too, quietly: ``declared``.
 ``destroy_process_group`` (or the interpreter's exit) stops the watch and waits for its thread, so
@@ -34,13 +34,10 @@ import threading
 import time
 from datetime import timedelta
 
+from simcluster.core.hang import EXIT_HANG, HANG_FILE, STACKS_DIR
 from simcluster.train import commrecord
-from simcluster.train.hang_diagnosis import diagnose
+from simcluster.core.hang_diagnosis import diagnose
 
-STALL_DEFAULT_S = 60.0  # --stall-s's default (the trainer's Config and the instruments' environment)
-EXIT_HANG = 4  # a rank's exit status, and `launcher up`'s, after a stall (docs/faults.md)
-HANG_FILE = "hang.json"
-STACKS_DIR = "stacks"
 PREFIX = "simcluster/stall/"
 DUMP, EXIT, DUMPED = PREFIX + "dump", PREFIX + "exit", PREFIX + "dumped"
 GRACE_S = 30.0  # with the watch on, the trainer's process-group timeout is at least stall_s + this
@@ -50,28 +47,6 @@ EXIT_LAG_S = 1.5  # rank 0 exits this long after EXIT is set (the others poll fo
 
 STEPS = [0]  # steps this process ended (note_step)
 WATCH: "Watch | None" = None
-
-
-def stall_limit(stall_s: float | None, timeout_s: float) -> float:
-    """The stall limit in force (s; 0: off): --stall-s when given, else STALL_DEFAULT_S when the
-    job's timeout is at least that long (a shorter timeout ends a hang before the watch could)."""
-    if stall_s is not None:
-        return float(stall_s)
-    return STALL_DEFAULT_S if timeout_s >= STALL_DEFAULT_S else 0.0
-
-
-def read_hang(run_dir: str, since: float = 0.0) -> dict | None:
-    """RUN_DIR/hang.json when this run wrote it (modified at or after ``since``, UNIX time), else
-    None: {"diagnosis": [lines], "stall_s", "idle_s", "world_size", "missing", "records"}."""
-    path = os.path.join(run_dir, HANG_FILE)
-    try:
-        if os.path.getmtime(path) + 1 < since:
-            return None
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("diagnosis"), list) else None
 
 
 def declared() -> bool:

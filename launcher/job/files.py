@@ -24,13 +24,13 @@ SOURCE = os.path.dirname(PACKAGE) if CHECKOUT else PACKAGE
 # and image build from SOURCE, whatever train/ or launcher/ folders the user's project holds.
 ROOT = SOURCE if CHECKOUT else os.getcwd()
 IMAGES = os.path.join(SOURCE, "images")  # Dockerfile, build.sh, requirements.txt (package data when installed)
-CODE_FOLDERS = ("launcher", "train")  # the code the trainer image holds, under APP_DIR/simcluster/
+CODE_FOLDERS = ("launcher", "train")  # the code the trainer image holds, under APP_DIR/simcluster/ (with simcluster/core)
 
 
 def code_sources() -> dict[str, str]:
     """This installation's code as the trainer image holds it: path under APP_DIR (``simcluster/...``)
     -> host path. images/build.sh stages these into the image; ``--mount-code`` mounts them over it."""
-    out = {f"simcluster/{f}": os.path.join(PACKAGE, f) for f in ("__init__.py", "__main__.py")}
+    out = {f"simcluster/{f}": os.path.join(PACKAGE, f) for f in ("__init__.py", "__main__.py", "core")}
     out.update({f"simcluster/{d}": os.path.join(SOURCE, d) for d in CODE_FOLDERS})
     return out
 
