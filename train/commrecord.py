@@ -33,9 +33,18 @@ KEEP = 24  # entries kept per group (collectives) and in all (p2p) in a snapshot
 _TORCH_DIR: str | None = None
 _STDLIB = os.path.dirname(os.__file__)
 _OWN = {os.path.abspath(__file__)}
-# the instruments the launcher loads into a rank of your code (the simulated GPU's wrappers among them) sit
-# between your line and torch: a path, not an import (this floor imports nothing of launcher/)
-_INSTRUMENTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "launcher", "instrument") + os.sep
+# folders whose frames sit between your line and torch, named by whoever installs them there: the launcher's
+# instruments in a rank of your code (the simulated GPU's wrappers among them) call skip_frames_under
+_SKIPPED: list[str] = []
+
+
+def skip_frames_under(folder: str) -> None:
+    """Frames of the files under ``folder`` are not the caller to name (idempotent). The launcher's
+    instruments (launcher/instrument/rank.py) name their own folder this way before the watch starts:
+    train/ imports nothing of launcher/ and spells none of its paths."""
+    prefix = os.path.join(os.path.abspath(folder), "")
+    if prefix not in _SKIPPED:
+        _SKIPPED.append(prefix)
 
 
 def _torch_dir() -> str:
@@ -48,8 +57,8 @@ def _torch_dir() -> str:
 
 
 def foreign(path: str) -> bool:
-    """A frame of torch, the standard library, this record or the launcher's instruments: not the caller to name."""
-    if not path or path.startswith("<") or path in _OWN or path.startswith(_INSTRUMENTS):
+    """A frame of torch, the standard library, this record or a folder skip_frames_under named: not the caller to name."""
+    if not path or path.startswith("<") or path in _OWN or path.startswith(tuple(_SKIPPED)):
         return True
     if path.startswith(_torch_dir()):
         return True

@@ -109,7 +109,9 @@ def install(env=os.environ) -> Clock:
 
     def on_distributed(_mod) -> None:
         try:
+            from simcluster.train.commrecord import skip_frames_under
             from simcluster.train.stallwatch import start
+            skip_frames_under(os.path.dirname(os.path.abspath(__file__)))  # these instruments: not a caller to name
             start(inst.stall_s, out_dir, rank)
         except Exception as e:  # noqa: BLE001
             _warn("stall watch", e)
