@@ -118,6 +118,25 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     lg.add_argument("services", nargs="*", help="services, e.g. node-0 rendezvous (default all)")
     dn = sub.add_parser("down", help="stop and remove the cluster's containers and network")
     _target_args(dn)
+    _chaos_args(sub)
+    _build_args(sub)
+    rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
+    rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
+    rp.add_argument("--metric-regex", default=None, metavar="REGEX",
+                    help="read a loss the ranks only printed (cluster.log) as up does (default: the common formats)")
+    _plan_args(sub)
+    _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
+                                 "(exit 1 beyond --rtol)"))
+    _sweep_args(sub.add_parser("sweep", help="run your code or the trainer on its own node layout, on one node and on "
+                               "one rank per node, the mesh the same; compare a metric step by step (exit 1: differs)"))
+    for command in ("generate", "up", "compare", "sweep"):
+        _text_only(sub.choices[command])
+    parser.commands = sub.choices  # command -> its subparser (the Python API parses `up`'s keywords with it)
+    return parser
+
+
+def _chaos_args(sub) -> None:
+    """`chaos`: the run it acts on, one fault, the step and the wait."""
     ch = sub.add_parser("chaos", help="at step N of a run, kill / pause / disconnect one node (fault drills)")
     _target_args(ch)
     fault = ch.add_mutually_exclusive_group(required=True)
@@ -133,6 +152,10 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                        "network")
     ch.add_argument("--at-step", type=int, default=1, metavar="N", help="wait until the run reached step N (default 1)")
     ch.add_argument("--wait-s", type=float, default=3600.0, metavar="S", help="give up after S seconds (default 3600)")
+
+
+def _build_args(sub) -> None:
+    """`build`: the trainer image from this installation's code, or only its check or cache key."""
     bd = sub.add_parser("build", help="build the trainer image from this installation's code (images/build.sh, "
                         "package data when installed: no checkout needed)")
     bd.add_argument("--force", action="store_true", help="rebuild the base, the wheelhouse and every layer")
@@ -140,10 +163,10 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                     "installation's code (its code-digest label), 1 when it is missing or holds other code")
     bd.add_argument("--cache-key", action="store_true", help="build nothing: print a key naming this installation's "
                     "image (version, code, Dockerfile, requirements) for a CI cache of `docker save`")
-    rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
-    rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
-    rp.add_argument("--metric-regex", default=None, metavar="REGEX",
-                    help="read a loss the ranks only printed (cluster.log) as up does (default: the common formats)")
+
+
+def _plan_args(sub) -> None:
+    """`plan` and `project`: the planner's commands (train/plan/command.py; torch imported there only)."""
     pl = sub.add_parser("plan", help="predict per rank memory, traffic per kind and link, and the bubble of a "
                         "trainer run from its shapes and schedule; starts nothing (needs torch)")
     add_config_args(pl)
@@ -166,14 +189,6 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                          "no effect where the job's ranks fit one node of the target (8 GPUs on the named ones)")
     pj.add_argument("--recalibrate", action="store_true", help="measure the local hardware model again")
     pj.add_argument("--json", action="store_true", help="print the projection as JSON (seconds)")
-    _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
-                                 "(exit 1 beyond --rtol)"))
-    _sweep_args(sub.add_parser("sweep", help="run your code or the trainer on its own node layout, on one node and on "
-                               "one rank per node, the mesh the same; compare a metric step by step (exit 1: differs)"))
-    for command in ("generate", "up", "compare", "sweep"):
-        _text_only(sub.choices[command])
-    parser.commands = sub.choices  # command -> its subparser (the Python API parses `up`'s keywords with it)
-    return parser
 
 
 def _sweep_args(sp: argparse.ArgumentParser) -> None:

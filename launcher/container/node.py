@@ -167,9 +167,8 @@ def wait_for(path: str, timeout_s: float, name: str) -> bool:
     return True
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    own, train_argv = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+def node_parser() -> argparse.ArgumentParser:
+    """The node wrapper's own flags (everything after -- goes to the training module)."""
     parser = argparse.ArgumentParser(prog="python -m launcher.container.node", description=__doc__.split("\n\n")[0],
                                      epilog="Everything after -- goes to the training module.")
     parser.add_argument("--nnodes", type=int, required=True, help="nodes in the cluster (= pp)")
@@ -199,7 +198,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-for", default=None, metavar="FILE",
                         help="start the ranks only once FILE exists (the launcher writes it after shaping this "
                              "node's network); gives up after the join timeout")
-    args = parser.parse_args(own)
+    return parser
+
+
+def ranks_env(args: argparse.Namespace) -> dict:
+    """The ranks' environment: this one, torchrun's line prefix, gloo's lazy pairs, and the instruments
+    for your code (not the built-in trainer); the working directory made and your code linked in."""
+    if args.workdir:  # your code's ranks: a cluster's shared working directory, in the run folder
+        os.makedirs(args.workdir, exist_ok=True)
+        if args.code_dir:  # the code linked in before a rank starts; recorded once the heartbeat runs
+            workdir.link(args.code_dir, args.workdir)
+    env = dict(os.environ)
+    env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")
+    # gloo's pairs made on first use, not a full mesh at each group's creation (a world of N ranks: N-1
+    # connections a rank, through the rendezvous' store); a user's own setting wins
+    env.setdefault("TORCH_GLOO_LAZY_INIT", "1")
+    if args.script or args.module != TRAINER_MODULE:
+        instrument_env(env)
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    own, train_argv = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = node_parser().parse_args(own)
     name = args.node_name or socket.gethostname()
     started = time.time()  # a hang.json older than this is a previous run's
     ranks = rank_range(args.node_rank, args.nproc_per_node)
@@ -210,23 +232,12 @@ def main(argv: list[str] | None = None) -> int:
         report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, EXIT_CONFIG)
         return EXIT_CONFIG
 
-    if args.workdir:  # your code's ranks: a cluster's shared working directory, in the run folder
-        os.makedirs(args.workdir, exist_ok=True)
-        if args.code_dir:  # the code linked in before a rank starts; recorded once the heartbeat runs
-            workdir.link(args.code_dir, args.workdir)
+    env = ranks_env(args)
     cmd = torchrun_command(args, name, train_argv)
-    env = dict(os.environ)
-    env.setdefault("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[rank${rank}]:")
-    # gloo's pairs made on first use, not a full mesh at each group's creation (a world of N ranks: N-1
-    # connections a rank, through the rendezvous' store); a user's own setting wins
-    env.setdefault("TORCH_GLOO_LAZY_INIT", "1")
-    if args.script or args.module != TRAINER_MODULE:
-        instrument_env(env)
     agent = None
     if not args.torchrun:  # one import per node, shared with the heartbeat: the agent forked from here, not a
         # second interpreter; forked before the heartbeat's thread exists, held until start() below
         agent = forkrun.spawn(torchrun_args(args, name, train_argv), env, args.workdir)
-    silent_s = args.lost_after_s
     hb = Heartbeat(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node)
     hb.start()
     if args.workdir and args.code_dir and args.node_rank == 0:  # bounded reads (workdir.py), heartbeat already on
@@ -241,7 +252,18 @@ def main(argv: list[str] | None = None) -> int:
     if agent:
         agent.start()
     proc = agent or subprocess.Popen(cmd, env=env, cwd=args.workdir)
+    code, why, signalled = run_ranks(proc, hb, args, name, started)
+    report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, code, reason=why, waits=not signalled)
+    if not signalled:  # being stopped (compose down, docker stop): leave now
+        await_verdict(hb, name, ranks, code != 0 and why is None)
+    hb.halt.set()
+    return code
 
+
+def run_ranks(proc, hb: Heartbeat, args: argparse.Namespace, name: str, started: float) -> tuple[int, str | None, list]:
+    """Supervise the started ranks to their end, signals forwarded to them: (this node's exit code, why
+    it failed or was stopped, the signals that stopped it). A hang.json of this run turns torchrun's 1
+    into EXIT_HANG."""
     signalled: list[int] = []
 
     def forward(signum, _frame):
@@ -251,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
     first_rank = node_ranks(args.node_rank, args.nproc_per_node).start
-    code, why = supervise(proc, hb, name, ranks, silent_s, args.join_timeout_s, first_rank)
+    ranks = rank_range(args.node_rank, args.nproc_per_node)
+    code, why = supervise(proc, hb, name, ranks, args.lost_after_s, args.join_timeout_s, first_rank)
     code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
     if signalled:  # `docker stop` (SIGTERM) or Ctrl-C: stopped, not crashed
         code, why = 128 + signalled[0], f"stopped by {signal.Signals(signalled[0]).name}"
@@ -259,11 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if code and not why and args.run_dir and read_hang(args.run_dir, started):  # torchrun's 1 for ranks that exited 4
         code, why = EXIT_HANG, "its ranks ended by the stall watch: hang.json"
     print(f"[{name}] torchrun exited {code}" + (f" ({why})" if why else ""), flush=True)
-    report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, code, reason=why, waits=not signalled)
-    if not signalled:  # being stopped (compose down, docker stop): leave now
-        await_verdict(hb, name, ranks, code != 0 and why is None)
-    hb.halt.set()
-    return code
+    return code, why, signalled
 
 
 def await_verdict(hb: Heartbeat, name: str, ranks: str, failed: bool, limit_s: float = 120.0) -> None:

@@ -67,6 +67,93 @@ def summary(reports: dict[str, dict], nnodes: int, lost: list[dict] | None = Non
     return lines, 0 if ok else 1
 
 
+class Nodes:
+    """What the rendezvous knows of a job's nodes: their registrations and heartbeats (when each was
+    last seen, monotonic s), their exit reports, the nodes lost, the first failure, and the deadline
+    a failure or a loss sets for the others to stop."""
+
+    def __init__(self, store, nnodes: int, grace_s: float, lost_after_s: float, join_timeout_s: float):
+        self.store, self.nnodes, self.grace_s = store, nnodes, grace_s
+        self.lost_after_s, self.join_timeout_s = lost_after_s, join_timeout_s
+        self.start = time.monotonic()
+        self.nodes = [{"k": k, "name": node_name(k, nnodes), "registered": False, "hb": 0, "seen": None}
+                      for k in range(nnodes)]
+        self.reports: dict[str, dict] = {}
+        self.nproc: int | None = None
+        self.lost: list[dict] = []
+        self.failed: list[dict] = []  # the first node that reported a failure (published in the verdict)
+        self.seen = 0
+        self.deadline: float | None = None
+
+    def publish(self) -> None:
+        self.store.set(VERDICT, json.dumps({"lost": self.lost, "failed": self.failed,
+                                            "message": verdict_message(self.lost)}))
+
+    def restart_clocks(self, now: float) -> None:
+        """This process itself stalled: silence proves nothing, every heard node counts as seen now."""
+        for n in self.nodes:
+            n["seen"] = now if n["seen"] is not None else None
+
+    def listen(self, now: float) -> None:
+        """Registrations and heartbeats read from the store."""
+        store = self.store
+        for n in self.nodes:
+            if not n["registered"] and store.check([NODE_KEY + str(n["k"])]):
+                info = json.loads(store.get(NODE_KEY + str(n["k"])).decode())
+                n.update(registered=True, name=info.get("node", n["name"]))
+                self.nproc = self.nproc or info.get("nproc")
+                print(f"rendezvous: {n['name']} (ranks {info.get('ranks')}) joined after {now - self.start:.1f}s",
+                      flush=True)
+            hb = store.add(HB_KEY + str(n["k"]), 0)
+            if hb != n["hb"] or (n["registered"] and n["seen"] is None):
+                n["hb"], n["seen"] = hb, now
+
+    def collect(self) -> None:
+        """The exit reports published since the last call; the first failure published as the verdict."""
+        count = self.store.add(REPORTED, 0)
+        while self.seen < count:
+            self.seen += 1
+            name = self.store.get(report_key(self.seen)).decode()
+            report = json.loads(self.store.get(EXIT_KEY + name).decode())
+            self.reports[name] = report
+            why = f" ({report['reason']})" if report.get("reason") else ""
+            print(f"rendezvous: {name} (ranks {report.get('ranks')}) exited {report.get('exit_code')}{why}", flush=True)
+            if report.get("exit_code") != 0 and not self.failed:
+                self.failed.append(report)  # the job is over: every other node stops its ranks now
+                self.publish()
+            if report.get("exit_code") != 0 and self.deadline is None:
+                wait = self.grace_s if not any(n["seen"] for n in self.nodes) else max(self.grace_s, self.lost_after_s + 3)
+                self.deadline = time.monotonic() + wait
+                print(f"rendezvous: {name} failed; the other nodes stop, waiting up to {wait:g}s for them", flush=True)
+
+    def find_lost(self, now: float) -> None:
+        """Nodes silent past lost_after_s, or never joined within the join timeout: lost, published."""
+        done_names = set(self.reports) | {x["node"] for x in self.lost}
+        newly = []
+        for n in self.nodes:
+            if n["name"] in done_names or any(r.get("node_rank") == n["k"] for r in self.reports.values()):
+                continue
+            if n["seen"] is not None and now - n["seen"] > self.lost_after_s:
+                reason = (f"no heartbeat for {now - n['seen']:.0f}s (container killed, frozen or cut off the network; "
+                          f"limit {self.lost_after_s:g}s)")
+            elif n["seen"] is None and now - self.start > self.join_timeout_s:
+                reason = f"never joined within the {self.join_timeout_s:g}s join timeout (started late or not at all)"
+            else:
+                continue
+            newly.append({"node": n["name"], "node_rank": n["k"], "ranks": rank_range(n["k"], self.nproc),
+                          "reason": reason})
+        if newly:
+            self.lost += newly
+            for x in newly:
+                print(f"rendezvous: LOST {x['node']} (ranks {x['ranks']}): {x['reason']}", flush=True)
+            self.publish()
+            if self.deadline is None:
+                self.deadline = time.monotonic() + max(self.grace_s, 5.0)
+
+    def all_ended(self) -> bool:
+        return len(self.reports) + len([x for x in self.lost if x["node"] not in self.reports]) >= self.nnodes
+
+
 def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, lost_after_s: float, poll_s: float = 0.5,
           join_timeout_s: float = JOIN_TIMEOUT_S) -> int:
     """Host the store until every node reported or was lost (or grace/timeout ran out); returns the exit status."""
@@ -80,87 +167,43 @@ def serve(port: int, nnodes: int, grace_s: float, timeout_s: float, lost_after_s
                           timeout=timedelta(seconds=60))
     print(f"rendezvous: TCPStore on 0.0.0.0:{port}, waiting for {nnodes} node(s) to finish "
           f"(lost after {lost_after_s:g}s without heartbeat, join timeout {join_timeout_s:g}s)", flush=True)
-    start = time.monotonic()
-    reports: dict[str, dict] = {}
-    nodes = [{"k": k, "name": node_name(k, nnodes), "registered": False, "hb": 0, "seen": None} for k in range(nnodes)]
-    nproc: int | None = None
-    lost: list[dict] = []
-    failed: list[dict] = []  # the first node that reported a failure (published in the verdict)
-    seen = 0
-    deadline = None
+    job = Nodes(store, nnodes, grace_s, lost_after_s, join_timeout_s)
     last_loop = time.monotonic()
     while True:
         now = time.monotonic()
         if now - last_loop > max(lost_after_s / 2, 2.0):  # this process itself stalled: silence proves nothing
             print(f"rendezvous: stalled for {now - last_loop:.0f}s; restarting the heartbeat clocks", flush=True)
-            for n in nodes:
-                n["seen"] = now if n["seen"] is not None else None
+            job.restart_clocks(now)
         last_loop = now
-        for n in nodes:
-            if not n["registered"] and store.check([NODE_KEY + str(n["k"])]):
-                info = json.loads(store.get(NODE_KEY + str(n["k"])).decode())
-                n.update(registered=True, name=info.get("node", n["name"]))
-                nproc = nproc or info.get("nproc")
-                print(f"rendezvous: {n['name']} (ranks {info.get('ranks')}) joined after {now - start:.1f}s", flush=True)
-            hb = store.add(HB_KEY + str(n["k"]), 0)
-            if hb != n["hb"] or (n["registered"] and n["seen"] is None):
-                n["hb"], n["seen"] = hb, now
-        count = store.add(REPORTED, 0)
-        while seen < count:
-            seen += 1
-            name = store.get(report_key(seen)).decode()
-            report = json.loads(store.get(EXIT_KEY + name).decode())
-            reports[name] = report
-            why = f" ({report['reason']})" if report.get("reason") else ""
-            print(f"rendezvous: {name} (ranks {report.get('ranks')}) exited {report.get('exit_code')}{why}", flush=True)
-            if report.get("exit_code") != 0 and not failed:
-                failed.append(report)  # the job is over: every other node stops its ranks now
-                store.set(VERDICT, json.dumps({"lost": lost, "failed": failed, "message": verdict_message(lost)}))
-            if report.get("exit_code") != 0 and deadline is None:
-                wait = grace_s if not any(n["seen"] for n in nodes) else max(grace_s, lost_after_s + 3)
-                deadline = time.monotonic() + wait
-                print(f"rendezvous: {name} failed; the other nodes stop, waiting up to {wait:g}s for them", flush=True)
-        done_names = set(reports) | {x["node"] for x in lost}
-        newly = []
-        for n in nodes:
-            if n["name"] in done_names or any(r.get("node_rank") == n["k"] for r in reports.values()):
-                continue
-            if n["seen"] is not None and now - n["seen"] > lost_after_s:
-                reason = (f"no heartbeat for {now - n['seen']:.0f}s (container killed, frozen or cut off the network; "
-                          f"limit {lost_after_s:g}s)")
-            elif n["seen"] is None and now - start > join_timeout_s:
-                reason = f"never joined within the {join_timeout_s:g}s join timeout (started late or not at all)"
-            else:
-                continue
-            newly.append({"node": n["name"], "node_rank": n["k"], "ranks": rank_range(n["k"], nproc), "reason": reason})
-        if newly:
-            lost += newly
-            for x in newly:
-                print(f"rendezvous: LOST {x['node']} (ranks {x['ranks']}): {x['reason']}", flush=True)
-            store.set(VERDICT, json.dumps({"lost": lost, "failed": failed, "message": verdict_message(lost)}))
-            if deadline is None:
-                deadline = time.monotonic() + max(grace_s, 5.0)
-        if len(reports) + len([x for x in lost if x["node"] not in reports]) >= nnodes:
+        job.listen(now)
+        job.collect()
+        job.find_lost(now)
+        if job.all_ended():
             break
         now = time.monotonic()
-        if deadline is not None and now > deadline:
+        if job.deadline is not None and now > job.deadline:
             print("rendezvous: grace period over; closing the store", flush=True)
             break
-        if timeout_s > 0 and now - start > timeout_s:
+        if timeout_s > 0 and now - job.start > timeout_s:
             print(f"rendezvous: --timeout-s {timeout_s:g} reached; closing the store", flush=True)
             break
         time.sleep(poll_s)
-    store.set(FINISHED, "1")
-    lines, status = summary(reports, nnodes, lost)
-    print(f"rendezvous: summary after {time.monotonic() - start:.1f}s", flush=True)
+    return finish(job, poll_s)
+
+
+def finish(job: Nodes, poll_s: float) -> int:
+    """FINISHED set, the summary printed, the nodes still heard waited for to close their clients; the exit status."""
+    job.store.set(FINISHED, "1")
+    lines, status = summary(job.reports, job.nnodes, job.lost)
+    print(f"rendezvous: summary after {time.monotonic() - job.start:.1f}s", flush=True)
     print("\n".join(lines), flush=True)
-    if lost:
-        print(f"rendezvous: FAILED: {verdict_message(lost)}", flush=True)
+    if job.lost:
+        print(f"rendezvous: FAILED: {verdict_message(job.lost)}", flush=True)
     else:
         print("rendezvous: " + ("all nodes exited 0" if status == 0 else "FAILED"), flush=True)
-    heard = {n["k"] for n in nodes if n["seen"] is not None} - {x["node_rank"] for x in lost}
-    waiting = sorted(r["node_rank"] for r in reports.values() if r.get("waits") and r.get("node_rank") in heard)
-    await_closed(store, waiting, CLOSE_WAIT_S, poll_s=min(poll_s, 0.1))
+    heard = {n["k"] for n in job.nodes if n["seen"] is not None} - {x["node_rank"] for x in job.lost}
+    waiting = sorted(r["node_rank"] for r in job.reports.values() if r.get("waits") and r.get("node_rank") in heard)
+    await_closed(job.store, waiting, CLOSE_WAIT_S, poll_s=min(poll_s, 0.1))
     return status
 
 

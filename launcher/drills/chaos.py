@@ -183,70 +183,104 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
     """
     check_args(kind, node, at_step, wait_s, run_dir)
     say = say or _print
-    rank = int(node) if kind == "freeze" else None
     t0 = time.monotonic()
-    deadline, appear_by = t0 + wait_s, t0 + min(wait_s, START_WAIT_S)
+    appear_by = t0 + min(wait_s, START_WAIT_S)
     until = time.strftime("%H:%M:%S", time.localtime(time.time() + wait_s))
     named = f"run folder {run_dir}" if run_dir else f"compose file {file}" if file else "the newest run under runs/"
-    check_generated(kind, str(node), run_dir, file, project)  # a file of `generate`: no `up` will come
-    try:  # a run folder that exists already: its record names the nodes before anything is said or waited for
-        early = Handle.find(run_dir, file, project)
-    except ConfigError:  # not there yet: `up` may be about to make it
-        early = None
-    if early is not None and not early.stack and early.run_dir and read_job(early.run_dir) is None \
-            and not (runner := owner(engines, early)).nodes(early, runner.attach(early)):  # `up` writes job.json first
-        raise ConfigError(f"--run-dir {run_dir or early.run_dir}: holds {os.path.basename(early.file)} but no job.json "
-                          f"and no container of it runs: not a run folder of `python -m launcher up` (a file written "
-                          f"by `generate`?), so none will appear; start it with launcher up --run-dir DIR, or for a cluster "
-                          f"you started with docker compose pass --file {early.file}")
-    checked = early is not None and check_node(kind, str(node), early, {})
-    if early is not None:
-        check_step(at_step, early.run_dir, f"--{kind} {node}")
+    checked = _check_early(kind, str(node), at_step, run_dir, file, project, engines)
     say(f"chaos: waiting for step {at_step} of {named} to {kind} {node}; giving up at {until} (--wait-s "
           f"{wait_s:g})", False)
     handle = _find_handle(run_dir, file, project, appear_by)
     checked = checked or check_node(kind, str(node), handle, {})  # from the run's record, before any wait
     say(f"chaos: that is project {handle.project} (run folder {handle.run_dir or '?'})", False)
-    engine, client = owner(engines, handle), None
-    ever_running = seen = said = said_node = False
-    while True:
-        if client is None or not client.hosts and handle.run_dir and engine.hosts(handle.run_dir) is not None:
+    wait = _Wait(kind, node, at_step, wait_s, handle, owner(engines, handle), say, t0, appear_by, checked)
+    while (code := wait.poll()) is None:
+        time.sleep(poll_s)
+    return code
+
+
+def _check_early(kind: str, node: str, at_step: int, run_dir, file, project, engines) -> bool:
+    """chaos's checks before it says anything or waits: a file of `generate` (no `up` will come), and
+    a run folder that exists already, whose record names the nodes and the last step; whether the
+    node was checked.
+
+    Raises:
+        ConfigError: any of them fails.
+    """
+    check_generated(kind, node, run_dir, file, project)  # a file of `generate`: no `up` will come
+    try:  # a run folder that exists already: its record names the nodes before anything is said or waited for
+        early = Handle.find(run_dir, file, project)
+    except ConfigError:  # not there yet: `up` may be about to make it
+        return False
+    if not early.stack and early.run_dir and read_job(early.run_dir) is None \
+            and not (runner := owner(engines, early)).nodes(early, runner.attach(early)):  # `up` writes job.json first
+        raise ConfigError(f"--run-dir {run_dir or early.run_dir}: holds {os.path.basename(early.file)} but no job.json "
+                          f"and no container of it runs: not a run folder of `python -m launcher up` (a file written "
+                          f"by `generate`?), so none will appear; start it with launcher up --run-dir DIR, or for a cluster "
+                          f"you started with docker compose pass --file {early.file}")
+    checked = check_node(kind, node, early, {})
+    check_step(at_step, early.run_dir, f"--{kind} {node}")
+    return checked
+
+
+class _Wait:
+    """One chaos wait, polled: the run's containers found (through the engine's client), then the
+    fault applied at the step, or the reason nothing was done. ``poll`` returns the exit code once
+    it is known, else None (poll again after poll_s)."""
+
+    def __init__(self, kind, node, at_step, wait_s, handle, engine, say, t0, appear_by, checked):
+        self.kind, self.node, self.at_step, self.wait_s, self.say = kind, node, at_step, wait_s, say
+        self.rank = int(node) if kind == "freeze" else None
+        self.handle, self.engine, self.client = handle, engine, None
+        self.t0, self.appear_by, self.deadline = t0, appear_by, t0 + wait_s
+        self.checked, self.ever_running, self.seen, self.said, self.said_node = checked, False, False, False, False
+
+    def poll(self) -> int | None:
+        handle, engine = self.handle, self.engine
+        if self.client is None or not self.client.hosts and handle.run_dir and engine.hosts(handle.run_dir) is not None:
             try:  # a run on rehearsal hosts (up --hosts): their daemons hold the task containers
-                client = engine.attach(handle)
+                self.client = engine.attach(handle)
             except ConfigError:
-                client = None  # its hosts are not up (yet, or any more)
-        found = engine.nodes(handle, client) if client is not None else {}
-        handle = handle.with_labels(found)
-        if not found:
-            if seen:
-                say(f"chaos: the containers of project {handle.project} are gone before step {at_step} (the run "
-                      f"ended); nothing done", True)
-                return 1
-            if time.monotonic() > appear_by:
-                say(f"chaos: no container of project {handle.project} appeared within {appear_by - t0:g} s: "
-                      f"nothing runs in {handle.run_dir or handle.file}; start it with `python -m launcher up "
-                      f"--run-dir {handle.run_dir or 'DIR'} ...` and run chaos while it runs; nothing done", True)
-                return 1
-            if not said:
-                say(f"chaos: no container of project {handle.project} exists yet; waiting up to "
-                      f"{appear_by - t0:g} s for `python -m launcher up` to start it", False)
-                said = True
-            time.sleep(poll_s)
-            continue
-        if not checked:
-            checked = check_node(kind, str(rank) if rank is not None else node, handle, found)
-        seen = True
+                self.client = None  # its hosts are not up (yet, or any more)
+        found = engine.nodes(handle, self.client) if self.client is not None else {}
+        self.handle = handle.with_labels(found)
+        return self._present(found) if found else self._absent()
+
+    def _absent(self) -> int | None:
+        """No container of the run: it ended (seen before), has not started in time, or may yet start."""
+        project, say = self.handle.project, self.say
+        if self.seen:
+            say(f"chaos: the containers of project {project} are gone before step {self.at_step} (the run "
+                  f"ended); nothing done", True)
+            return 1
+        if time.monotonic() > self.appear_by:
+            say(f"chaos: no container of project {project} appeared within {self.appear_by - self.t0:g} s: "
+                  f"nothing runs in {self.handle.run_dir or self.handle.file}; start it with `python -m launcher up "
+                  f"--run-dir {self.handle.run_dir or 'DIR'} ...` and run chaos while it runs; nothing done", True)
+            return 1
+        if not self.said:
+            say(f"chaos: no container of project {project} exists yet; waiting up to "
+                  f"{self.appear_by - self.t0:g} s for `python -m launcher up` to start it", False)
+            self.said = True
+        return None
+
+    def _present(self, found: dict) -> int | None:
+        """The run's containers: the fault applied once the node runs at the step, 1 when it ended first."""
+        kind, rank, at_step, handle, say = self.kind, self.rank, self.at_step, self.handle, self.say
+        if not self.checked:
+            self.checked = check_node(kind, str(rank) if rank is not None else self.node, handle, found)
+        self.seen = True
         if rank is not None:
-            node = node_of_rank(found, rank) or f"the node of rank {rank}"
-        victim = found.get(node)
+            self.node = node_of_rank(found, rank) or f"the node of rank {rank}"
+        node, victim = self.node, found.get(self.node)
         nodes = sorted(s for s in found if s.startswith("node-"))
         first = found[nodes[0]] if nodes else None
-        if victim is None and not said_node:  # not created yet (--start-late), or no such node
+        if victim is None and not self.said_node:  # not created yet (--start-late), or no such node
             say(f"chaos: no container {node} in project {handle.project} yet (it has {', '.join(nodes) or 'no node'})"
                   f"; waiting", False)
-            said_node = True
+            self.said_node = True
         if victim is not None and victim.status == "running":
-            ever_running = True
+            self.ever_running = True
             step = last_step(handle.run_dir, _started_at(victim) - 1)
             source = METRICS
             if step is None and first is not None:
@@ -256,10 +290,10 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
                 say(f"chaos: {kind} {node} (container {victim.short_id}) at step {step} ({source}) "
                       f"t={time.time():.3f}: {did}", False)
                 return 0
-        elif ever_running or (victim is not None and victim.status in ("exited", "dead")):
+        elif self.ever_running or (victim is not None and victim.status in ("exited", "dead")):
             say(f"chaos: {node} is {victim.status if victim else 'gone'} before step {at_step}; nothing done", True)
             return 1
-        if time.monotonic() > deadline:
-            say(f"chaos: step {at_step} not reached within --wait-s {wait_s:g}; nothing done", True)
+        if time.monotonic() > self.deadline:
+            say(f"chaos: step {at_step} not reached within --wait-s {self.wait_s:g}; nothing done", True)
             return 1
-        time.sleep(poll_s)
+        return None

@@ -142,28 +142,9 @@ def _module_file(code: str, module: str) -> str | None:
     return None
 
 
-def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | None = None,
-                 code: str | None = None, argv: tuple[str, ...] = (), mesh: str | None = None,
-                 nodes: int | None = None, nproc_per_node: int | None = None, run_dir: str | None = None,
-                 timeout_s: float = Config.timeout_s, mounts: tuple[str, ...] = (), host_path=lambda p: p,
-                 installs: bool = False) -> Launch:
-    """The Launch of the user's own code: a script or a module, with its own argv.
-
-    Host paths (script, code, run_dir, mount sources) are relative to the cwd. The script's folder
-    (or ``code``) is mounted read-only at /code; a module without ``code`` comes from the image. installs:
-    the job's requirements or wheels install packages, so a module not in ``code`` may come from them
-    (``--code project --module torchtitan.train``: the data beside it, the trainer from PyPI).
-
-    The request (job/request.py make_request) checked the script exists and that a mesh and nodes x
-    ranks are not both given (a mesh wins here); this adds what needs the resolved paths.
-
-    Raises:
-        ConfigError: every problem: a missing code folder, module or mount source, a script outside
-            the code folder, a bad shape (no mesh and no nodes x nproc_per_node), a bad timeout or node option.
-    """
-    errors: list[str] = []
-    if (script is None) == (module is None):
-        errors.append("entry: give exactly one of --script FILE and --module NAME")
+def _shape(mesh: str | None, nodes: int | None, nproc_per_node: int | None, errors: list[str]) -> tuple:
+    """(MeshSpec or None, nodes, ranks per node): a mesh's (it wins), else nodes x ranks as given; a
+    problem appended to errors."""
     spec = None
     if mesh is not None:  # the request refused a mesh given with nodes x ranks (job/request.py)
         try:
@@ -174,8 +155,14 @@ def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | 
     elif nodes is None or nproc_per_node is None or nodes < 1 or nproc_per_node < 1:
         errors.append(f"shape: --nodes and --nproc-per-node must both be >= 1 (got {nodes}, {nproc_per_node}); "
                       f"e.g. --nodes 2 --nproc-per-node 2, or --mesh 2x2x2")
-    if not (timeout_s > 0 and math.isfinite(timeout_s)):
-        errors.append(f"timeout_s: must be > 0 seconds, got {timeout_s}; e.g. --timeout-s 60")
+    return spec, nodes, nproc_per_node
+
+
+def _code_target(script: str | None, module: str | None, code: str | None, installs: bool,
+                 errors: list[str]) -> tuple[str | None, str | None]:
+    """(the code folder mounted at CODE_DIR or None, the script's path in the nodes or None): the code folder
+    (--code, else the script's folder), the script inside it, the module in it (unless installs); problems
+    appended to errors."""
     code_dir = os.path.abspath(code) if code is not None else None
     if code_dir is not None and not os.path.isdir(code_dir):
         errors.append(f"code: {code_dir} is not a folder; pass the folder that holds your code with --code")
@@ -200,6 +187,35 @@ def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | 
             errors.append(f"module: {module} not found in --code {code_dir} (no {module.replace('.', '/')}.py "
                           f"or {module.replace('.', '/')}/__init__.py); fix --module or --code, or install it with "
                           f"--requirements")
+    return code_dir, target_script
+
+
+def resolve_code(node: NodeOptions, *, script: str | None = None, module: str | None = None,
+                 code: str | None = None, argv: tuple[str, ...] = (), mesh: str | None = None,
+                 nodes: int | None = None, nproc_per_node: int | None = None, run_dir: str | None = None,
+                 timeout_s: float = Config.timeout_s, mounts: tuple[str, ...] = (), host_path=lambda p: p,
+                 installs: bool = False) -> Launch:
+    """The Launch of the user's own code: a script or a module, with its own argv.
+
+    Host paths (script, code, run_dir, mount sources) are relative to the cwd. The script's folder
+    (or ``code``) is mounted read-only at /code; a module without ``code`` comes from the image. installs:
+    the job's requirements or wheels install packages, so a module not in ``code`` may come from them
+    (``--code project --module torchtitan.train``: the data beside it, the trainer from PyPI).
+
+    The request (job/request.py make_request) checked the script exists and that a mesh and nodes x
+    ranks are not both given (a mesh wins here); this adds what needs the resolved paths.
+
+    Raises:
+        ConfigError: every problem: a missing code folder, module or mount source, a script outside
+            the code folder, a bad shape (no mesh and no nodes x nproc_per_node), a bad timeout or node option.
+    """
+    errors: list[str] = []
+    if (script is None) == (module is None):
+        errors.append("entry: give exactly one of --script FILE and --module NAME")
+    spec, nodes, nproc_per_node = _shape(mesh, nodes, nproc_per_node, errors)
+    if not (timeout_s > 0 and math.isfinite(timeout_s)):
+        errors.append(f"timeout_s: must be > 0 seconds, got {timeout_s}; e.g. --timeout-s 60")
+    code_dir, target_script = _code_target(script, module, code, installs, errors)
     if code_dir is not None and run_dir is not None and os.path.realpath(run_dir) == os.path.realpath(code_dir):
         errors.append(f"run_dir: {os.path.abspath(run_dir)} is the code folder itself (mounted read-only at "
                       f"{CODE_DIR}; the run's records, compose file and working folder would be written among your "
