@@ -165,7 +165,7 @@ def up(args: JobRequest, chaos: tuple = (), chaos_lines: list[str] | None = None
     launch, command = resolve(args, user=container_user())
     opts = args.section(UpOptions)
     engine.check(launch, opts)  # an engine that only renders here refuses `up` first
-    shaping.check(launch, "up", engine, dict(opts.start_late))
+    shaping.check(launch, engine, dict(opts.start_late))
     hosts = tuple(host_names(launch.engine.hosts or 0))
     if errors := _faults.check(chaos, launch.names, launch.world_size, hosts) + _fault_steps(chaos, launch):
         raise ConfigError("\n  ".join(["invalid launch:", *errors]))

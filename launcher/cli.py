@@ -42,19 +42,18 @@ EXIT_USAGE = 2
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """`generate`: the engine's document (engines/registry.py ENGINES[--target]), written or printed."""
-    from simcluster.launcher.drills import shaping
     from simcluster.launcher.engines.deps_image import with_image
     from simcluster.launcher.engines.registry import engine_named
 
     req = request_from_cli(vars(args))
     engine = engine_named(req.target)
     launch, command = resolve(req, user=IMAGE_USER)
-    shaping.check(launch, "generate", engine, {})
     engine.check(launch)
     out = req.out or os.path.join(ROOT, engine.out_path(launch.job_name))
     if not req.stdout and (why := out_problem(out)):
         raise ConfigError(f"out: {why}; e.g. --out {engine.out_path(launch.job_name)}")
-    launch = with_image(launch, say=lambda line: print(line, file=sys.stderr))  # after every check: the document names it
+    if launch.requirements:  # its derived image, after every check: the document names it
+        launch = with_image(launch, say=lambda line: print(line, file=sys.stderr))
     for warning in engine.warnings(launch):
         print(f"warning: {warning}", file=sys.stderr)
     text = engine.render(launch, command, repo_path(out), engine.project_dir(launch, out))

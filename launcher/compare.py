@@ -201,7 +201,7 @@ class ComposeRun:
 
         engine = ENGINES[DEFAULT]
         for side in sides:
-            shaping.check(side.launch, "up", engine, {})
+            shaping.check(side.launch, engine, {})
             handle = Handle.for_run(side.run_dir)
             if any(c.status != "exited" for c in engine.nodes(handle, engine.attach(handle)).values()):
                 raise ConfigError(f"--run-dir: the cluster of {side.name}'s folder {repo_path(side.run_dir)} is still "

@@ -42,6 +42,8 @@ def refused(capsys, argv: list[str], *named: str) -> str:
 @pytest.mark.parametrize("flags, named", [
     (["--inter-node-bandwidth", "1bit"], ["inter_node_bandwidth", "'1bit'", "below 4kbit", "100mbit"]),
     (["--inter-node-bandwidth", "2tbit"], ["inter_node_bandwidth", "'2tbit'", "above 1tbit", "100mbit"]),
+    (["--inter-node-bandwidth", "100mbit"], ["--inter-node-bandwidth", "applied by `python -m launcher up`",
+                                             "drop the option"]),  # a good rate: the request refuses it for generate
     (["--target", "swarm", "--hosts", "1", "--inter-host-bandwidth", "100mbit"],
      ["inter_host_bandwidth", "--hosts 1", "--hosts 2"]),
     (["--target", "swarm", "--hosts", "2", "--inter-host-bandwidth", "100mbit"],

@@ -50,13 +50,6 @@ def lost_after_s(timeout_s: float) -> float:
     return round(float(timeout_s) * LOST_FRACTION, 3)
 
 
-def run_name(run_dir: str) -> str:
-    """Basename of a run folder: its mount name, the rendezvous id and the compose project's
-    suffix (``runs/x/`` -> ``x``). Empty for a path with no folder name."""
-    parts = [p for p in str(run_dir).replace("\\", "/").split("/") if p not in ("", ".")]
-    return "" if not parts or parts[-1] == ".." else parts[-1]
-
-
 # Inter-node network shaping (see docs in launcher/shaping.py): a helper container of this image,
 # sharing a node's network namespace with NET_ADMIN, runs the tc command below on the node's
 # eth0; the launcher then writes the node's marker file, which the node wrapper waits for

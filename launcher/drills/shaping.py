@@ -36,23 +36,20 @@ def tbf_command(rate: str) -> list[str]:
             f"&& tc -s qdisc show dev eth0"]
 
 
-def check(launch, action: str, engine, start_late: dict) -> None:
-    """The one check of --inter-node-bandwidth's use (its rate is checked with the node options,
-    launch.check_node_options): only ``launcher up`` on the compose target applies it, no node may
-    start late (its marker would never be written), and the helper image must exist.
+def check(launch, engine, start_late: dict) -> None:
+    """The check of --inter-node-bandwidth's use by ``launcher up`` (its rate is checked with the node
+    options, launch.check_node_options; `generate` refuses it at the edge, job/options.py resolve): only the
+    compose target applies it, no node may start late (its marker would never be written), and the
+    helper image must exist.
 
-    action: "generate" or "up"; engine: the Engine (launcher/engines/base.py; its supports_shaping).
+    engine: the Engine (launcher/engines/base.py; its supports_shaping).
 
     Raises:
-        ConfigError: generate, an engine without shaping, or --start-late, naming the fix.
+        ConfigError: an engine without shaping, or --start-late, naming the fix.
         LauncherError: the helper image is missing, naming the build command.
     """
     if not launch.node.inter_node_bandwidth:
         return
-    if action == "generate":
-        raise ConfigError("--inter-node-bandwidth: applied by `python -m launcher up` (a helper container shapes "
-                          "each node once it runs, then the node starts its ranks); a compose file alone cannot "
-                          "apply it: use launcher up, or drop the option")
     if not engine.supports_shaping:
         raise ConfigError(f"--target {engine.name}: --inter-node-bandwidth is not wired for {engine.name} (the Compose "
                           f"engine applies the shaping helper and the nodes' start marker); use --target compose")

@@ -22,7 +22,8 @@ import re
 from dataclasses import fields
 
 from simcluster.launcher.job.launch import Launch, Mount, NodeOptions, check_node_options
-from simcluster.launcher.container.layout import APP_DIR, CODE_DIR, DATA_MOUNT, RUNS_MOUNT, run_name
+from simcluster.launcher.container.layout import APP_DIR, CODE_DIR, DATA_MOUNT, RUNS_MOUNT
+from simcluster.launcher.job.files import run_name
 from simcluster.core.layout import TRAINER_MODULE
 from simcluster.core.config import Config, MeshSpec, parse_mesh
 from simcluster.core.errors import ConfigError

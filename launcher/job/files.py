@@ -27,6 +27,13 @@ IMAGES = os.path.join(SOURCE, "images")  # Dockerfile, build.sh, requirements.tx
 CODE_FOLDERS = ("launcher", "train")  # the code the trainer image holds, under APP_DIR/simcluster/ (with simcluster/core)
 
 
+def run_name(run_dir: str) -> str:
+    """Basename of a run folder: its mount name, the rendezvous id and the compose project's
+    suffix (``runs/x/`` -> ``x``). Empty for a path with no folder name."""
+    parts = [p for p in str(run_dir).replace("\\", "/").split("/") if p not in ("", ".")]
+    return "" if not parts or parts[-1] == ".." else parts[-1]
+
+
 def code_sources() -> dict[str, str]:
     """This installation's code as the trainer image holds it: path under APP_DIR (``simcluster/...``)
     -> host path. images/build.sh stages these into the image; ``--mount-code`` mounts them over it."""

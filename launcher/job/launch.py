@@ -22,7 +22,8 @@ from simcluster.core.units import tc_rate_problem
 from simcluster.launcher.job.deps import Requirements
 from simcluster.launcher.job.sections import RDZV_BACKENDS, EngineOptions, NodeOptions  # noqa: F401 (a Launch's)
 from simcluster.launcher.instrument.spec import Instruments
-from simcluster.launcher.container.layout import CODE_DIR, RUNS_MOUNT, WORK_DIR, lost_after_s, run_name
+from simcluster.launcher.container.layout import CODE_DIR, RUNS_MOUNT, WORK_DIR, lost_after_s
+from simcluster.launcher.job.files import run_name
 from simcluster.core.layout import host_names, node_names, placement
 from simcluster.core.layout import format_ranks, node_ranks
 from simcluster.core.config import MeshSpec, TrainRun

@@ -111,6 +111,10 @@ def resolve(req: JobRequest, user: str) -> tuple[Launch, str]:
     _raise(check_engine_options(launch.engine))
     command = generate_command(req, launch)
     check_resolved(launch, command)
+    if req.command == "generate" and launch.node.inter_node_bandwidth:  # no effect in a file: up applies it
+        raise ConfigError(f"--inter-node-bandwidth {launch.node.inter_node_bandwidth}: applied by `python -m launcher "
+                          f"up` (a helper container shapes each node once it runs, then the node starts its ranks); a "
+                          f"compose file alone cannot apply it: use launcher up, or drop the option")
     return launch, command
 
 
