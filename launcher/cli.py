@@ -217,9 +217,10 @@ COMMANDS = {"generate": cmd_generate, "up": cmd_up, "build": cmd_build, "report"
             "sweep": cmd_sweep, "plan": cmd_plan, "project": cmd_project}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The launcher's parser with this module's help text (launcher/parser.py)."""
-    return _build_parser(__doc__)
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The launcher's parser with this module's help text (launcher/parser.py); only: that command's
+    flags alone (the command line's), None: every command's."""
+    return _build_parser(__doc__, only)
 
 
 def _up_only_flags() -> set[str]:
@@ -234,7 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run its command; the exit code (2: bad options, ConfigError's
     message on stderr; argparse's own usage errors exit 2 through SystemExit)."""
     own, job_argv = split_job_argv(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    command = next((a for a in own if not a.startswith("-")), None)  # the top level takes no option but --help
+    parser = build_parser(command if command in COMMANDS else None)
     args, unknown = parser.parse_known_args(fix_negative_values(own, ("--mesh", "--against", "--rtol")))
     if unknown:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]

@@ -96,48 +96,46 @@ def _prog() -> str:
     return os.path.basename(arg0)
 
 
-def build_parser(doc: str = "") -> argparse.ArgumentParser:
-    """The launcher's whole argparse tree, one subparser per command; doc: the help text (cli.py's
-    docstring: its first paragraph the description, the rest the epilog)."""
+def build_parser(doc: str = "", only: str | None = None) -> argparse.ArgumentParser:
+    """The launcher's argparse tree, one subparser per command (COMMANDS); doc: the help text (cli.py's
+    docstring: its first paragraph the description, the rest the epilog). only: that command's flags alone
+    are made (the others' subparsers stay bare: the command line runs one command); None: every command's."""
     parser = argparse.ArgumentParser(prog=_prog(), description=doc.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(doc.split("\n\n")[1:]))
     sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="write the compose file of a mesh (default compose/mesh-PPxDPxTP.yml)")
-    up = sub.add_parser("up", help="run a training job on a fresh cluster, stream its logs, summarise, down")
-    for command, own in ((gen, GenerateOptions), (up, UpOptions)):
-        add_config_args(command)
-        for section in (JobOptions, NodeOptions, EngineOptions, own):
-            add_section(command, section)
-    st = sub.add_parser("status", help="table: node, ranks, state, last step")
-    _target_args(st)
-    lg = sub.add_parser("logs", help="the cluster's logs (compose logs)")
-    _target_args(lg)
-    lg.add_argument("--follow", action="store_true", help="keep following")
-    lg.add_argument("--tail", default="all", help="lines per container (default all)")
-    lg.add_argument("services", nargs="*", help="services, e.g. node-0 rendezvous (default all)")
-    dn = sub.add_parser("down", help="stop and remove the cluster's containers and network")
-    _target_args(dn)
-    _chaos_args(sub)
-    _build_args(sub)
-    rp = sub.add_parser("report", help="PNG figures and an HTML page of a run folder with metrics.jsonl")
-    rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
-    rp.add_argument("--metric-regex", default=None, metavar="REGEX",
-                    help="read a loss the ranks only printed (cluster.log) as up does (default: the common formats)")
-    _plan_args(sub)
-    _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
-                                 "(exit 1 beyond --rtol)"))
-    _sweep_args(sub.add_parser("sweep", help="run your code or the trainer on its own node layout, on one node and on "
-                               "one rank per node, the mesh the same; compare a metric step by step (exit 1: differs)"))
-    for command in ("generate", "up", "compare", "sweep"):
-        _text_only(sub.choices[command])
+    for name, (text, fill) in COMMANDS.items():
+        command = sub.add_parser(name, help=text)
+        if only in (None, name):
+            fill(command)
+            if name in ("generate", "up", "compare", "sweep"):
+                _text_only(command)
     parser.commands = sub.choices  # command -> its subparser (the Python API parses `up`'s keywords with it)
     return parser
 
 
-def _chaos_args(sub) -> None:
+def _job_args(p: argparse.ArgumentParser, own) -> None:
+    """`generate` and `up`: the trainer's flags, then the job's, the node's, the engine's and the command's own."""
+    add_config_args(p)
+    for section in (JobOptions, NodeOptions, EngineOptions, own):
+        add_section(p, section)
+
+
+def _logs_args(lg: argparse.ArgumentParser) -> None:
+    _target_args(lg)
+    lg.add_argument("--follow", action="store_true", help="keep following")
+    lg.add_argument("--tail", default="all", help="lines per container (default all)")
+    lg.add_argument("services", nargs="*", help="services, e.g. node-0 rendezvous (default all)")
+
+
+def _report_args(rp: argparse.ArgumentParser) -> None:
+    rp.add_argument("--run-dir", default=None, help="the run folder (default: the newest under runs/ with a metrics.jsonl)")
+    rp.add_argument("--metric-regex", default=None, metavar="REGEX",
+                    help="read a loss the ranks only printed (cluster.log) as up does (default: the common formats)")
+
+
+def _chaos_args(ch: argparse.ArgumentParser) -> None:
     """`chaos`: the run it acts on, one fault, the step and the wait."""
-    ch = sub.add_parser("chaos", help="at step N of a run, kill / pause / disconnect one node (fault drills)")
     _target_args(ch)
     fault = ch.add_mutually_exclusive_group(required=True)
     fault.add_argument("--kill", metavar="NODE", help="docker kill the node's container")
@@ -154,10 +152,8 @@ def _chaos_args(sub) -> None:
     ch.add_argument("--wait-s", type=float, default=3600.0, metavar="S", help="give up after S seconds (default 3600)")
 
 
-def _build_args(sub) -> None:
+def _build_args(bd: argparse.ArgumentParser) -> None:
     """`build`: the trainer image from this installation's code, or only its check or cache key."""
-    bd = sub.add_parser("build", help="build the trainer image from this installation's code (images/build.sh, "
-                        "package data when installed: no checkout needed)")
     bd.add_argument("--force", action="store_true", help="rebuild the base, the wheelhouse and every layer")
     bd.add_argument("--check", action="store_true", help="build nothing: exit 0 when the image holds this "
                     "installation's code (its code-digest label), 1 when it is missing or holds other code")
@@ -165,10 +161,8 @@ def _build_args(sub) -> None:
                     "image (version, code, Dockerfile, requirements) for a CI cache of `docker save`")
 
 
-def _plan_args(sub) -> None:
-    """`plan` and `project`: the planner's commands (train/plan/command.py; torch imported there only)."""
-    pl = sub.add_parser("plan", help="predict per rank memory, traffic per kind and link, and the bubble of a "
-                        "trainer run from its shapes and schedule; starts nothing (needs torch)")
+def _plan_args(pl: argparse.ArgumentParser) -> None:
+    """`plan`: the planner (train/plan/command.py; torch imported there only)."""
     add_config_args(pl)
     pl.add_argument("--json", action="store_true", help="print the plan as JSON (bytes, FLOPs) instead of the table")
     pl.add_argument("--hardware", default=None, metavar="NAME", help="predict the step time on h100-sxm-8x, "
@@ -179,8 +173,10 @@ def _plan_args(sub) -> None:
     pl.add_argument("--world-size", type=int, default=None, metavar="N", help="ranks for --search")
     pl.add_argument("--memory-per-rank", type=float, default=None, metavar="GB",
                     help="mark (search) or warn about (plan) ranks needing more than GB (1e9 bytes)")
-    pj = sub.add_parser("project", help="from a run measured here (--traffic 1 --trace-steps S), the same job's "
-                        "step time on other hardware, with its parts (needs torch)")
+
+
+def _project_args(pj: argparse.ArgumentParser) -> None:
+    """`project`: a measured run's step on other hardware (train/plan/command.py)."""
     pj.add_argument("run_dir", metavar="RUN_DIR", help="the run folder of the built-in trainer")
     pj.add_argument("--hardware", default="local", metavar="NAME",
                     help="h100-sxm-8x, a100-80g-8x or local (default local: this machine, calibrated once and cached)")
@@ -210,3 +206,25 @@ def _compare_args(cp: argparse.ArgumentParser) -> None:
     add_section(cp, UpOptions, only=COMPARE_RUN)
     add_section(cp, CompareOptions, typed=True)
     add_section(cp, NodeOptions)
+
+
+# every command: its help line and what makes its flags (cli.py's COMMANDS runs it)
+COMMANDS = {
+    "generate": ("write the compose file of a mesh (default compose/mesh-PPxDPxTP.yml)",
+                 lambda p: _job_args(p, GenerateOptions)),
+    "up": ("run a training job on a fresh cluster, stream its logs, summarise, down", lambda p: _job_args(p, UpOptions)),
+    "status": ("table: node, ranks, state, last step", _target_args),
+    "logs": ("the cluster's logs (compose logs)", _logs_args),
+    "down": ("stop and remove the cluster's containers and network", _target_args),
+    "chaos": ("at step N of a run, kill / pause / disconnect one node (fault drills)", _chaos_args),
+    "build": ("build the trainer image from this installation's code (images/build.sh, package data when installed: "
+              "no checkout needed)", _build_args),
+    "report": ("PNG figures and an HTML page of a run folder with metrics.jsonl", _report_args),
+    "plan": ("predict per rank memory, traffic per kind and link, and the bubble of a trainer run from its shapes and "
+             "schedule; starts nothing (needs torch)", _plan_args),
+    "project": ("from a run measured here (--traffic 1 --trace-steps S), the same job's step time on other hardware, "
+                "with its parts (needs torch)", _project_args),
+    "compare": ("run your code on layout A, then B; compare a metric step by step (exit 1 beyond --rtol)", _compare_args),
+    "sweep": ("run your code or the trainer on its own node layout, on one node and on one rank per node, the mesh the "
+              "same; compare a metric step by step (exit 1: differs)", _sweep_args),
+}
