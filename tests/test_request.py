@@ -149,12 +149,12 @@ def test_importing_the_request_loads_no_engine_and_no_docker_sdk():
             "if m.split('.')[0] in ('simcluster', 'docker'))))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [
-        "simcluster", "simcluster.launcher", "simcluster.launcher.container", "simcluster.launcher.container.layout",
+    assert proc.stdout.split() == [  # nothing of train/ (the torch side): the trainer's facts are the floor's
+        "simcluster", "simcluster.core", "simcluster.core.config", "simcluster.core.errors",
+        "simcluster.core.hardware", "simcluster.core.layout", "simcluster.core.units",  # hardware: --gpu's names
+        "simcluster.launcher", "simcluster.launcher.container", "simcluster.launcher.container.layout",
         "simcluster.launcher.job", "simcluster.launcher.job.checks", "simcluster.launcher.job.deps", "simcluster.launcher.job.env",
-        "simcluster.launcher.job.fields", "simcluster.launcher.job.request", "simcluster.launcher.job.sections",
-        "simcluster.train", "simcluster.core.config", "simcluster.core.errors", "simcluster.core.layout",
-        "simcluster.train.plan", "simcluster.core.hardware", "simcluster.core.units"]  # --gpu's names
+        "simcluster.launcher.job.fields", "simcluster.launcher.job.request", "simcluster.launcher.job.sections"]
 
 
 def test_a_target_no_engine_has_is_refused_at_the_door(tmp_path):
