@@ -180,3 +180,25 @@ def test_a_short_pipeline_stage_on_a_2x2x2_mesh_is_named(tmp_path, trainer_image
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert report.returncode == 0 and run.hang[0] in report.stdout, report.stdout + report.stderr
     assert "<h2>Hang</h2>" in (tmp_path / "hang" / "report" / "index.html").read_text()
+
+
+def test_the_record_skips_the_folders_named_to_it_and_spells_no_launcher_path(tmp_path, monkeypatch):
+    """train/ names nothing of launcher/: the instruments name their own folder to the record
+    (launcher/instrument/rank.py), whose frames are then not the caller to name."""
+    from simcluster.train import commrecord
+
+    import ast
+
+    tree = ast.parse((ROOT / "train" / "commrecord.py").read_text())
+    docs = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef))
+            and n.body and isinstance(n.body[0], ast.Expr)}
+    strings = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+               and id(n) not in docs]
+    assert strings and not [s for s in strings if "launcher" in s], strings  # no path to launcher/ spelled
+    monkeypatch.setattr(commrecord, "_SKIPPED", [])
+    wrapper, user = tmp_path / "wrap" / "dist.py", tmp_path / "wrapped.py"
+    assert not commrecord.foreign(str(wrapper)) and not commrecord.foreign(str(user))
+    commrecord.skip_frames_under(str(tmp_path / "wrap"))
+    commrecord.skip_frames_under(str(tmp_path / "wrap") + "/")  # idempotent
+    assert commrecord._SKIPPED == [str(tmp_path / "wrap") + os.sep]
+    assert commrecord.foreign(str(wrapper)) and not commrecord.foreign(str(user))  # a prefix of a folder, not a name
