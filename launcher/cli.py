@@ -44,6 +44,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """`generate`: the engine's document (engines/registry.py ENGINES[--target]), written or printed."""
     from simcluster.launcher.drills import shaping
     from simcluster.launcher.engines.deps_image import with_image
+    from simcluster.launcher.engines.push import check_registry, with_pushed
     from simcluster.launcher.engines.registry import engine_named
 
     req = request_from_cli(vars(args))
@@ -54,7 +55,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     out = req.out or os.path.join(ROOT, engine.out_path(launch.job_name))
     if not req.stdout and (why := out_problem(out)):
         raise ConfigError(f"out: {why}; e.g. --out {engine.out_path(launch.job_name)}")
+    if launch.engine.push:  # the registry answers before any image is built, tagged or pushed
+        check_registry(launch.engine.push)
     launch = with_image(launch, say=lambda line: print(line, file=sys.stderr))  # after every check: the document names it
+    launch = with_pushed(launch, say=lambda line: print(line, file=sys.stderr))  # --push: the document names the pushed one
     for warning in engine.warnings(launch):
         print(f"warning: {warning}", file=sys.stderr)
     text = engine.render(launch, command, repo_path(out), engine.project_dir(launch, out))
