@@ -5,7 +5,7 @@
 From the same Launch: a controller container ``slurmctld`` and one ``slurmd`` container per node
 (``node-0`` ..; hostname = NodeName), munge with one key made on the host, Debian's slurm-wlm
 (image simcluster/slurm:latest, images/slurm/, built FROM the trainer image when missing), each node
-with one GPU per rank as gres (``Gres=gpu:TYPE:N``, counted, no device: a GPU job's ``#SBATCH
+with one GPU per rank as gres (``Gres=gpu:TYPE:N``, each a /dev/null device: a GPU job's ``#SBATCH
 --gpus-per-node`` is granted as on a GPU cluster, and its ranks get the instruments' simulated GPUs). The
 batch script of render.py is written to RUN_DIR/job.sbatch and submitted
 unchanged as the image's user 1000 with ``sbatch --export=ALL,SIMCLUSTER_SETUP=true
@@ -50,12 +50,18 @@ WORK = "/work"  # the job's work folder inside the simulation
 SLURM_LABEL = LABEL + "slurm"  # on the simulation's containers and network: what the teardown finds
 
 
-def gres(launch: Launch) -> tuple[str, str]:
-    """(the node line's Gres= value, gres.conf): every node holds one simulated GPU per rank, of the gres type
-    the batch script's --gpu names (engines/gpus.py; an untyped --gpus-per-node=N takes any type), counted only:
-    no device file (the ranks' simulated GPUs are the instruments', launcher/instrument/gpu/)."""
+GPU_DEVICE = "/dev/simgpu"  # a slurmd node's simulated GPU k: /dev/null as the character device GPU_DEVICE<k>
+
+
+def gres(launch: Launch) -> tuple[str, str, list[str]]:
+    """(the node line's Gres= value, gres.conf, the node containers' devices): every node holds one simulated GPU
+    per rank, of the gres type --gpu names (engines/gpus.py; an untyped --gpus-per-node=N takes any type), each a
+    device file as slurmd requires (/dev/null as GPU_DEVICE0..N-1), so Slurm grants the request and sets
+    CUDA_VISIBLE_DEVICES=0,..,N-1 as on a GPU node; the ranks' GPUs are the instruments' (launcher/instrument/gpu/)."""
     n, kind = launch.nproc_per_node, names_of(launch.instruments.gpu).slurm
-    return f"gpu:{kind}:{n}", f"AutoDetect=off\nName=gpu Type={kind} Count={n}\n"
+    files = f"{GPU_DEVICE}[0-{n - 1}]" if n > 1 else f"{GPU_DEVICE}0"
+    return (f"gpu:{kind}:{n}", f"AutoDetect=off\nName=gpu Type={kind} File={files}\n",
+            [f"/dev/null:{GPU_DEVICE}{k}:rwm" for k in range(n)])
 
 
 def slurm_conf(launch: Launch) -> str:
@@ -172,7 +178,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
             made.append(client.run_container(image, [role], name=f"{tag}-{name}", hostname=name, network=tag,
                                              volumes=volumes, labels={SLURM_LABEL: tag},
                                              environment={"OMP_NUM_THREADS": "1"},
-                                             **(limits if role == "slurmd" else {})))
+                                             **({**limits, "devices": gres(launch)[2]} if role == "slurmd" else {})))
         ctl = made[0]
         for c in made:  # the short names resolve on the network
             cluster.attach(client, tag, c, [c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])
