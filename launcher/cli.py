@@ -1,6 +1,6 @@
 """Command line of the launcher: generate | up | down | status | logs | chaos | report | build | compare | sweep | plan | project.
 
-    python -m launcher generate --mesh 2x2x2 [--target compose|swarm|slurm|jobset|trainjob] [--out FILE] [--stdout] ...
+    python -m launcher generate --mesh 2x2x2 [--target compose|swarm|slurm|jobset|trainjob|skypilot] [--out FILE] [--stdout] ...
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
     python -m launcher up --target swarm|slurm --mesh 2x2x2 --model tiny --steps 3
     python -m launcher status [--run-dir DIR | --file FILE]

@@ -174,3 +174,29 @@ def test_skypilot_task_passes_skypilots_schema(sky_schemas, args):
         jsonschema.validate({**task, "num_node": 2}, schemas.get_task_schema())
     with pytest.raises(jsonschema.ValidationError, match="'accelerator' was unexpected"):
         jsonschema.validate({**task["resources"], "accelerator": "H100:4"}, schemas.get_resources_schema())
+
+
+@pytest.mark.parametrize("target", ["jobset", "trainjob"])
+def test_gpu_documents_pass_the_published_apis(target):
+    """A GPU program's JobSet and TrainJob (limits, the --gpu nodeSelector) through Kubeflow Trainer v2.3's models
+    (kubeflow-trainer-api 2.3.0, generated from its OpenAPI: a round trip that drops no field) and their pod,
+    cut out as a Pod, through kubernetes-validate (strict, 1.37)."""
+    import kubernetes_validate as kv
+    from kubeflow_trainer_api.models.jobset_v1alpha2_job_set import JobsetV1alpha2JobSet
+    from kubeflow_trainer_api.models.trainer_v1alpha1_train_job import TrainerV1alpha1TrainJob
+
+    from test_targets import _pod, _roundtrip
+
+    d = yaml.safe_load(doc(target, "--gpu", "a100-80g", "--cpus-per-node", "8", "--memory-per-node", "3g"))
+    _roundtrip(JobsetV1alpha2JobSet if target == "jobset" else TrainerV1alpha1TrainJob, d)
+    if target == "jobset":
+        pod = d["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    else:
+        tr, patch = d["spec"]["trainer"], d["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]
+        spec = dict(patch["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"])
+        c = {"name": "node", "image": tr["image"], "command": tr["command"], "env": tr["env"],
+             "resources": tr["resourcesPerNode"], **spec["containers"][0]}
+        pod = {"spec": {**spec, "restartPolicy": "Never", "containers": [c]}}
+        assert d["metadata"]["labels"]["simcluster.io/kubeflow-trainer"] == "v2.3"
+    kv.validate(_pod(pod), "1.37", strict=True)
+    assert pod["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}

@@ -225,7 +225,7 @@ class GenerateOptions:
     title: ClassVar[str] = "output (generate)"
     out: str | None = option(None, "compose/mesh-2x2x2.yml", help="output file (default, in the repo: "
                              "compose/mesh-PPxDPxTP.yml; swarm/mesh-PPxDPxTP.yml; slurm/mesh-PPxDPxTP.sbatch; "
-                             "k8s/mesh-PPxDPxTP-jobset.yaml, k8s/mesh-PPxDPxTP-trainjob.yaml)")
+                             "k8s/mesh-PPxDPxTP-jobset.yaml, k8s/mesh-PPxDPxTP-trainjob.yaml; skypilot/mesh-PPxDPxTP.yaml)")
     stdout: bool = option(False, True, help="print the YAML that would go to --out; write nothing")
 
 
