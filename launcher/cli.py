@@ -1,6 +1,6 @@
 """Command line of the launcher: generate | up | down | status | logs | chaos | report | build | compare | sweep | plan | project.
 
-    python -m launcher generate --mesh 2x2x2 [--target compose|swarm|slurm|jobset|trainjob] [--out FILE] [--stdout] ...
+    python -m launcher generate --mesh 2x2x2 [--target compose|swarm|slurm|jobset|trainjob|skypilot] [--out FILE] [--stdout] ...
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
     python -m launcher up --target swarm|slurm --mesh 2x2x2 --model tiny --steps 3
     python -m launcher status [--run-dir DIR | --file FILE]
@@ -52,8 +52,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     out = req.out or os.path.join(ROOT, engine.out_path(launch.job_name))
     if not req.stdout and (why := out_problem(out)):
         raise ConfigError(f"out: {why}; e.g. --out {engine.out_path(launch.job_name)}")
+    if launch.engine.push:  # the registry answers before any image is built, tagged or pushed
+        from simcluster.launcher.engines.push import check_registry
+        check_registry(launch.engine.push)
     if launch.requirements:  # its derived image, after every check: the document names it
         launch = with_image(launch, say=lambda line: print(line, file=sys.stderr))
+    if launch.engine.push:  # --push: the document names the pushed image
+        from simcluster.launcher.engines.push import with_pushed
+        launch = with_pushed(launch, say=lambda line: print(line, file=sys.stderr))
     for warning in engine.warnings(launch):
         print(f"warning: {warning}", file=sys.stderr)
     text = engine.render(launch, command, repo_path(out), engine.project_dir(launch, out))

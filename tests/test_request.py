@@ -161,7 +161,7 @@ def test_a_target_no_engine_has_is_refused_at_the_door(tmp_path):
     """The request keeps --target as text; run() looks the engine up before anything is resolved or written."""
     req = make_request("up", model="tiny", mesh="1x1x1", target="kubernetes", run_dir=str(tmp_path / "run"))
     assert req.target == "kubernetes"
-    with pytest.raises(ConfigError, match=r"target: must be one of compose, swarm, slurm, jobset, trainjob, got "
+    with pytest.raises(ConfigError, match=r"target: must be one of compose, swarm, slurm, jobset, trainjob, skypilot, got "
                                           r"'kubernetes'; e.g. target='compose' \(--target compose\)"):
         simcluster.run(model="tiny", mesh="1x1x1", target="kubernetes", run_dir=str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()

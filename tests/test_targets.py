@@ -30,7 +30,8 @@ from simcluster.train.device import backend, mesh_device_type, process_group_dev
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = ROOT / "tests" / "golden"
 IMAGE = "registry.example.com/simcluster/trainer:latest"
-SUFFIX = {"slurm": ".sbatch", "jobset": "-jobset.yaml", "trainjob": "-trainjob.yaml", "swarm": "-swarm.yml"}
+SUFFIX = {"slurm": ".sbatch", "jobset": "-jobset.yaml", "trainjob": "-trainjob.yaml", "swarm": "-swarm.yml",
+          "skypilot": "-skypilot.yaml"}
 
 
 def generate(*args: str) -> subprocess.CompletedProcess:
@@ -44,7 +45,7 @@ def gen_doc(target: str, *args: str) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("target", ["slurm", "jobset", "trainjob", "swarm"])
+@pytest.mark.parametrize("target", ["slurm", "jobset", "trainjob", "swarm", "skypilot"])
 @pytest.mark.parametrize("mesh", ["2x2x2", "4x1x2"])
 def test_golden_files(target, mesh):
     proc = generate("--target", target, "--mesh", mesh, "--model", "tiny", "--image", IMAGE, "--stdout")
@@ -58,9 +59,9 @@ def test_golden_files(target, mesh):
 def test_default_paths(tmp_path):
     from simcluster.launcher.engines.registry import ENGINES
 
-    assert [ENGINES[t].out_path("mesh-2x2x2") for t in ("compose", "swarm", "slurm", "jobset", "trainjob")] == [
+    assert [ENGINES[t].out_path("mesh-2x2x2") for t in ENGINES] == [
         "compose/mesh-2x2x2.yml", "swarm/mesh-2x2x2.yml", "slurm/mesh-2x2x2.sbatch", "k8s/mesh-2x2x2-jobset.yaml",
-        "k8s/mesh-2x2x2-trainjob.yaml"]
+        "k8s/mesh-2x2x2-trainjob.yaml", "skypilot/mesh-2x2x2.yaml"]
 
 
 def _launch(device="cpu", **node):

@@ -140,6 +140,14 @@ def push(image: str, registry: str, repo: str) -> None:
                 raise LauncherError(f"`docker push {ref}` failed: {line['error']}")
 
 
+def untag(ref: str) -> None:
+    """Remove the tag ref from this machine's engine, if it is there (the image it named stays under its other tags)."""
+    try:
+        _here().images.remove(ref, noprune=True)
+    except DockerException:  # not there: nothing to undo
+        pass
+
+
 def pull(sdk: docker.DockerClient, image: str) -> None:
     """``docker pull image`` on a host's daemon (sdk: its SDK client). Raises LauncherError: the pull failed."""
     with sdk_errors(f"`docker pull {image}` on a rehearsal host"):

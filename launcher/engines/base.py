@@ -49,6 +49,12 @@ class Engine(abc.ABC):
     instruments_user_code = True  # your code's ranks get the instruments (the node wrapper's), the stall watch too
     instruments_user_code_up = True  # and when `up` runs its document here (Slurm: its simulation adds them)
     unsupported: dict[str, str] = {}
+    gpu_refusal = ""  # why `generate` refuses --gpu (the document cannot name a GPU model); "": it names it
+    pulls_nothing = "runs the image of this machine's Docker and pulls none from a registry"  # why --push is refused
+
+    def pulls_image(self, launch: Launch) -> bool:
+        """True when the document's nodes pull their image from a registry (--push then names it there)."""
+        return self.registry_image(launch, False) is not None
 
     def out_path(self, job_name: str) -> str:
         """Where ``generate --target NAME`` writes without --out, relative to the repo root."""
@@ -146,6 +152,7 @@ class RenderOnly(Engine):
 
     runs_here = False
     tool = "kubectl"  # the engine's own tool, named in the refusal
+    how = ""  # its commands there, in the refusal (default: kubectl's; checks.py refuse)
 
     def check(self, launch: Launch, opts: UpOptions | None = None) -> None:
         """generate: the engine's rules (Engine.check).
@@ -154,21 +161,21 @@ class RenderOnly(Engine):
             ConfigError: the rules broken; for `up` (opts given) always: it cannot run here.
         """
         if opts is not None:
-            raise refuse(self.name, "up", self.tool)
+            raise refuse(self.name, "up", self.tool, self.how)
         super().check(launch, None)
 
     def up(self, launch: Launch, command: str, opts: UpOptions) -> int:
         """Raises ConfigError: the engine cannot run here."""
-        raise refuse(self.name, "up", self.tool)
+        raise refuse(self.name, "up", self.tool, self.how)
 
     def status(self, handle) -> int:
         """Raises ConfigError: the engine's runs are not on this machine."""
-        raise refuse(self.name, "status", self.tool)
+        raise refuse(self.name, "status", self.tool, self.how)
 
     def logs(self, handle, services: list[str], follow: bool = False, tail: str = "all") -> int:
         """Raises ConfigError: the engine's runs are not on this machine."""
-        raise refuse(self.name, "logs", self.tool)
+        raise refuse(self.name, "logs", self.tool, self.how)
 
     def down(self, handle) -> int:
         """Raises ConfigError: the engine's runs are not on this machine."""
-        raise refuse(self.name, "down", self.tool)
+        raise refuse(self.name, "down", self.tool, self.how)

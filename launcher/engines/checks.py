@@ -10,7 +10,9 @@ the swarm's size; ``docker save | docker load`` on every host works too); ``up -
 refuses when the swarm has more than one node. Your own code from a host folder (--script,
 --code) is bind-mounted by Compose and Swarm (on several swarm hosts: shared storage at the same
 path); on the other engines it has to be in the image (--module) or in the Slurm work folder.
-``up --target slurm`` needs only Docker (the Slurm image is built when missing).
+``up --target slurm`` needs only Docker (the Slurm image is built when missing). ``--push REGISTRY``
+(engines/push.py) names the pushed image instead: the derived image of --requirements may then go to
+any target that pulls an image; ``--gpu`` is refused where a document cannot name a model.
 """
 from __future__ import annotations
 
@@ -32,12 +34,13 @@ def no_registry(flag: str, image: str, why: str) -> str:
             f"there, e.g. {flag} registry.example.com/{image}")
 
 
-def refuse(engine: str, action: str, tool: str) -> ConfigError:
-    """The error of `launcher ACTION --target ENGINE` for an engine this machine only renders for."""
+def refuse(engine: str, action: str, tool: str, how: str = "") -> ConfigError:
+    """The error of `launcher ACTION --target ENGINE` for an engine this machine only renders for; how: the tool's
+    commands there (default: kubectl's)."""
+    how = how or (f"{tool} apply -f k8s/mesh-2x2x2-{engine}.yaml, {tool} get pods, {tool} logs, {tool} delete -f ...")
     return ConfigError(f"--target {engine}: `{action}` cannot run a {engine} job here (it needs a real {engine} "
                        f"cluster); write its manifest with `python -m launcher generate --target {engine}` and use "
-                       f"{tool} there (e.g. {tool} apply -f k8s/mesh-2x2x2-{engine}.yaml, {tool} get pods, "
-                       f"{tool} logs, {tool} delete -f ...)")
+                       f"{tool} there (e.g. {how})")
 
 
 def common_problems(engine, launch: Launch, local: bool) -> list[str]:
@@ -66,13 +69,28 @@ def common_problems(engine, launch: Launch, local: bool) -> list[str]:
                       f"without the instruments (stock torchrun, no node wrapper), so nothing would watch them on its "
                       f"cluster; drop --stall-s there (the built-in trainer watches itself), or rehearse the hang here "
                       f"with launcher up")
-    if launch.requirements and not engine.runs_here:
+    errors += _image_problems(engine, launch, local)
+    if launch.requirements and not engine.runs_here and not launch.engine.push:
         errors.append(f"--requirements: the image it derives lives in this machine's Docker only, and a {engine.name} "
                       f"job pulls its image on its own hosts; build an image with your dependencies (docs/own-code.md), "
-                      f"push it and pass --image REGISTRY/NAME:TAG instead")
+                      f"push it and pass --image REGISTRY/NAME:TAG instead, or let --push REGISTRY push it")
     pulled = engine.registry_image(launch, local)
-    if pulled and pulled[1] and not has_registry(pulled[1]):
+    if pulled and pulled[1] and not has_registry(pulled[1]) and not launch.engine.push:
         errors.append(no_registry(pulled[0], pulled[1], f"a {engine.name} job runs on other hosts"))
+    return errors
+
+
+def _image_problems(engine, launch: Launch, local: bool) -> list[str]:
+    """--push where the job pulls no image or runs here, and --gpu where the document cannot name a model
+    (``engine.gpu_refusal``: generate only; `up` here reads it as the simulated GPU's model)."""
+    errors = []
+    if launch.engine.push and local:
+        errors.append(f"--push {launch.engine.push}: an option of `generate` (the job goes to another cluster's "
+                      f"registry); `up` runs the image here: drop --push")
+    elif launch.engine.push and not engine.pulls_image(launch):
+        errors.append(f"--push {launch.engine.push}: a {engine.name} document {engine.pulls_nothing}; drop --push")
+    if engine.gpu_refusal and not local and launch.train is None and launch.instruments.gpu_given:
+        errors.append(f"--gpu {launch.instruments.gpu}: {engine.gpu_refusal}; drop --gpu")
     return errors
 
 

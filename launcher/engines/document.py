@@ -1,6 +1,6 @@
 """What every engine's document shares: the header, one YAML dumper (``$`` escaping for Compose and
 the stack CLI), the containers' hardening, the node environment, torchrun's static-rendezvous
-command line, the job's own argv with host paths, GPU requests.
+command line, the job's own argv with host paths (a GPU program's request: gpus.py).
 
     python -c "from simcluster.launcher.engines.document import *; from simcluster.launcher.job.entry import resolve_training; \
 from simcluster.launcher.job.launch import NodeOptions; from simcluster.core.config import Config; \
@@ -33,16 +33,6 @@ def hardening(user: str) -> dict:
             "security_opt": ["no-new-privileges:true"]}
 
 
-def device(launch: Launch) -> str:
-    """"cuda" when the built-in trainer runs with --device cuda, else "cpu"."""
-    return launch.train.config.device if launch.train is not None else "cpu"
-
-
-def gpus_per_node(launch: Launch) -> int:
-    """GPUs a node requests: one per rank on cuda, none on cpu."""
-    return launch.nproc_per_node if device(launch) == "cuda" else 0
-
-
 def entry(launch: Launch, argv: tuple[str, ...]) -> list[str]:
     """``-m MODULE ARGS`` or ``SCRIPT ARGS``: what torchrun starts on every rank."""
     return ["-m", launch.module, *argv] if launch.module else [launch.script, *argv]
@@ -65,14 +55,15 @@ def host_argv(launch: Launch, run_dir: str | None = None) -> tuple[str, ...]:
     return tuple(sources.get(a, a) for a in launch.argv)
 
 
-def node_env(launch: Launch, omp_threads: int = 1) -> dict[str, str]:
+def node_env(launch: Launch, omp_threads: int = 1, instruments: bool = True) -> dict[str, str]:
     """Environment every engine sets on a node (the SIMCLUSTER_* contract without the node index,
-    which each engine gives in its own variable)."""
+    which each engine gives in its own variable); instruments False: without the instruments' settings
+    (a document whose ranks never get the instruments: Kubernetes, SkyPilot)."""
     env = {"OMP_NUM_THREADS": str(omp_threads), "PYTHONUNBUFFERED": "1", "SIMCLUSTER_NNODES": str(launch.nnodes)}
     if launch.mesh:
         env.update(SIMCLUSTER_PP=str(launch.mesh.pp), SIMCLUSTER_DP=str(launch.mesh.dp),
                    SIMCLUSTER_TP=str(launch.mesh.tp))
-    if launch.train is None:  # the user's code: its instruments (launcher/instrument/spec.py)
+    if launch.train is None and instruments:  # the user's code: its instruments (launcher/instrument/spec.py)
         env.update(launch.instruments.env())
     env.update(launch.env)  # --env: job/env.py refused every key set above
     return env
@@ -89,6 +80,10 @@ def k8s_name(launch: Launch) -> str:
 
 class Flow(list):
     """A list dumped on one line (``[a, b]``): each ``command`` of a compose or stack file."""
+
+
+class Block(str):
+    """A string dumped as a literal block (``|``), line by line: a SkyPilot task's ``setup`` and ``run``."""
 
 
 # A plain scalar that YAML 1.2's core schema (Compose's and kubectl's go-yaml) reads as a number, a bool or
@@ -112,6 +107,7 @@ def _str(dumper: yaml.SafeDumper, value: str):
 
 _Dumper.add_representer(str, _str)
 _Dumper.add_representer(Flow, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+_Dumper.add_representer(Block, lambda d, v: d.represent_scalar("tag:yaml.org,2002:str", v, style="|"))
 
 
 def escape(value):

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 from simcluster.launcher.engines.base import RenderOnly
 from simcluster.launcher.engines.document import HEADER, dump, node_env
+from simcluster.launcher.engines.gpus import gpu_job
 from simcluster.launcher.job.launch import Launch
 
 
 def pod_env(launch: Launch, **extra: str) -> dict[str, str]:
-    """The node container's environment: document.py node_env, the engine's extra, then GLOO_SOCKET_IFNAME=eth0
-    on CPUs (a pod's one interface)."""
-    env = {**node_env(launch), **extra}
-    if launch.train is None or launch.train.config.device == "cpu":
+    """The node container's environment: document.py node_env (no instruments: the pods run stock torchrun), the
+    engine's extra, then GLOO_SOCKET_IFNAME=eth0 for a CPU job (a pod's one interface; a GPU job's nccl finds its own)."""
+    env = {**node_env(launch, instruments=False), **extra}
+    if not gpu_job(launch):
         env["GLOO_SOCKET_IFNAME"] = "eth0"
     return env
 
@@ -29,6 +30,7 @@ class Kubernetes(RenderOnly):
     that builds it in the header (launcher/engines/MODULE.py)."""
 
     module = ""
+    requires = ""  # a header line naming what the cluster needs (a release), or nothing
 
     @staticmethod
     def build(launch: Launch) -> dict:
@@ -41,4 +43,4 @@ class Kubernetes(RenderOnly):
 
     def render(self, launch: Launch, command: str, out_path: str, project_dir: str) -> str:
         """The manifest's text under a header naming command (out_path, project_dir: unused, no bind mounts)."""
-        return HEADER.format(module=self.module, command=command) + dump(self.build(launch))
+        return HEADER.format(module=self.module, command=command) + self.requires + dump(self.build(launch))

@@ -9,14 +9,16 @@ read-only root filesystem, /tmp an emptyDir; the run folder /runs is the Persist
 ``--runs-claim`` (ReadWriteMany: every pod writes checkpoints there) and data paths /data/<name>
 are read-only from the same claim's ``data/`` folder; /dev/shm a memory emptyDir (NCCL and the
 data loaders use shared memory). CPUs, memory and GPUs per node are the container's requests and
-limits (``nvidia.com/gpu``: one per rank with --device cuda).
+limits (``nvidia.com/gpu``: one per rank of a GPU job, engines/gpus.py); --gpu MODEL a nodeSelector on
+``nvidia.com/gpu.product``.
 """
 from __future__ import annotations
 
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import DATA_MOUNT, IMAGE_USER, RUNS_MOUNT
-from simcluster.launcher.engines.document import gpus_per_node
+from simcluster.launcher.engines.gpus import gpus_per_node, model
 
+PRODUCT_LABEL = "nvidia.com/gpu.product"  # NVIDIA GPU feature discovery's node label of the GPU model
 CONTAINER = "node"  # the container name (Kubeflow's torch runtime names its trainer container "node")
 
 
@@ -72,12 +74,19 @@ def container(launch: Launch, command: list[str], env: dict[str, str], env_from_
     return c
 
 
+def node_selector(launch: Launch) -> dict:
+    """The nodes a pod may run on: those GPU feature discovery labels with the --gpu model, when given."""
+    names = model(launch)
+    return {"nodeSelector": {PRODUCT_LABEL: names.product}} if names else {}
+
+
 def pod_spec(launch: Launch, command: list[str], env: dict[str, str], env_from_fields: dict[str, str] | None = None,
              subdomain: str | None = None) -> dict:
     """A whole pod spec (the JobSet's): restartPolicy Never, the container, volumes."""
     spec = {"restartPolicy": "Never"}
     if subdomain:
         spec["subdomain"] = subdomain
+    spec.update(node_selector(launch))
     spec.update(securityContext=pod_security_context(), containers=[container(launch, command, env, env_from_fields)],
                 volumes=volumes(launch))
     return spec

@@ -5,7 +5,7 @@
 cli.py (generate, up, status, logs, down), api.py, parser.py (the --target choices),
 drills/shaping.py and compare.py read it (job/ never: the request keeps --target as text); none of them branches on an engine's name: what differs
 is an attribute or a method of the engine (compose/engine.py, swarm/engine.py, slurm/engine.py,
-jobset.py, trainjob.py).
+jobset.py, trainjob.py, skypilot.py).
 """
 from __future__ import annotations
 
@@ -13,12 +13,13 @@ from simcluster.launcher.engines.base import Engine
 from simcluster.launcher.engines.compose.engine import Compose
 from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.engines.jobset import JobSet
+from simcluster.launcher.engines.skypilot import SkyPilot
 from simcluster.launcher.engines.slurm.engine import Slurm
 from simcluster.launcher.engines.swarm.engine import Swarm
 from simcluster.launcher.engines.trainjob import TrainJob
 from simcluster.launcher.job.sections import EngineOptions
 
-ENGINES: dict[str, Engine] = {e.name: e for e in (Compose(), Swarm(), Slurm(), JobSet(), TrainJob())}
+ENGINES: dict[str, Engine] = {e.name: e for e in (Compose(), Swarm(), Slurm(), JobSet(), TrainJob(), SkyPilot())}
 DEFAULT = EngineOptions.target  # --target's default (job/sections.py): the simulation, where compare and chaos run
 
 

@@ -9,16 +9,23 @@ The runtime injects PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK, PET_MASTER_AD
 PET_MASTER_PORT into the ``node`` container; the command passes them to torchrun explicitly
 (``--node-rank $(PET_NODE_RANK)``, expanded by the kubelet; static rendezvous), so node k holds
 ranks k*nproc .. (k+1)*nproc-1 and pipeline stage k. Volumes, mounts and the security context
-go through ``runtimePatches`` (the TrainJob has no pod template of its own).
+go through ``runtimePatches`` (the TrainJob has no pod template of its own), with the --gpu model's
+nodeSelector. The document is written for Kubeflow Trainer v2.3 (TRAINER_RELEASE, named in its
+header and a label): v2.3 merges ``runtimePatches`` as strategic merge patches, v2.2 (where the
+field replaced ``podTemplateOverrides``) by its own rules, and the two releases' APIs are not
+compatible (Kueue's TrainJob integration asks for v2.3 or later). tests/test_targets.py validates
+the document against v2.3's published API (kubeflow-trainer-api 2.3.0, generated from its OpenAPI).
 """
 from __future__ import annotations
 
 from simcluster.launcher.engines.document import entry, k8s_name, kubelet_literal
 from simcluster.launcher.engines.kubernetes import Kubernetes, pod_env
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.engines.pod import CONTAINER, pod_security_context, resources, security_context, volume_mounts, volumes
+from simcluster.launcher.engines.pod import (CONTAINER, node_selector, pod_security_context, resources, security_context,
+                                             volume_mounts, volumes)
 
 RUNTIME = "torch-distributed"
+TRAINER_RELEASE = "v2.3"  # the Kubeflow Trainer release whose TrainJob API this document is written for
 PET = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 
 
@@ -44,13 +51,14 @@ def build(launch: Launch) -> dict:
                "numNodes": launch.nnodes, "numProcPerNode": launch.nproc_per_node}
     if resources(launch):
         trainer["resourcesPerNode"] = resources(launch)
-    pod_patch = {"securityContext": pod_security_context(), "volumes": volumes(launch),
+    pod_patch = {**node_selector(launch), "securityContext": pod_security_context(), "volumes": volumes(launch),
                  "containers": [{"name": CONTAINER, "volumeMounts": volume_mounts(launch),
                                  "securityContext": security_context()}]}
     return {
         "apiVersion": "trainer.kubeflow.org/v1alpha1",
         "kind": "TrainJob",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "simcluster"}},
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/name": "simcluster",
+                                              "simcluster.io/kubeflow-trainer": TRAINER_RELEASE}},
         "spec": {
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": RUNTIME},
             "trainer": trainer,
@@ -67,3 +75,5 @@ class TrainJob(Kubernetes):
     default_path = "k8s/{job}-trainjob.yaml"
     module = "trainjob"
     build = staticmethod(build)
+    requires = (f"# For Kubeflow Trainer {TRAINER_RELEASE} or later and its {RUNTIME} ClusterTrainingRuntime (v2.2 "
+                f"merges runtimePatches by other rules: its API is not v2.3's).\n")

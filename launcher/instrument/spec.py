@@ -51,6 +51,8 @@ class Instruments:
     check_collectives: torch's TORCH_DISTRIBUTED_DEBUG=DETAIL (each collective checked across its group).
     stall_given: --stall-s was given (not its default): an engine whose ranks get no instruments refuses
         it (launcher/engines/checks.py) rather than ignore it; not carried into the ranks.
+    gpu_given: --gpu was given: a real cluster's document asks for that model by its own name
+        (launcher/engines/gpus.py), or the engine refuses it; not carried into the ranks.
     """
 
     traffic: bool = False
@@ -62,6 +64,7 @@ class Instruments:
     stall_s: float = STALL_DEFAULT_S
     check_collectives: bool = False
     stall_given: bool = False
+    gpu_given: bool = False
 
     def env(self) -> dict[str, str]:
         """The environment variables that carry these instruments (only those not at their default)."""

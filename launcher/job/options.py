@@ -66,7 +66,7 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     return Instruments(traffic=bool(cfg.traffic), trace_steps=tuple(sorted(steps)), total_steps=req.total_steps,
                        cpu_bridges=not req.no_cpu_bridges, simulated_gpus=not req.no_simulated_gpus,
                        gpu=req.gpu or DEFAULT_GPU, stall_s=stall_limit(cfg.stall_s, cfg.timeout_s),
-                       stall_given=req.stall_s is not None,
+                       stall_given=req.stall_s is not None, gpu_given=req.gpu is not None,
                        check_collectives=bool(cfg.check_collectives))
 
 

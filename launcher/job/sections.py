@@ -167,7 +167,7 @@ class EngineOptions:
                                "pytorch')")
     container_image: str | None = option(None, "nvcr.io/nvidia/pytorch:24.05-py3", metavar="IMAGE", help="slurm: "
                                          "run torchrun in this registry image through pyxis (srun "
-                                         "--container-image)")
+                                         "--container-image); with --image both must name one image (or use --pyxis)")
     runs_claim: str = option("simcluster-runs", "simcluster-runs", metavar="PVC", help="jobset/trainjob: "
                              "PersistentVolumeClaim mounted at /runs, data under its data/ folder")
     hosts: int | None = option(None, 2, lo=1, hi=MAX_NODES, metavar="N", help="swarm: rehearse N hosts here "
@@ -176,6 +176,12 @@ class EngineOptions:
     inter_host_bandwidth: str | None = option(None, "100mbit", metavar="RATE", help="swarm --hosts: limit each "
                                               "host's link to the others to RATE with tc tbf (e.g. 100mbit); "
                                               "nodes on one host are untouched")
+    # the image rehearsed is the image that runs (launcher/engines/push.py, slurm/render.py)
+    pyxis: bool = option(False, True, help="slurm: the cluster has pyxis: srun runs torchrun in --image (the image "
+                         "rehearsed here, or the one --push names) with --container-image, and the venv line goes")
+    push: str | None = option(None, "registry.example.com:5000", metavar="REGISTRY", help="generate: tag the image "
+                              "(--requirements' derived one too) as REGISTRY/NAME:TAG, push it there and name it so in "
+                              "the job (the registry must answer first); jobset, trainjob, skypilot, swarm, slurm --pyxis")
 
 
 @dataclass(frozen=True)
@@ -219,7 +225,7 @@ class GenerateOptions:
     title: ClassVar[str] = "output (generate)"
     out: str | None = option(None, "compose/mesh-2x2x2.yml", help="output file (default, in the repo: "
                              "compose/mesh-PPxDPxTP.yml; swarm/mesh-PPxDPxTP.yml; slurm/mesh-PPxDPxTP.sbatch; "
-                             "k8s/mesh-PPxDPxTP-jobset.yaml, k8s/mesh-PPxDPxTP-trainjob.yaml)")
+                             "k8s/mesh-PPxDPxTP-jobset.yaml, k8s/mesh-PPxDPxTP-trainjob.yaml; skypilot/mesh-PPxDPxTP.yaml)")
     stdout: bool = option(False, True, help="print the YAML that would go to --out; write nothing")
 
 

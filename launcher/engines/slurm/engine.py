@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from simcluster.launcher.engines.base import Engine, UpOptions
 from simcluster.launcher.engines.slurm import render, run
+from simcluster.launcher.container.layout import IMAGE
 from simcluster.launcher.job.launch import Launch
 from simcluster.core.errors import ConfigError
 
@@ -23,9 +24,28 @@ class Slurm(Engine):
     instruments_user_code_up = True  # the simulation's sbatch exports them (run.py submit_env)
     unsupported = run.UNSUPPORTED
 
+    pulls_nothing = "without --pyxis runs no image (the venv line); add --pyxis"
+
     def registry_image(self, launch: Launch, local: bool) -> tuple[str, str] | None:
-        """--container-image (pyxis/enroot pulls it on every node), when given."""
-        return ("--container-image", launch.engine.container_image) if launch.engine.container_image else None
+        """The image pyxis pulls on every node (--container-image, or --image with --pyxis), when one is run."""
+        image = render.container_image(launch)
+        return (("--container-image" if launch.engine.container_image else "--image"), image) if image else None
+
+    def problems(self, launch: Launch, local: bool) -> list[str]:
+        """--container-image and --image naming two images (the one rehearsed here must be the one that runs);
+        --container-image with --push (the pushed name is the image); pyxis in `up` (the simulation has none)."""
+        eng, image = launch.engine, launch.node.image
+        if eng.container_image and eng.push:
+            return [f"--container-image {eng.container_image}: --push names the image pyxis runs (the one pushed); "
+                    f"drop --container-image and pass --pyxis"]
+        if local and render.container_image(launch):
+            return [f"--{'container-image' if eng.container_image else 'pyxis'}: the simulated Slurm here has no pyxis "
+                    f"(its nodes run the image rehearsed, the Slurm image built FROM it); drop it for `up`, keep it for "
+                    f"`generate`"]
+        if eng.container_image and image != IMAGE and not render.same_image(eng.container_image, image):
+            return [f"--container-image {eng.container_image} and --image {image} name two images: the image rehearsed "
+                    f"here is the one that should run there; give one, e.g. --image {image} --pyxis"]
+        return []
 
     def render(self, launch: Launch, command: str, out_path: str, project_dir: str) -> str:
         """The batch script (render.py)."""

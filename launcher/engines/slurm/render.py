@@ -7,10 +7,11 @@
 torchrun with ``--node-rank $SLURM_NODEID`` (node k of the allocation holds ranks k*nproc ..
 (k+1)*nproc-1, pipeline stage k) and ``--master-addr`` the allocation's first host (static
 rendezvous). CPUs, memory and GPUs per node map to ``--cpus-per-task``, ``--mem`` and
-``--gpus-per-node``. Nothing of the simulation is baked in: the work folder (the project
+``--gpus-per-node`` (a GPU job, engines/gpus.py: one per rank, ``TYPE:N`` with --gpu; nothing hides
+them: only a CPU job exports ``CUDA_VISIBLE_DEVICES=''``). Nothing of the simulation is baked in: the work folder (the project
 checkout on shared storage; default the submit folder), the environment (a shell line; default
-``source .venv/bin/activate``, e.g. ``module load pytorch``) and a container image (pyxis's
-``srun --container-image``) are options of ``generate`` and can be overridden at submit time by
+``source .venv/bin/activate``, e.g. ``module load pytorch``; ``true`` with pyxis) and the image pyxis
+runs (``srun --container-image``: --image with --pyxis, the image rehearsed here) are options of ``generate`` and can be overridden at submit time by
 SIMCLUSTER_WORKDIR / SIMCLUSTER_SETUP in the environment (``sbatch --export=ALL,...``). The
 run folder and data path are the ones given to ``generate``, relative to the work folder.
 """
@@ -21,9 +22,31 @@ import re
 import shlex
 
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.engines.document import HEADER, MASTER_PORT, gpus_per_node, host_argv, node_env, torchrun_argv
+from simcluster.launcher.engines.document import HEADER, MASTER_PORT, host_argv, node_env, torchrun_argv
+from simcluster.launcher.engines.gpus import gpus_per_node, model
 
 DEFAULT_SETUP = "source .venv/bin/activate"
+PYXIS_SETUP = "true"  # with pyxis the image holds torch and torchrun: nothing to set up on the host
+
+
+def container_image(launch: Launch) -> str | None:
+    """The image pyxis runs torchrun in: --container-image, or --image with --pyxis; None: the venv line."""
+    eng = launch.engine
+    return eng.container_image or (launch.node.image if eng.pyxis else None)
+
+
+def same_image(a: str, b: str) -> bool:
+    """True when two references name one image; enroot's ``registry#repo`` form equals ``registry/repo``."""
+    return a.replace("#", "/", 1) == b.replace("#", "/", 1)
+
+
+def gpus_option(launch: Launch) -> str | None:
+    """``--gpus-per-node=N`` (one GPU per rank), ``=TYPE:N`` with --gpu (the gres type, engines/gpus.py); None: CPUs."""
+    n = gpus_per_node(launch)
+    if not n:
+        return None
+    names = model(launch)
+    return f"--gpus-per-node={names.slurm}:{n}" if names else f"--gpus-per-node={n}"
 
 
 def slurm_mem(memory: str) -> str:
@@ -41,8 +64,8 @@ def sbatch_options(launch: Launch) -> list[str]:
         opts.append(f"--cpus-per-task={max(1, math.floor(node.cpus_per_node))}")
     if node.memory_per_node is not None:
         opts.append(f"--mem={slurm_mem(node.memory_per_node)}")
-    if gpus_per_node(launch):
-        opts.append(f"--gpus-per-node={gpus_per_node(launch)}")
+    if gpus_option(launch):
+        opts.append(gpus_option(launch))
     if eng.workdir:
         opts.append(f"--chdir={eng.workdir}")
     opts.append("--output=%x-%j.out")
@@ -53,17 +76,18 @@ def render(launch: Launch, command: str, file: str | None = None, project_dir: s
     """The batch script's text (deterministic)."""
     q = shlex.quote
     eng = launch.engine
-    setup = eng.setup if eng.setup is not None else DEFAULT_SETUP
+    image = container_image(launch)
+    setup = eng.setup if eng.setup is not None else PYXIS_SETUP if image else DEFAULT_SETUP
     env = {**node_env(launch), "MASTER_PORT": str(MASTER_PORT)}
     if gpus_per_node(launch) == 0:
-        env["CUDA_VISIBLE_DEVICES"] = ""  # cpu runs: no rank grabs a GPU of a GPU node
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU job (--no-simulated-gpus, --device cpu): no rank grabs a node's GPU
     torchrun = torchrun_argv(launch, '"$SLURM_NODEID"', '"$MASTER_ADDR"', host_argv(launch))
     node_cmd = " ".join(a if a.startswith('"$') else q(a) for a in torchrun)
     inner = f"export SIMCLUSTER_NODE=$SLURM_NODEID; exec {node_cmd}"
     srun = ["srun", f"--nodes={launch.nnodes}", f"--ntasks={launch.nnodes}", "--ntasks-per-node=1",
             "--kill-on-bad-exit=1"]
-    if eng.container_image:
-        srun += [q(f"--container-image={eng.container_image}"), '--container-mounts="$SIMCLUSTER_WORKDIR"',
+    if image:
+        srun += [q(f"--container-image={image}"), '--container-mounts="$SIMCLUSTER_WORKDIR"',
                  '--container-workdir="$SIMCLUSTER_WORKDIR"']
     lines = [
         "#!/bin/bash",

@@ -4,7 +4,9 @@
 
 From the same Launch: a controller container ``slurmctld`` and one ``slurmd`` container per node
 (``node-0`` ..; hostname = NodeName), munge with one key made on the host, Debian's slurm-wlm
-(image simcluster/slurm:latest, images/slurm/, built FROM the trainer image when missing). The
+(image simcluster/slurm:latest, images/slurm/, built FROM the trainer image when missing), each node
+with one GPU per rank as gres (``Gres=gpu:TYPE:N``, each a /dev/null device: a GPU job's ``#SBATCH
+--gpus-per-node`` is granted as on a GPU cluster, and its ranks get the instruments' simulated GPUs). The
 batch script of render.py is written to RUN_DIR/job.sbatch and submitted
 unchanged as the image's user 1000 with ``sbatch --export=ALL,SIMCLUSTER_SETUP=true
 --output=...`` (the image's /opt/venv is on PATH; the work folder /work holds this checkout's
@@ -27,6 +29,7 @@ from simcluster.launcher.docker.client import Client
 from simcluster.launcher.docker.container import exec_in, remove
 from simcluster.launcher.docker import images
 from simcluster.launcher.engines.deps_image import with_image
+from simcluster.launcher.engines.gpus import names_of
 from simcluster.launcher.docker import cluster
 from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.job.files import IMAGES, code_sources, host_abspath, make_run_dir
@@ -47,17 +50,31 @@ WORK = "/work"  # the job's work folder inside the simulation
 SLURM_LABEL = LABEL + "slurm"  # on the simulation's containers and network: what the teardown finds
 
 
+GPU_DEVICE = "/dev/simgpu"  # a slurmd node's simulated GPU k: /dev/null as the character device GPU_DEVICE<k>
+
+
+def gres(launch: Launch) -> tuple[str, str, list[str]]:
+    """(the node line's Gres= value, gres.conf, the node containers' devices): every node holds one simulated GPU
+    per rank, of the gres type --gpu names (engines/gpus.py; an untyped --gpus-per-node=N takes any type), each a
+    device file as slurmd requires (/dev/null as GPU_DEVICE0..N-1), so Slurm grants the request and sets
+    CUDA_VISIBLE_DEVICES=0,..,N-1 as on a GPU node; the ranks' GPUs are the instruments' (launcher/instrument/gpu/)."""
+    n, kind = launch.nproc_per_node, names_of(launch.instruments.gpu).slurm
+    files = f"{GPU_DEVICE}[0-{n - 1}]" if n > 1 else f"{GPU_DEVICE}0"
+    return (f"gpu:{kind}:{n}", f"AutoDetect=off\nName=gpu Type={kind} File={files}\n",
+            [f"/dev/null:{GPU_DEVICE}{k}:rwm" for k in range(n)])
+
+
 def slurm_conf(launch: Launch) -> str:
-    """slurm.conf of the simulation: cgroup-free plugins, nodes idle on registration."""
+    """slurm.conf of the simulation: cgroup-free plugins, nodes idle on registration, each with its GPUs (gres)."""
     nodes = ",".join(launch.names)
-    return "\n".join([
+    return "\n".join(["GresTypes=gpu",
         "ClusterName=simcluster", f"SlurmctldHost={CONTROLLER}", "AuthType=auth/munge", "CredType=cred/munge",
         "SlurmUser=root", "SlurmdUser=root", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
         "SelectType=select/cons_tres", "SelectTypeParameters=CR_Core", "MpiDefault=none", "ReturnToService=2",
         "MailProg=/bin/true", "StateSaveLocation=/var/spool/slurmctld", "SlurmdSpoolDir=/var/spool/slurmd",
         "SlurmctldPidFile=/run/slurmctld.pid", "SlurmdPidFile=/run/slurmd.pid", "MinJobAge=600",
-        f"NodeName={nodes} CPUs=2 RealMemory=1000 State=UNKNOWN",
+        f"NodeName={nodes} CPUs=2 RealMemory=1000 Gres={gres(launch)[0]} State=UNKNOWN",
         "PartitionName=sim Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""])
 
 
@@ -128,6 +145,8 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
     os.makedirs(meta, exist_ok=True)
     with open(os.path.join(meta, "slurm.conf"), "w") as fh:
         fh.write(slurm_conf(launch))
+    with open(os.path.join(meta, "gres.conf"), "w") as fh:
+        fh.write(gres(launch)[1])
     with open(os.path.join(meta, "munge.key"), "wb") as fh:
         fh.write(secrets.token_bytes(1024))
     script = os.path.join(run_dir, "job.sbatch")
@@ -136,6 +155,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
     # the run folder where the script names it: WORK/<run_dir> when relative, the same path when absolute
     job_run = launch.run_dir if os.path.isabs(launch.run_dir) else f"{WORK}/{launch.run_dir}"
     volumes = {os.path.join(meta, "slurm.conf"): {"bind": "/etc/slurm/slurm.conf", "mode": "ro"},
+               os.path.join(meta, "gres.conf"): {"bind": "/etc/slurm/gres.conf", "mode": "ro"},
                os.path.join(meta, "munge.key"): {"bind": "/etc/simcluster/munge.key", "mode": "ro"},
                run_dir: {"bind": job_run, "mode": "rw"},
                **{host: {"bind": f"{WORK}/{name}", "mode": "ro"} for name, host in code_sources().items()}}
@@ -158,7 +178,7 @@ def _up(launch: Launch, command: str, opts: UpOptions, timeout_s: float) -> int:
             made.append(client.run_container(image, [role], name=f"{tag}-{name}", hostname=name, network=tag,
                                              volumes=volumes, labels={SLURM_LABEL: tag},
                                              environment={"OMP_NUM_THREADS": "1"},
-                                             **(limits if role == "slurmd" else {})))
+                                             **({**limits, "devices": gres(launch)[2]} if role == "slurmd" else {})))
         ctl = made[0]
         for c in made:  # the short names resolve on the network
             cluster.attach(client, tag, c, [c.attrs["Config"]["Hostname"] if c.attrs else c.name.rsplit("-", 1)[0]])

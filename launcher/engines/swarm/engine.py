@@ -32,6 +32,12 @@ class Swarm(Engine):
     bind_mounts = True
     supports_hosts = True
     unsupported = run.UNSUPPORTED  # --inter-node-bandwidth: refused by drills/shaping.py (supports_shaping)
+    gpu_refusal = ("a stack reserves GPUs as a count of the NVIDIA-GPU generic resource and cannot name a model; pin "
+                   "the nodes to hosts of that GPU with deploy.placement.constraints instead")
+
+    def pulls_image(self, launch: Launch) -> bool:
+        """A stack's tasks pull the image on every host of a real swarm (--push names it there)."""
+        return True
 
     def project_dir(self, launch: Launch, out: str) -> str:
         """--workdir (the checkout on shared storage) when given, else from the file's folder to the repo root."""

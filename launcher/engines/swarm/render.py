@@ -46,7 +46,8 @@ from simcluster.launcher.job.files import repo_path
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import LABEL, NETWORK, RDZV_HOST
 from simcluster.launcher.engines.compose.render import host_path, node_service, node_volumes, rendezvous_command
-from simcluster.launcher.engines.document import HEADER, dump_services, gpus_per_node, hardening
+from simcluster.launcher.engines.document import HEADER, dump_services, hardening
+from simcluster.launcher.engines.gpus import gpus_per_node
 
 VERSION = "3.8"  # the stack file format (endpoint_mode needs 3.3, tmpfs mounts 3.6)
 GPU_KIND = "NVIDIA-GPU"  # --device cuda: the generic resource a GPU host advertises (docs/engines.md, Docker Swarm)
@@ -70,7 +71,9 @@ def _deploy(launch: Launch, node: bool, k: int = 0) -> dict:
         limits["cpus"] = f"{launch.node.cpus_per_node:g}"
     if node and launch.node.memory_per_node is not None:
         limits["memory"] = str(launch.node.memory_per_node).lower()
-    gpus = gpus_per_node(launch) if node else 0
+    # the built-in trainer's --device cuda only: your code's ranks get the simulated GPUs of the node wrapper
+    # (a stack runs here on a one-node swarm, which advertises no GPU)
+    gpus = gpus_per_node(launch) if node and launch.train is not None else 0
     if limits or gpus:
         out["resources"] = {"limits": limits} if limits else {}
     if gpus:  # swarm's only GPU request: a generic resource each host advertises (daemon.json node-generic-resources)
