@@ -166,6 +166,9 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                          "no effect where the job's ranks fit one node of the target (8 GPUs on the named ones)")
     pj.add_argument("--recalibrate", action="store_true", help="measure the local hardware model again")
     pj.add_argument("--json", action="store_true", help="print the projection as JSON (seconds)")
+    dg = sub.add_parser("diagnose", help="a hang on a real cluster: its Flight Recorder dumps (one file a rank, "
+                        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE) -> the stall watch's diagnosis")
+    dg.add_argument("dir", metavar="DIR", help="the run folder (its flight-recorder/ folder) or the folder of the dumps")
     _compare_args(sub.add_parser("compare", help="run your code on layout A, then B; compare a metric step by step "
                                  "(exit 1 beyond --rtol)"))
     _sweep_args(sub.add_parser("sweep", help="run your code or the trainer on its own node layout, on one node and on "
