@@ -5,20 +5,23 @@
 ``Kubernetes`` is a RenderOnly engine (``up``, ``status``, ``logs``, ``down`` refused here) whose
 document is its ``build(launch)`` dict under the generated-file header naming ``module``; the pods
 pull --image on the cluster's nodes, so it must name a registry. ``pod_env`` is the environment
-both put in the node container: the shared one (document.py node_env) and the engine's own, with
-gloo on eth0 when the job runs on CPUs.
+both put in the node container: the shared one (document.py node_env), the Flight Recorder's dump on
+timeout into the run folder (train/flightrec.py; the command makes its folder: document.py
+with_dump_folder) and the engine's own, with gloo on eth0 when the job runs on CPUs.
 """
 from __future__ import annotations
 
 from simcluster.launcher.engines.base import RenderOnly
 from simcluster.launcher.engines.document import HEADER, dump, node_env
 from simcluster.launcher.job.launch import Launch
+from simcluster.train.flightrec import dump_env
 
 
 def pod_env(launch: Launch, **extra: str) -> dict[str, str]:
-    """The node container's environment: document.py node_env, the engine's extra, then GLOO_SOCKET_IFNAME=eth0
-    on CPUs (a pod's one interface)."""
-    env = {**node_env(launch), **extra}
+    """The node container's environment: document.py node_env, the Flight Recorder's dump on timeout into the
+    run folder (train/flightrec.py dump_env), the engine's extra, then GLOO_SOCKET_IFNAME=eth0 on CPUs (a pod's
+    one interface)."""
+    env = {**node_env(launch), **dump_env(launch.output_dir), **extra}
     if launch.train is None or launch.train.config.device == "cpu":
         env["GLOO_SOCKET_IFNAME"] = "eth0"
     return env

@@ -12,7 +12,9 @@ checkout on shared storage; default the submit folder), the environment (a shell
 ``source .venv/bin/activate``, e.g. ``module load pytorch``) and a container image (pyxis's
 ``srun --container-image``) are options of ``generate`` and can be overridden at submit time by
 SIMCLUSTER_WORKDIR / SIMCLUSTER_SETUP in the environment (``sbatch --export=ALL,...``). The
-run folder and data path are the ones given to ``generate``, relative to the work folder.
+run folder and data path are the ones given to ``generate``, relative to the work folder. A hang
+leaves each rank's Flight Recorder dump in RUN_DIR/flight-recorder (train/flightrec.py dump_env;
+read them with ``python -m launcher diagnose RUN_DIR``).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import shlex
 
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.engines.document import HEADER, MASTER_PORT, gpus_per_node, host_argv, node_env, torchrun_argv
+from simcluster.train.flightrec import DUMP_DIR, dump_env
 
 DEFAULT_SETUP = "source .venv/bin/activate"
 
@@ -49,12 +52,24 @@ def sbatch_options(launch: Launch) -> list[str]:
     return [f"#SBATCH {o}" for o in opts]
 
 
+WORKDIR_MARK = "$SIMCLUSTER_WORKDIR/"  # a path under the work folder, written unquoted for the shell to expand
+
+
+def shell_value(value: str) -> str:
+    """value quoted for bash; a leading WORKDIR_MARK stays the work folder's variable: the ranks get an
+    absolute path whatever folder your code changes into (an absolute run folder is taken as is)."""
+    if value.startswith(WORKDIR_MARK):
+        rest = value[len(WORKDIR_MARK):]
+        return shlex.quote(rest) if rest.startswith("/") else '"$SIMCLUSTER_WORKDIR"/' + shlex.quote(rest)
+    return shlex.quote(value)
+
+
 def render(launch: Launch, command: str, file: str | None = None, project_dir: str | None = None) -> str:
     """The batch script's text (deterministic)."""
     q = shlex.quote
     eng = launch.engine
     setup = eng.setup if eng.setup is not None else DEFAULT_SETUP
-    env = {**node_env(launch), "MASTER_PORT": str(MASTER_PORT)}
+    env = {**node_env(launch), "MASTER_PORT": str(MASTER_PORT), **dump_env(WORKDIR_MARK + launch.run_dir)}
     if gpus_per_node(launch) == 0:
         env["CUDA_VISIBLE_DEVICES"] = ""  # cpu runs: no rank grabs a GPU of a GPU node
     torchrun = torchrun_argv(launch, '"$SLURM_NODEID"', '"$MASTER_ADDR"', host_argv(launch))
@@ -77,9 +92,9 @@ def render(launch: Launch, command: str, file: str | None = None, project_dir: s
         'cd "$SIMCLUSTER_WORKDIR"',
         'eval "$SIMCLUSTER_SETUP"',
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)  # node 0: the rendezvous',
-        *[f"export {k}={q(v)}" for k, v in env.items()],
+        *[f"export {k}={shell_value(v)}" for k, v in env.items()],
         "export MASTER_ADDR SIMCLUSTER_WORKDIR",
-        f"mkdir -p {q(launch.run_dir)}",
+        f"mkdir -p {q(launch.run_dir)}/{DUMP_DIR}  # the run folder; torch writes a hang's Flight Recorder dumps there",
         'echo "[simcluster] slurm job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST), '
         'master $MASTER_ADDR"',
         f"{' '.join(srun)} \\",
