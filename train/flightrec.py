@@ -31,6 +31,7 @@ ranks come from ``pg_config`` (NCCL, the rehearsal), else from the dumps that us
 from __future__ import annotations
 
 import ast
+import io
 import os
 import pickle
 import re
@@ -102,13 +103,15 @@ def read_dump(path: str) -> dict:
     """
     try:
         with open(path, "rb") as fh:
-            dump = _PlainData(fh).load()
-    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, MemoryError) as e:
-        why = "it ends early (truncated: the rank was killed while writing it?)" if isinstance(e, EOFError) else \
-            f"it is no Flight Recorder dump ({type(e).__name__}: {e})"
-        raise ConfigError(f"{path}: {why}; remove it, or {FIX}") from None
+            data = fh.read()
     except OSError as e:
         raise ConfigError(f"{path}: cannot be read ({e.strerror}); {FIX}") from None
+    try:
+        dump = _PlainData(io.BytesIO(data)).load()
+    except (EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, MemoryError) as e:
+        why = ("it ends early (truncated: the rank was killed while writing it, or a copy was cut short)"
+               if data and not data.endswith(pickle.STOP) else f"it is no Flight Recorder dump ({type(e).__name__}: {e})")
+        raise ConfigError(f"{path}: {why}; remove it, or {FIX}") from None
     if not isinstance(dump, dict) or not {"version", "entries"} <= set(dump):
         raise ConfigError(f"{path}: a pickle without a Flight Recorder dump's keys (version, entries); {FIX}")
     return dump
