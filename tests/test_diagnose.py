@@ -6,13 +6,15 @@ One real hang on the host (torchrun, 4 gloo ranks, examples/hang.py --kind skip,
 and the environment the Slurm, JobSet and TrainJob documents carry): the stall watch writes each
 rank's dump with torch's recorder; `launcher diagnose` names the same disagreement as the stall
 watch's hang.json, and torch's own analyzer ``fr_trace`` reads the same files ("missing ranks").
-Bad input on those real files: a truncated dump, a folder of none, a dump of another job (a
-2-rank job's, written by the same recorder), each exit 2 naming the file and the fix.
+Bad input on those real files: a truncated dump, a pickle that would build an object, a folder of
+none, a dump of another job (a 2-rank job's, written by the same recorder), each exit 2 naming the
+file and the fix.
 """
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -97,6 +99,12 @@ def test_bad_dumps_exit_2_naming_the_file_and_the_fix(hang, tmp_path):
     proc = diagnose(cut, ROOT)
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout
     assert f"{cut}/{FILE_PREFIX}2: it ends early (truncated" in proc.stderr and "remove it, or give the folder" in proc.stderr
+
+    shutil.copy(hang / DUMP_DIR / f"{FILE_PREFIX}2", cut / f"{FILE_PREFIX}2")
+    (cut / f"{FILE_PREFIX}3").write_bytes(pickle.dumps(Path("x")))  # a pickle that would build an object: never loaded
+    proc = diagnose(cut, ROOT)
+    assert proc.returncode == 2 and f"{FILE_PREFIX}3: it is no Flight Recorder dump (UnpicklingError: it names " \
+        "pathlib.PosixPath, which a Flight Recorder dump never does)" in proc.stderr, proc.stderr
 
     empty = tmp_path / "empty"
     empty.mkdir()
