@@ -144,6 +144,11 @@ def dump_files(folder: str) -> dict[int, str]:
     return next(iter(prefixes.values()))
 
 
+def _group(entry: dict) -> str:
+    """An entry's group name (``process_group`` is (name, description))."""
+    return str((entry.get("process_group") or ("?",))[0])
+
+
 def _ranks_of(config: dict) -> dict[str, list[int]]:
     """pg_config's groups that name their ranks: name -> global ranks (gloo's empty '' entry left out)."""
     out = {}
@@ -180,16 +185,15 @@ def job_groups(dumps: dict[int, dict], files: dict[int, str]) -> tuple[dict[str,
     world = len(groups["0"]) if "0" in groups else max(dumps) + 1
     groups.setdefault("0", list(range(world)))
     for rank, dump in sorted(dumps.items()):
-        used = {str(e.get("process_group", ("?",))[0]) for e in dump.get("entries", [])}
+        used = {_group(e) for e in dump.get("entries", [])}
         outside = sorted(n for n in used if n in groups and rank not in groups[n])
         if rank >= world or outside:
             where = f"group {outside[0]} {groups[outside[0]]}" if outside else f"a job of {world} ranks"
             raise ConfigError(f"{files[rank]}: rank {rank} is not in {where} ({files[first]}): dumps of different "
                               f"jobs; {FIX}")
-    used = {str(e.get("process_group", ("?",))[0]) for d in dumps.values() for e in d.get("entries", [])}
+    used = {_group(e) for d in dumps.values() for e in d.get("entries", [])}
     for name in used - set(groups):  # gloo without pg_config: a group's ranks are the dumps that use it
-        groups[name] = sorted(r for r, d in dumps.items()
-                              if any(str(e.get("process_group", ("?",))[0]) == name for e in d.get("entries", [])))
+        groups[name] = sorted(r for r, d in dumps.items() if any(_group(e) == name for e in d.get("entries", [])))
     return groups, world
 
 
@@ -216,7 +220,7 @@ def _p2p(entries: list[dict], groups: dict[str, list[int]]) -> list[dict]:
         m = _P2P.match(str(e.get("profiling_name", "")))
         if not m:
             continue
-        ranks = groups.get(str(e.get("process_group", ("?",))[0])) or []
+        ranks = groups.get(_group(e)) or []
         peer = ranks[int(m.group(3))] if int(m.group(3)) < len(ranks) else None
         count[(m.group(1), peer)] = count.get((m.group(1), peer), 0) + 1
         where = next((f"{short(f['filename'])}:{f['line']}" for f in e.get("frames") or []
