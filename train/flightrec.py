@@ -238,9 +238,9 @@ def record(rank: int, dump: dict, groups: dict[str, list[int]]) -> dict:
     entries = dump.get("entries") or []
     colls = collectives([e for e in entries if not e.get("is_p2p")], groups, dump_foreign)
     rec = {"rank": rank, "groups": groups, "collectives": colls, "p2p": _p2p(entries, groups)}
-    if colls:
-        e = max(colls, key=lambda x: x["t"])
-        rec["last"] = f"{e['op']} #{e['seq']} of group {e['group']} {e['state']} ({e['where']})"
+    e = max(colls, key=lambda x: x["t"]) if colls else None
+    rec["last"] = (f"{e['op']} #{e['seq']} of group {e['group']} {e['state']} ({e['where']})" if e else
+                   "its start (its dump holds no collective)")
     return rec
 
 

@@ -178,8 +178,8 @@ def disagreement(records: dict, world_size: int, silent: str = SILENT) -> list[s
             found = (f"{_ranks(waits)} {doing(records[waits[0]])}; "
                      + "; ".join(f"{_ranks([r])} {doing(records[r])}" for r in busy))
         elif busy:
-            found = "no rank waits in a call: " + "; ".join(f"{_ranks([r])} at {records[r].get('top', '?')}"
-                                                             for r in busy)
+            found = "no rank waits in a call: " + "; ".join(f"{_ranks([r])} at {records[r]['top']}" if "top" in records[r]
+                                                             else f"{_ranks([r])} {doing(records[r])}" for r in busy)
         else:
             found = "; ".join(f"{_ranks([r])} {doing(records[r])}" for r in sorted(records))
     lines.append(found)
