@@ -18,10 +18,10 @@ from simcluster.train.flightrec import dump_env
 
 
 def pod_env(launch: Launch, **extra: str) -> dict[str, str]:
-    """The node container's environment: document.py node_env, the Flight Recorder's dump on timeout into the
-    run folder (train/flightrec.py dump_env), the engine's extra, then GLOO_SOCKET_IFNAME=eth0 on CPUs (a pod's
-    one interface)."""
-    env = {**node_env(launch), **dump_env(launch.output_dir), **extra}
+    """The node container's environment: the Flight Recorder's dump on timeout into the run folder
+    (train/flightrec.py dump_env), document.py node_env (your --env last: it may change those), the
+    engine's extra, then GLOO_SOCKET_IFNAME=eth0 on CPUs (a pod's one interface)."""
+    env = {**dump_env(launch.output_dir), **node_env(launch), **extra}  # your --env TORCH_NCCL_...=... wins
     if launch.train is None or launch.train.config.device == "cpu":
         env["GLOO_SOCKET_IFNAME"] = "eth0"
     return env

@@ -69,7 +69,7 @@ def render(launch: Launch, command: str, file: str | None = None, project_dir: s
     q = shlex.quote
     eng = launch.engine
     setup = eng.setup if eng.setup is not None else DEFAULT_SETUP
-    env = {**node_env(launch), "MASTER_PORT": str(MASTER_PORT), **dump_env(WORKDIR_MARK + launch.run_dir)}
+    env = {**dump_env(WORKDIR_MARK + launch.run_dir), **node_env(launch), "MASTER_PORT": str(MASTER_PORT)}  # --env wins
     if gpus_per_node(launch) == 0:
         env["CUDA_VISIBLE_DEVICES"] = ""  # cpu runs: no rank grabs a GPU of a GPU node
     torchrun = torchrun_argv(launch, '"$SLURM_NODEID"', '"$MASTER_ADDR"', host_argv(launch))
