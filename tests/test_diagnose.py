@@ -145,5 +145,5 @@ def test_each_real_cluster_document_turns_the_dump_on_into_the_run_folder():
     proc = subprocess.run([sys.executable, "-m", "launcher", "generate", "--target", "slurm", "--mesh", "2x1x1", "--model",
                            "tiny", "--stdout", "--env", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/scratch/fr/r_"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.count("TORCH_NCCL_DEBUG_INFO_TEMP_FILE=") == 1, proc.stderr
+    assert proc.returncode == 0 and proc.stdout.count("export TORCH_NCCL_DEBUG_INFO_TEMP_FILE=") == 1, proc.stderr
     assert "export TORCH_NCCL_DEBUG_INFO_TEMP_FILE=/scratch/fr/r_\n" in proc.stdout
