@@ -1,4 +1,4 @@
-"""Command line of the launcher: generate | up | down | status | logs | chaos | report | build | compare | sweep | plan | project.
+"""Command line of the launcher: generate | up | down | status | logs | chaos | report | build | compare | sweep | plan | project | diagnose.
 
     python -m launcher generate --mesh 2x2x2 [--target compose|swarm|slurm|jobset|trainjob|skypilot] [--out FILE] [--stdout] ...
     python -m launcher up --mesh 2x2x2 --model tiny --steps 50 [--run-dir DIR] [--build] [--keep]
@@ -15,6 +15,7 @@
     python -m launcher plan --mesh 2x2x2 --model small [--schedule 1f1b] [--microbatches N] [--hardware NAME] [--json]
     python -m launcher plan --search --world-size 8 --model small [--hardware local] [--memory-per-rank GB]
     python -m launcher project RUN_DIR --hardware h100-sxm-8x [--inter-node-bandwidth 50mbit] [--json]
+    python -m launcher diagnose DIR                # a hang's Flight Recorder dumps (DIR/flight-recorder) named
 
 Installed with pip, the same commands are `simcluster ...` or `python -m simcluster ...`.
 
@@ -124,6 +125,15 @@ def cmd_report(args: argparse.Namespace) -> int:
     return report(args.run_dir, ROOT, args.metric_regex)
 
 
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    """`diagnose DIR`: the stall watch's lines from one job's Flight Recorder dumps (train/flightrec.py)."""
+    from simcluster.train.flightrec import diagnose_folder
+
+    for line in diagnose_folder(args.dir):
+        print(line)
+    return 0
+
+
 def cmd_chaos(args: argparse.Namespace) -> int:
     from simcluster.launcher.drills.chaos import chaos
     from simcluster.launcher.drills.chaos_checks import FAULTS
@@ -220,7 +230,7 @@ def _run_of(args: argparse.Namespace):
 
 COMMANDS = {"generate": cmd_generate, "up": cmd_up, "build": cmd_build, "report": cmd_report, "chaos": cmd_chaos,
             "status": cmd_status, "logs": cmd_logs, "down": cmd_down, "compare": cmd_compare,
-            "sweep": cmd_sweep, "plan": cmd_plan, "project": cmd_project}
+            "sweep": cmd_sweep, "plan": cmd_plan, "project": cmd_project, "diagnose": cmd_diagnose}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

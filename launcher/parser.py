@@ -198,6 +198,10 @@ def _sweep_args(sp: argparse.ArgumentParser) -> None:
     add_section(sp, NodeOptions)
 
 
+def _diagnose_args(dg: argparse.ArgumentParser) -> None:
+    dg.add_argument("dir", metavar="DIR", help="the run folder (its flight-recorder/ folder) or the folder of the dumps")
+
+
 def _compare_args(cp: argparse.ArgumentParser) -> None:
     """`compare`: the request's sections it takes (your code, its node options, the trainer's flags that
     name a layout, a folder, a timeout or an instrument, and --quiet), and its own (layout B, the metric)."""
@@ -224,6 +228,8 @@ COMMANDS = {
              "schedule; starts nothing (needs torch)", _plan_args),
     "project": ("from a run measured here (--traffic 1 --trace-steps S), the same job's step time on other hardware, "
                 "with its parts (needs torch)", _project_args),
+    "diagnose": ("a hang on a real cluster: its Flight Recorder dumps (one file a rank, TORCH_NCCL_DEBUG_INFO_TEMP_FILE) "
+                 "-> the stall watch's diagnosis", _diagnose_args),
     "compare": ("run your code on layout A, then B; compare a metric step by step (exit 1 beyond --rtol)", _compare_args),
     "sweep": ("run your code or the trainer on its own node layout, on one node and on one rank per node, the mesh the "
               "same; compare a metric step by step (exit 1: differs)", _sweep_args),

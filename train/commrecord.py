@@ -150,22 +150,35 @@ class Record:
         "shapes", "dtypes", "where", "state"})."""
         self.poll()
         groups = group_table()
-        colls: dict[str, list] = {}
-        for e in flight_recorder():
-            name = str(e.get("process_group", ("?",))[0])
-            ranks = groups.get(name)
-            frames = e.get("frames") or []
-            where = next((f"{short(f['filename'])}:{f['line']}" for f in frames if not foreign(f.get("filename", ""))),
-                         "?")
-            colls.setdefault(name, []).append({
-                "group": ranks, "seq": e.get("collective_seq_id"), "op": str(e.get("profiling_name", "")).split(":")[-1],
-                "shapes": e.get("input_sizes"), "dtypes": [str(d).lower() for d in e.get("input_dtypes") or []],
-                "where": where, "state": "completed" if e.get("retired") else "entered",
-                "t": round((e.get("time_created_ns") or 0) / 1e9, 3)})
+        colls = collectives(flight_recorder(), groups)
         with self.lock:
             p2p = [dict(x) for x in self.p2p][-KEEP:]
         return {"rank": self.rank, "groups": {k: v for k, v in groups.items()},
-                "collectives": [x for v in colls.values() for x in v[-KEEP:]], "p2p": p2p}
+                "collectives": colls, "p2p": p2p}
+
+
+def collectives(entries: list[dict], groups: dict[str, list[int]], is_foreign=None, keep: int = KEEP) -> list[dict]:
+    """Flight Recorder's entries (torch's dump format: ``process_group``, ``collective_seq_id``,
+    ``profiling_name``, sizes, dtypes, ``frames`` innermost first, ``retired``) as the record's
+    collectives, the last ``keep`` of each group: {"group": its global ranks (``groups`` by the
+    group's name), "seq", "op", "shapes", "dtypes", "where": the first frame not ``is_foreign``
+    (default ``foreign``) as file:line, "state": "completed" | "entered", "t": seconds}.
+    The stall watch's snapshot and ``launcher diagnose`` (train/flightrec.py) both read entries
+    through this function."""
+    is_foreign = is_foreign or foreign
+    colls: dict[str, list] = {}
+    for e in entries:
+        name = str(e.get("process_group", ("?",))[0])
+        frames = e.get("frames") or []
+        where = next((f"{short(f['filename'])}:{f['line']}" for f in frames if not is_foreign(f.get("filename", ""))),
+                     "?")
+        colls.setdefault(name, []).append({
+            "group": groups.get(name), "seq": e.get("collective_seq_id"),
+            "op": str(e.get("profiling_name", "")).split(":")[-1],
+            "shapes": e.get("input_sizes"), "dtypes": [str(d).lower() for d in e.get("input_dtypes") or []],
+            "where": where, "state": "completed" if e.get("retired") else "entered",
+            "t": round((e.get("time_created_ns") or 0) / 1e9, 3)})
+    return [x for v in colls.values() for x in v[-keep:]]
 
 
 def flight_recorder(stacks: bool = True) -> list[dict]:

@@ -15,7 +15,9 @@ a start-up, however long (256 ranks importing and building on 2 cores), is over 
 the first collective completes only when its slowest rank reaches it. A hang before every rank's
 first completed call is left to the process group's timeout. Every
 rank then writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler: every thread's Python stack) and
-publishes its record (commrecord.Record.snapshot with its step and its main thread's top frame);
+writes its Flight Recorder dump where the environment names one (train/flightrec.py: as NCCL's
+watchdog would on a timeout), publishes its record (commrecord.Record.snapshot with its step and
+its main thread's top frame);
 rank 0 waits for them (at most COLLECT_S), writes ``RUN_DIR/hang.json`` (the diagnosis,
 simcluster/core/hang_diagnosis.py, and every record), prints the diagnosis, sets EXIT, and every rank exits
 with EXIT_HANG (4). Once a rank has seen the stall declared, an error its main thread meets (a peer
@@ -36,6 +38,7 @@ from datetime import timedelta
 
 from simcluster.core.hang import EXIT_HANG, HANG_FILE, STACKS_DIR
 from simcluster.train import commrecord
+from simcluster.train.flightrec import write_dump
 from simcluster.core.hang_diagnosis import diagnose
 
 PREFIX = "simcluster/stall/"
@@ -203,6 +206,11 @@ class Watch(threading.Thread):
                 faulthandler.dump_traceback(fh, all_threads=True)
         except OSError:
             pass
+        try:  # the Flight Recorder's dump, as NCCL's watchdog writes it on a timeout (train/flightrec.py)
+            write_dump(self.rank, commrecord.group_table())
+        except Exception as e:  # noqa: BLE001 - the watch never stops the rank
+            print(f"[simcluster] rank {self.rank}: no Flight Recorder dump: {type(e).__name__}: {e}", file=sys.stderr,
+                  flush=True)
         record = commrecord.RECORD.snapshot() if commrecord.RECORD else {"rank": self.rank}
         record.update(step=STEPS[0], top=self._top(), pid=os.getpid())
         self.store.set(f"{PREFIX}record/{self.rank}", json.dumps(record))

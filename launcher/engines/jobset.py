@@ -14,7 +14,7 @@ a failed node fails the set (a torchrun job cannot lose a rank); raise it togeth
 """
 from __future__ import annotations
 
-from simcluster.launcher.engines.document import k8s_name, kubelet_literal, torchrun_argv
+from simcluster.launcher.engines.document import k8s_name, kubelet_literal, torchrun_argv, with_dump_folder
 from simcluster.launcher.engines.kubernetes import Kubernetes, pod_env
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.engines.pod import pod_spec
@@ -29,8 +29,10 @@ def master_addr(name: str) -> str:
 
 
 def command(launch: Launch) -> list[str]:
-    """torchrun with the job index as --node-rank; the job's own arguments reach it as typed (kubelet_literal)."""
-    return torchrun_argv(launch, "$(NODE_RANK)", master_addr(k8s_name(launch)), tuple(map(kubelet_literal, launch.argv)))
+    """torchrun with the job index as --node-rank, once the run's Flight Recorder folder exists; the job's own
+    arguments reach it as typed (kubelet_literal)."""
+    return with_dump_folder(torchrun_argv(launch, "$(NODE_RANK)", master_addr(k8s_name(launch)),
+                                          tuple(map(kubelet_literal, launch.argv))), launch.output_dir)
 
 
 def build(launch: Launch) -> dict:

@@ -18,7 +18,7 @@ the document against v2.3's published API (kubeflow-trainer-api 2.3.0, generated
 """
 from __future__ import annotations
 
-from simcluster.launcher.engines.document import entry, k8s_name, kubelet_literal
+from simcluster.launcher.engines.document import entry, k8s_name, kubelet_literal, with_dump_folder
 from simcluster.launcher.engines.kubernetes import Kubernetes, pod_env
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.engines.pod import (CONTAINER, node_selector, pod_security_context, resources, security_context,
@@ -30,12 +30,12 @@ PET = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "
 
 
 def command(launch: Launch) -> list[str]:
-    """torchrun with every placement value from the runtime's PET_* variables; the job's own
-    arguments reach it as typed (kubelet_literal)."""
-    return ["torchrun", "--nnodes", "$(PET_NNODES)", "--nproc-per-node", "$(PET_NPROC_PER_NODE)",
-            "--node-rank", "$(PET_NODE_RANK)", "--master-addr", "$(PET_MASTER_ADDR)",
-            "--master-port", "$(PET_MASTER_PORT)", "--rdzv-backend", "static",
-            *entry(launch, tuple(map(kubelet_literal, launch.argv)))]
+    """torchrun with every placement value from the runtime's PET_* variables, once the run's Flight
+    Recorder folder exists; the job's own arguments reach it as typed (kubelet_literal)."""
+    return with_dump_folder(["torchrun", "--nnodes", "$(PET_NNODES)", "--nproc-per-node", "$(PET_NPROC_PER_NODE)",
+                             "--node-rank", "$(PET_NODE_RANK)", "--master-addr", "$(PET_MASTER_ADDR)",
+                             "--master-port", "$(PET_MASTER_PORT)", "--rdzv-backend", "static",
+                             *entry(launch, tuple(map(kubelet_literal, launch.argv)))], launch.output_dir)
 
 
 def master_addr(name: str) -> str:

@@ -58,6 +58,8 @@ def doing(rec: dict) -> str:
     if waits:
         kind, e = waits[-1] if waits[-1][0] == "coll" else waits[0]
         return f"waits in {_coll(e) if kind == 'coll' else _p2p(e)} ({e.get('where', '?')})"
+    if "top" not in rec and rec.get("last"):  # a Flight Recorder dump: no Python stack, its last call
+        return f"is in no collective since {rec['last']}"
     return f"is in no collective: busy in Python at {rec.get('top', '?')}"
 
 
@@ -151,6 +153,22 @@ def diagnose(records: dict, world_size: int, idle_s: float) -> list[str]:
     steps = [int(v.get("step") or 0) for v in records.values()]
     head = (f"HANG at step {min(steps) + 1} after {idle_s:.0f} s: " if steps and max(steps) > 0 else
             f"HANG before any step ended, after {idle_s:.0f} s: ")  # in step 1, or code without optimizer steps
+    lines = disagreement(records, world_size)
+    return [head + lines[0], *lines[1:]]
+
+
+SILENT = "sent no record (died, or stuck in C code holding the interpreter's lock)"
+
+
+def disagreement(records: dict, world_size: int, silent: str = SILENT) -> list[str]:
+    """The diagnosis without its head: the first disagreement of the records (one line), then the
+    ranks that sent none. The stall watch (``diagnose``) and ``launcher diagnose`` on Flight
+    Recorder dumps (train/flightrec.py) both call it.
+
+    records: global rank -> its record; world_size: ranks of the job; silent: what is said of the
+    ranks with no record.
+    """
+    records = {int(r): v for r, v in records.items()}
     lines = []
     found = _mismatch(records) or _unmatched(records, cycles_only=True) or _missing(records) or _unmatched(records)
     if found is None:
@@ -160,14 +178,14 @@ def diagnose(records: dict, world_size: int, idle_s: float) -> list[str]:
             found = (f"{_ranks(waits)} {doing(records[waits[0]])}; "
                      + "; ".join(f"{_ranks([r])} {doing(records[r])}" for r in busy))
         elif busy:
-            found = "no rank waits in a call: " + "; ".join(f"{_ranks([r])} at {records[r].get('top', '?')}"
-                                                             for r in busy)
+            found = "no rank waits in a call: " + "; ".join(f"{_ranks([r])} at {records[r]['top']}" if "top" in records[r]
+                                                             else f"{_ranks([r])} {doing(records[r])}" for r in busy)
         else:
             found = "; ".join(f"{_ranks([r])} {doing(records[r])}" for r in sorted(records))
-    lines.append(head + found)
+    lines.append(found)
     missing = sorted(set(range(world_size)) - set(records))
     if missing:
-        lines.append(f"{_ranks(missing)} sent no record (died, or stuck in C code holding the interpreter's lock)")
+        lines.append(f"{_ranks(missing)} {silent}")
     return lines
 
 

@@ -13,7 +13,9 @@ checkout on shared storage; default the submit folder), the environment (a shell
 ``source .venv/bin/activate``, e.g. ``module load pytorch``; ``true`` with pyxis) and the image pyxis
 runs (``srun --container-image``: --image with --pyxis, the image rehearsed here) are options of ``generate`` and can be overridden at submit time by
 SIMCLUSTER_WORKDIR / SIMCLUSTER_SETUP in the environment (``sbatch --export=ALL,...``). The
-run folder and data path are the ones given to ``generate``, relative to the work folder.
+run folder and data path are the ones given to ``generate``, relative to the work folder. A hang
+leaves each rank's Flight Recorder dump in RUN_DIR/flight-recorder (train/flightrec.py dump_env;
+read them with ``python -m launcher diagnose RUN_DIR``).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import shlex
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.engines.document import HEADER, MASTER_PORT, host_argv, node_env, torchrun_argv
 from simcluster.launcher.engines.gpus import gpus_per_node, model
+from simcluster.core.flightrec import DUMP_DIR, dump_env
 
 DEFAULT_SETUP = "source .venv/bin/activate"
 PYXIS_SETUP = "true"  # with pyxis the image holds torch and torchrun: nothing to set up on the host
@@ -72,13 +75,25 @@ def sbatch_options(launch: Launch) -> list[str]:
     return [f"#SBATCH {o}" for o in opts]
 
 
+WORKDIR_MARK = "$SIMCLUSTER_WORKDIR/"  # a path under the work folder, written unquoted for the shell to expand
+
+
+def shell_value(value: str) -> str:
+    """value quoted for bash; a leading WORKDIR_MARK stays the work folder's variable: the ranks get an
+    absolute path whatever folder your code changes into (an absolute run folder is taken as is)."""
+    if value.startswith(WORKDIR_MARK):
+        rest = value[len(WORKDIR_MARK):]
+        return shlex.quote(rest) if rest.startswith("/") else '"$SIMCLUSTER_WORKDIR"/' + shlex.quote(rest)
+    return shlex.quote(value)
+
+
 def render(launch: Launch, command: str, file: str | None = None, project_dir: str | None = None) -> str:
     """The batch script's text (deterministic)."""
     q = shlex.quote
     eng = launch.engine
     image = container_image(launch)
     setup = eng.setup if eng.setup is not None else PYXIS_SETUP if image else DEFAULT_SETUP
-    env = {**node_env(launch), "MASTER_PORT": str(MASTER_PORT)}
+    env = {**dump_env(WORKDIR_MARK + launch.run_dir), **node_env(launch), "MASTER_PORT": str(MASTER_PORT)}  # --env wins
     if gpus_per_node(launch) == 0:
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU job (--no-simulated-gpus, --device cpu): no rank grabs a node's GPU
     torchrun = torchrun_argv(launch, '"$SLURM_NODEID"', '"$MASTER_ADDR"', host_argv(launch))
@@ -101,9 +116,9 @@ def render(launch: Launch, command: str, file: str | None = None, project_dir: s
         'cd "$SIMCLUSTER_WORKDIR"',
         'eval "$SIMCLUSTER_SETUP"',
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)  # node 0: the rendezvous',
-        *[f"export {k}={q(v)}" for k, v in env.items()],
+        *[f"export {k}={shell_value(v)}" for k, v in env.items()],
         "export MASTER_ADDR SIMCLUSTER_WORKDIR",
-        f"mkdir -p {q(launch.run_dir)}",
+        f"mkdir -p {q(launch.run_dir)}/{DUMP_DIR}  # the run folder; torch writes a hang's Flight Recorder dumps there",
         'echo "[simcluster] slurm job $SLURM_JOB_ID: $SLURM_JOB_NUM_NODES nodes ($SLURM_JOB_NODELIST), '
         'master $MASTER_ADDR"',
         f"{' '.join(srun)} \\",
