@@ -24,6 +24,7 @@ import re
 import shlex
 
 from simcluster.launcher.engines.base import RenderOnly
+from simcluster.core.flightrec import DUMP_DIR, dump_env
 from simcluster.launcher.engines.document import HEADER, MASTER_PORT, Block, dump, host_argv, k8s_name, node_env, torchrun_argv
 from simcluster.launcher.engines.gpus import gpu_job, skypilot_accelerator
 from simcluster.launcher.job.launch import Launch
@@ -65,10 +66,12 @@ def run_script(launch: Launch) -> str:
 
 def build(launch: Launch) -> dict:
     """The SkyPilot task (key order as SkyPilot's docs write it)."""
-    env = {**node_env(launch, instruments=False), "MASTER_PORT": str(MASTER_PORT)}
+    # the Flight Recorder's dump on timeout into the run folder (core/flightrec.py); your --env wins
+    env = {**dump_env(launch.run_dir), **node_env(launch, instruments=False), "MASTER_PORT": str(MASTER_PORT)}
     setup = [launch.engine.setup] if launch.engine.setup else []
+    folder = f"mkdir -p {shlex.quote(launch.run_dir)}/{DUMP_DIR}"  # the run folder and its dumps' folder
     return {"name": k8s_name(launch), "num_nodes": launch.nnodes, "resources": resources(launch), "workdir": ".",
-            "envs": env, "setup": Block("\n".join([*setup, f"mkdir -p {shlex.quote(launch.run_dir)}", ""])),
+            "envs": env, "setup": Block("\n".join([*setup, folder, ""])),
             "run": Block(run_script(launch))}
 
 
