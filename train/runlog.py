@@ -22,6 +22,7 @@ CONFIG = "config.yaml"  # the built-in trainer's resolved config
 CLUSTER_LOG = "cluster.log"  # every line `launcher up` showed, its summary last
 SUMMARY = "summary.json"  # the summary as data (observe/summary.py _record), written once the run has ended
 _RANK_LINE = re.compile(r"^node-\d+ r(\d+)\s*\| (.*)$")  # observe/follow.py Stream.handle's prefix
+DATA = "data.json"  # the built-in trainer's corpus identity (corpus.data_identity), written by rank 0 at start
 JOB = "job.json"  # the job as `up` started it: nodes -> ranks, nproc_per_node, world_size, image (write_job)
 
 
@@ -114,6 +115,24 @@ def _write_json(path: str, record: dict) -> None:
 def write_summary(run_dir: str, record: dict) -> None:
     """Write RUN_DIR/summary.json (the ended run's summary as data) whole or not at all."""
     _write_json(os.path.join(run_dir, SUMMARY), record)
+
+
+def write_data(run_dir: str, identity: dict) -> None:
+    """Write RUN_DIR/data.json: the corpus a run of the built-in trainer trains on (corpus.data_identity)."""
+    _write_json(os.path.join(run_dir, DATA), identity)
+
+
+def read_data(run_dir: str, since: float = 0.0) -> dict | None:
+    """RUN_DIR/data.json when this run wrote it (modified at or after ``since``, UNIX time), else None."""
+    path = os.path.join(run_dir, DATA)
+    try:
+        if os.path.getmtime(path) + 1 < since:
+            return None
+        with open(path, encoding="utf-8") as fh:
+            record = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def read_summary(run_dir: str) -> dict | None:

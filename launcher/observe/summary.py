@@ -27,7 +27,7 @@ from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.observe.teardown import TEARDOWN_ABORT, aborted_after_work, show_aborted
 from simcluster.train.rundir import METRICS, collectives, step_rows
-from simcluster.train.runlog import printed_series, write_summary
+from simcluster.train.runlog import printed_series, read_data, write_summary
 from simcluster.launcher.container.layout import RDZV_HOST
 from simcluster.train.layout import format_ranks, node_of, node_ranks
 from simcluster.train.metrics import host_links, traffic_text
@@ -160,6 +160,8 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     else:
         for i, line in enumerate(_no_metrics(launch, run_dir)):
             show(f"  {'metrics' if i == 0 else '':<12} {line}")
+    if data := read_data(run_dir, since):
+        show(f"  data         {data.get('name')}, {data.get('bytes')} bytes, sha256 {str(data.get('sha256_head'))[:12]}")
     if m["tokens_per_s"] is not None:
         show(f"  tokens/s     {m['tokens_per_s']}")
     elif launch.train is None and m["step_time_s"] is not None:
@@ -210,7 +212,7 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
             _show_failures(show, launch, tracebacks)
     stream.log.close()
     record = _record(launch, stream, codes, ok, wall, m, tracebacks)
-    write_summary(run_dir, {**record, "no_work": no_work, "first_failed": first[0] if first else None,
+    write_summary(run_dir, {**record, "data": data or None, "no_work": no_work, "first_failed": first[0] if first else None,
                             "aborted_at_exit": [{"rank": r, "node": launch.names[node_of(r, launch.nproc_per_node)],
                                                  "after_step": s} for r, s in aborted.items()],
                             "hang": hang["diagnosis"] if hang else None})
