@@ -190,11 +190,12 @@ def rank_lines(run_dir: str) -> list[tuple[int, str]]:
 def printed_series(run_dir: str, regex: str | None = None) -> tuple[int | None, list[tuple[int, float]]]:
     """(rank, its (step, value) pairs) of a metric the ranks printed (cluster.log): the highest rank
     (the last pipeline stage's, where the loss lives) whose lines match ``regex`` (a --metric-regex: one group, or groups step and value), by default
-    series.LOSS_REGEX (the common ways of printing a loss); (None, []) when none matches, or a match
-    is no number (train/series.py series_from_rank_lines, the one home of these rules).
+    series.LOSS_REGEX (the common ways of printing a loss); (None, []) when none matches, or when a
+    match of the default is no number (train/series.py series_from_rank_lines, the one home of these rules).
 
     Raises:
-        ValueError: regex is not a --metric-regex (series.metric_pattern's message).
+        ValueError: regex is not a --metric-regex (series.metric_pattern's message), a match of it is
+            no number, or reading outlasted series.READ_BOUND_S.
     """
     from simcluster.train.series import metric_pattern, series_from_rank_lines
 
@@ -202,6 +203,8 @@ def printed_series(run_dir: str, regex: str | None = None) -> tuple[int | None, 
     try:
         return series_from_rank_lines(rank_lines(run_dir), pattern)
     except ValueError:
+        if regex is not None:  # the user's pattern met a non-number: said, never a loss silently dropped
+            raise
         return None, []
 
 

@@ -111,7 +111,9 @@ def download(req: Requirements, held: dict[str, str], fixed: dict[str, str], des
     if (conflict := pip_errors.clash(why, fixed)) is not None:
         raise ConfigError(f"requirements: {conflict}{where}; pip: {why}; loosen or drop that requirement "
                           f"(torch and what torch requires stay as the image has them)")
-    fix = ("fix its name or version (a binary wheel for cp311 manylinux x86-64 must exist), or drop it"
+    fix = ("fix that location (an index that answers, a folder that exists), or drop the line"
+           if line and pip_errors.LOCATION_LINE.match(line.text) else
+           "fix its name or version (a binary wheel for cp311 manylinux x86-64 must exist), or drop it"
            if "No matching distribution" in why and ";" not in why else "fix that line, or drop it")
     raise ConfigError(f"requirements: pip cannot download for the image's Python (cp311, manylinux x86-64, "
                       f"wheels only){where}: {why}; {fix}")

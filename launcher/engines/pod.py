@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import DATA_MOUNT, IMAGE_USER, RUNS_MOUNT
-from simcluster.launcher.engines.document import gpus_per_node
+from simcluster.launcher.engines.document import gpus_per_node, kubelet_literal
 
 CONTAINER = "node"  # the container name (Kubeflow's torch runtime names its trainer container "node")
 
 
 def env_list(env: dict[str, str]) -> list[dict]:
-    return [{"name": k, "value": v} for k, v in env.items()]
+    """A container's env entries; each value spelled so that it arrives unchanged (the kubelet expands
+    ``$(NAME)`` in a value too: document.kubelet_literal)."""
+    return [{"name": k, "value": kubelet_literal(v)} for k, v in env.items()]
 
 
 def resources(launch: Launch) -> dict:

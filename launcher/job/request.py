@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 
 from simcluster.launcher.container.layout import IMAGE_USER
 from simcluster.launcher.job.deps import Requirements
-from simcluster.launcher.job.env import env_pairs
+from simcluster.launcher.job.env import env_conflicts, env_pairs
 from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY, MAX_STEPS, UP_ONLY, check_values, flag, from_text
 from simcluster.launcher.job.sections import (EngineOptions, GenerateOptions, JobOptions, NodeOptions,
                                               TrainerOptions, UpOptions)
@@ -196,7 +196,7 @@ def make_request(command: str = "up", *, args=(), **options) -> JobRequest:
         if values[name] is not None:
             _readable(name, values[name], user, folder)
     Requirements(values["requirements"], values["wheel"]).check()
-    env_pairs(values["env"])
+    env_conflicts(env_pairs(values["env"]), values["check_collectives"], values["stall_s"])
     return JobRequest(command=command, args=argv, **values)
 
 

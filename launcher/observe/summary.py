@@ -56,8 +56,12 @@ def _final_metrics(run_dir: str, done: dict, since: float, metric_regex: str | N
     out["rss_mb"] = max(rss) if rss else None
     out["device_peak_mb"] = next((r["device_peak_mb"] for r in reversed(rows) if r.get("device_peak_mb")), None)
     out["printed_by"] = None
+    out["printed_error"] = None
     if out["final_loss"] is None:  # a loss the ranks only printed (--metric-regex, else the common formats)
-        rank, printed = printed_series(run_dir, metric_regex)
+        try:
+            rank, printed = printed_series(run_dir, metric_regex)
+        except ValueError as e:  # --metric-regex met a non-number: said in the summary
+            rank, printed, out["printed_error"] = None, [], str(e)
         if printed:
             out.update(final_loss=printed[-1][1], printed_by=rank)
             out["steps"] = out["steps"] if out["steps"] is not None else printed[-1][0]
@@ -154,6 +158,8 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     if m["final_loss"] is not None:
         show(f"  final loss   {m['final_loss']}" + (f" after {m['steps']} steps" if m["steps"] is not None else "")
              + (f" (as rank {m['printed_by']} printed it)" if m["printed_by"] is not None else ""))
+    elif m["printed_error"]:
+        show(f"  final loss   none read: --metric-regex {m['printed_error']}")
     elif m["steps"] is not None:
         show(f"  steps        {m['steps']}, without a loss" + ("" if launch.train is not None else
              " (for one: simcluster.log(loss=...) or a \"loss\" in your metrics.jsonl)"))
