@@ -18,7 +18,9 @@ one flag):
   packages that move (an older fsspec for a stack on datasets or transformers 4.x) are installed
   over the image's and named. A requirement that cannot be had, or that clashes with a fixed one, is
   refused before any container starts: ConfigError naming pip's own reason, the line it is about, and
-  the package and constraint that clash.
+  the package and constraint that clash. A package built against torch (TORCH_BUILT: torchvision,
+  torchaudio, ...) must come as the image's torch's build (2.13.0+cpu: its ``+cpu`` wheel from the PyTorch
+  CPU index), else it is refused naming both.
 - The derived image is ``simcluster/deps:<key>``, key = sha256 of the base image's id, the
   requirements file's bytes and each ``--wheel``'s name and bytes: the same inputs build nothing a
   second time (nothing is downloaded either). Its labels name the base, the wheels installed and the
@@ -104,6 +106,7 @@ def download(req: Requirements, held: dict[str, str], fixed: dict[str, str], des
         proc = _pip(req, sorted(fixed.values()), dest)
     if proc.returncode == 0:
         found = {_norm(m["name"]): m["version"] for m in map(WHEEL.match, os.listdir(dest)) if m}
+        torch_builds(found, held, lines)
         return {n: v for n, v in sorted(found.items()) if n in held and held[n] != v}
     why = pip_errors.reason(proc.stdout, pip_errors.locations(lines))
     line = pip_errors.named_line(why, lines)
@@ -117,6 +120,37 @@ def download(req: Requirements, held: dict[str, str], fixed: dict[str, str], des
            if "No matching distribution" in why and ";" not in why else "fix that line, or drop it")
     raise ConfigError(f"requirements: pip cannot download for the image's Python (cp311, manylinux x86-64, "
                       f"wheels only){where}: {why}; {fix}")
+
+
+# packages whose wheels hold code compiled against one torch build: each must be the image's torch's build
+TORCH_BUILT = ("torchvision", "torchaudio", "torchtext", "torchrec", "torchcodec", "torchao", "fbgemm-gpu", "xformers",
+               "flash-attn", "torch-scatter", "torch-sparse", "torch-cluster", "torch-spline-conv")
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # the PyTorch index of the CPU builds (+cpu local versions)
+
+
+def torch_builds(found: dict[str, str], held: dict[str, str], lines) -> None:
+    """A package built against torch (TORCH_BUILT) downloaded for another build than the image's torch
+    (PyPI's Linux torchvision is built against a CUDA torch; the image's is 2.13.0+cpu) is refused,
+    naming both, before anything is built: installed beside the image's torch it fails at import.
+
+    Raises:
+        ConfigError: naming the package's version, the image's torch and the fix (its CPU build).
+    """
+    torch = held.get("torch")
+    if torch is None:
+        return
+    build = torch.partition("+")[2]
+    for name in TORCH_BUILT:
+        version = found.get(name)
+        if version is None or version.partition("+")[2] == build:
+            continue
+        line = pip_errors.named_line(name, tuple(lines))
+        where = f" ({line.where()})" if line else ""
+        their = f"its {version.partition('+')[2]} build" if "+" in version else "PyPI's build, against a CUDA torch"
+        raise ConfigError(f"requirements: {name} {version}{where} is {their}, and the image's torch is {torch}: "
+                          f"installed beside it, {name} fails at import; take the build of the image's torch: add "
+                          f"--extra-index-url {CPU_INDEX} to the file and pin {name}=={version.partition('+')[0]}"
+                          f"{'+' + build if build else ''}")
 
 
 def new_wheels(dest: str, held: dict[str, str]) -> list[str]:
