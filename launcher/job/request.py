@@ -127,9 +127,6 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
                                f"runs); give one, e.g. script='examples/ddp.py' or module='mypkg.train'")
     if v["strict_memory"] and v["memory_per_node"] is None:
         raise _error("strict_memory", "--strict-memory: needs the limit to check, e.g. --memory-per-node 3g")
-    if v.get("wall_timeout_s") is not None and not v["wall_timeout_s"] > 0:
-        raise _error("wall_timeout_s", f"--wall-timeout-s: must be > 0 seconds, got {v['wall_timeout_s']}; e.g. "
-                                       f"--wall-timeout-s 600")
     if builtin:
         if v["nodes"] is not None or v["nproc_per_node"] is not None or argv:
             raise _error("nodes", "the built-in trainer takes --mesh and its own flags, not --nodes/--nproc-per-node "

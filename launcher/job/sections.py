@@ -33,7 +33,6 @@ MAX_STEPS = 10**7  # steps, total_steps and a traced step: far beyond any simula
 MAX_NODES = 64  # nodes (containers) of one simulated cluster
 MAX_RANKS = 64  # ranks per node
 MAX_RESTARTS = 100
-MAX_CPUS = 1024  # CPUs of one node container (Docker's NanoCPUs and a pod's cpu limit hold far more)
 MAX_WAIT_S = 86400  # a node's join: a day (the rendezvous' timer, Compose's healthcheck times)
 TIMER_LIMIT_S = 1e6  # the launcher's and the trainer's timers: about 11 days (train/preflight_values.py)
 RDZV_BACKENDS = ("c10d", "static")
@@ -121,7 +120,7 @@ class NodeOptions:
     """Container-level options, the same for every node (a Launch's ``node``)."""
 
     title: ClassVar[str] = "node options"
-    cpus_per_node: float | None = option(None, 1.0, lo=MIN_CPUS, hi=MAX_CPUS, unit=" CPUs", metavar="CPUS", help="CPU limit "
+    cpus_per_node: float | None = option(None, 1.0, lo=MIN_CPUS, unit=" CPUs", metavar="CPUS", help="CPU limit "
                                          "per node container (compose cpus; default: none)")
     memory_per_node: str | None = option(None, "3g", metavar="SIZE", help="memory limit per node container, e.g. "
                                          "3g (compose mem_limit; default: none); the built-in trainer's predicted "
