@@ -192,3 +192,22 @@ def test_an_unknown_flag_of_the_launcher_is_never_handed_to_your_code():
                    "2x1x1", "--nprocs-per-node", "2")  # a typo, not a prefix (argparse takes a prefix)
     assert out.returncode == 2 and "--nprocs-per-node: no option of compare; did you mean --nproc-per-node or" in \
         out.stderr and "-- --nprocs-per-node" not in out.stderr, out.stderr
+
+
+def test_the_derived_images_resolution_names_what_it_held(tmp_path):
+    import zipfile
+
+    from simcluster.launcher.engines.deps_image import held_for
+
+    def wheel(name: str, version: str, requires: tuple[str, ...]) -> str:
+        path = tmp_path / f"{name}-{version}-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr(f"{name}-{version}.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: "
+                       f"{version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires))
+        return path.name
+
+    added = [wheel("datasets", "2.0.0", ("fsspec[http]>=2021.05.0", "numpy>=1.17", "tqdm", 'pytest; extra == "test"')),
+             wheel("tqdm", "4.67.1", ())]
+    held = {"torch": "2.13.0+cpu", "fsspec": "2026.9.0", "numpy": "2.4.6", "pytest": "9.0.3"}
+    assert held_for(str(tmp_path), added, held, {}) == {"fsspec": ["datasets 2.0.0"], "numpy": ["datasets 2.0.0"]}
+    assert held_for(str(tmp_path), added, held, {"fsspec": "2024.6.1"}) == {"numpy": ["datasets 2.0.0"]}

@@ -16,7 +16,8 @@ one flag):
   requirements within torch's own specifier); the other packages of the image stay too, unless the
   requirements cannot resolve with them: then pip resolves again with only the fixed ones, and the
   packages that move (an older fsspec for a stack on datasets or transformers 4.x) are installed
-  over the image's and named. A requirement that cannot be had, or that clashes with a fixed one, is
+  over the image's and named; the image's packages the added ones require and that stay are named as
+  held (``held_for``), since pip picked releases that work with them, however old. A requirement that cannot be had, or that clashes with a fixed one, is
   refused before any container starts: ConfigError naming pip's own reason, the line it is about, and
   the package and constraint that clash. A package built against torch (TORCH_BUILT: torchvision,
   torchaudio, ...) must come as the image's torch's build (2.13.0+cpu: its ``+cpu`` wheel from the PyTorch
@@ -163,6 +164,27 @@ def new_wheels(dest: str, held: dict[str, str]) -> list[str]:
     return out
 
 
+def held_for(dest: str, added: list[str], held: dict[str, str], moved: dict[str, str]) -> dict[str, list[str]]:
+    """{the image's package kept at its version: the added wheels that require it}: what the resolution
+    held (pip took releases of the added packages that work with it), from each wheel's METADATA."""
+    import zipfile
+
+    out: dict[str, list[str]] = {}
+    for name in added:
+        m = WHEEL.match(name)
+        try:
+            with zipfile.ZipFile(os.path.join(dest, name)) as z:
+                meta = next((z.read(n).decode("utf-8", "replace") for n in z.namelist()
+                             if n.endswith(".dist-info/METADATA")), "")
+        except (OSError, zipfile.BadZipFile):
+            continue
+        for req in re.findall(r"^Requires-Dist: *([A-Za-z0-9][A-Za-z0-9._-]*)([^\n]*)$", meta, re.M):
+            dep = _norm(req[0])
+            if dep in held and dep not in moved and "extra ==" not in req[1]:
+                out.setdefault(dep, []).append(f"{m['name']} {m['version']}")
+    return dict(sorted(out.items()))
+
+
 DOCKERFILE = """FROM {base}
 USER root
 COPY wheels/ /tmp/wheels/
@@ -189,6 +211,7 @@ def ensure(req: Requirements, base: str = IMAGE, say=print) -> str:
         say(f"requirements: downloading wheels for the image's Python (cp311, manylinux x86-64) for {tag}")
         moved = download(req, held, fixed, wheels)
         added = new_wheels(wheels, held)
+        kept = held_for(wheels, added, held, moved)
         for name in os.listdir(wheels):
             if name not in added:
                 os.remove(os.path.join(wheels, name))
@@ -200,7 +223,10 @@ def ensure(req: Requirements, base: str = IMAGE, say=print) -> str:
     names = [f"{m['name']}=={m['version']}" for m in map(WHEEL.match, added) if _norm(m["name"]) not in moved]
     say(f"image: {tag} built FROM {base}, adding {len(names)} wheel(s): {' '.join(names) or 'none'}"
         + (f"; moving {', '.join(f'{n} {held[n]} -> {v}' for n, v in moved.items())} (torch does not pin "
-           f"{'them' if len(moved) > 1 else 'it'})" if moved else ""))
+           f"{'them' if len(moved) > 1 else 'it'})" if moved else "")
+        + (f"; holding the image's {', '.join(f'{n} {held[n]} (for {chr(44).join(kept[n])})' for n in kept)}: "
+           f"pip took the releases that work with them (pin a newer one in your file to move them instead)"
+           if kept else ""))
     return tag
 
 
