@@ -126,6 +126,16 @@ def test_a_metric_regex_of_other_groups_or_that_backtracks_is_refused(regex, mat
     assert time.monotonic() - t0 < 30
 
 
+@pytest.mark.parametrize("rtol", [1e300, 2.0, float("inf"), float("nan"), -1e-5])
+def test_an_rtol_that_compares_nothing_is_refused(rtol):
+    from simcluster.launcher.compare_read import check_options
+
+    with pytest.raises(ConfigError, match=r"--rtol: must be a finite number in \[0, 1\] \(the largest relative "
+                                          r"difference allowed; beyond 1 a value of another sign passes"):
+        check_options("loss", None, rtol)
+    check_options("loss", None, 1.0)
+
+
 def test_a_metric_regex_that_matches_a_non_number_says_so(tmp_path):
     from simcluster.launcher.observe.summary import _final_metrics
     from simcluster.train.runlog import printed_series
