@@ -1,6 +1,6 @@
 """The run folder's records that `launcher up` and the trainer write beside the ranks' own: cluster.log
 (every line shown, the summary last), summary.json, job.json (the job's nodes, ranks and image, at its
-start), config.yaml (the trainer's resolved config) and trace.json; read here alone, each named by
+start), config.yaml (the trainer's resolved config), data.json (its corpus's identity) and trace.json; read here alone, each named by
 file and line when it cannot be read.
 
     python -c "from simcluster.train.runlog import summary_lines, read_job; print(summary_lines('runs/mesh-2x1x1')[:2], read_job('runs/mesh-2x1x1'))"
