@@ -207,7 +207,7 @@ def test_an_unknown_flag_of_the_launcher_is_never_handed_to_your_code():
 def test_the_derived_images_resolution_names_what_it_held(tmp_path):
     import zipfile
 
-    from simcluster.launcher.engines.deps_image import held_for
+    from simcluster.launcher.engines.deps_image import held_for, held_text
 
     def wheel(name: str, version: str, requires: tuple[str, ...]) -> str:
         path = tmp_path / f"{name}-{version}-py3-none-any.whl"
@@ -219,5 +219,7 @@ def test_the_derived_images_resolution_names_what_it_held(tmp_path):
     added = [wheel("datasets", "2.0.0", ("fsspec[http]>=2021.05.0", "numpy>=1.17", "tqdm", 'pytest; extra == "test"')),
              wheel("tqdm", "4.67.1", ())]
     held = {"torch": "2.13.0+cpu", "fsspec": "2026.9.0", "numpy": "2.4.6", "pytest": "9.0.3"}
-    assert held_for(str(tmp_path), added, held, {}) == {"fsspec": ["datasets 2.0.0"], "numpy": ["datasets 2.0.0"]}
+    kept = held_for(str(tmp_path), added, held, {})
+    assert kept == {"fsspec": ["datasets 2.0.0"], "numpy": ["datasets 2.0.0"]}
+    assert held_text(kept, held) == "fsspec 2026.9.0 (for datasets 2.0.0), numpy 2.4.6 (for datasets 2.0.0)"
     assert held_for(str(tmp_path), added, held, {"fsspec": "2024.6.1"}) == {"numpy": ["datasets 2.0.0"]}

@@ -185,6 +185,11 @@ def held_for(dest: str, added: list[str], held: dict[str, str], moved: dict[str,
     return dict(sorted(out.items()))
 
 
+def held_text(kept: dict[str, list[str]], held: dict[str, str]) -> str:
+    """``fsspec 2026.9.0 (for datasets 2.0.0), numpy 2.4.6 (for datasets 2.0.0)``: held_for's answer as text."""
+    return ", ".join(f"{name} {held[name]} (for {', '.join(users)})" for name, users in kept.items())
+
+
 DOCKERFILE = """FROM {base}
 USER root
 COPY wheels/ /tmp/wheels/
@@ -224,7 +229,7 @@ def ensure(req: Requirements, base: str = IMAGE, say=print) -> str:
     say(f"image: {tag} built FROM {base}, adding {len(names)} wheel(s): {' '.join(names) or 'none'}"
         + (f"; moving {', '.join(f'{n} {held[n]} -> {v}' for n, v in moved.items())} (torch does not pin "
            f"{'them' if len(moved) > 1 else 'it'})" if moved else "")
-        + (f"; holding the image's {', '.join(f'{n} {held[n]} (for {chr(44).join(kept[n])})' for n in kept)}: "
+        + (f"; holding the image's {held_text(kept, held)}: "
            f"pip took the releases that work with them (pin a newer one in your file to move them instead)"
            if kept else ""))
     return tag
