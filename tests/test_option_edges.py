@@ -223,3 +223,11 @@ def test_the_derived_images_resolution_names_what_it_held(tmp_path):
     assert kept == {"fsspec": ["datasets 2.0.0"], "numpy": ["datasets 2.0.0"]}
     assert held_text(kept, held) == "fsspec 2026.9.0 (for datasets 2.0.0), numpy 2.4.6 (for datasets 2.0.0)"
     assert held_for(str(tmp_path), added, held, {"fsspec": "2024.6.1"}) == {"numpy": ["datasets 2.0.0"]}
+
+
+def test_a_trainer_option_on_your_codes_job_is_answered_in_the_values_typed():
+    with pytest.raises(ConfigError) as e:
+        user_job(steps=3, seed=4)
+    assert str(e.value) == ("--steps, --seed: options of the built-in trainer, not of your code; where your code takes "
+                            "them, pass them after --, e.g. ... -- --steps 3 --seed 4; your code's step count for the "
+                            "progress line is --total-steps 3")

@@ -152,9 +152,12 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
                                       "shapes); your code's memory is not predicted: drop --strict-memory")
     if trainer_only or v["config"]:
         given = ", ".join(flag(n) for n in trainer_only) or f"--config {v['config']}"
+        typed = " ".join(f"{flag(n)} {v[n]}" for n in trainer_only) or f"--config {v['config']}"
+        ours = f"; your code's step count for the progress line is --total-steps {v['steps']}" \
+            if "steps" in trainer_only else ""
         raise _error(trainer_only[0] if trainer_only else "config",
-                     f"{given}: options of the built-in trainer, not of your code; pass your code's own arguments "
-                     f"after --, e.g. ... --script train.py -- --lr 0.1")
+                     f"{given}: options of the built-in trainer, not of your code; where your code takes them, "
+                     f"pass them after --, e.g. ... -- {typed}{ours}")
     if v["mesh"] is not None and (v["nodes"] is not None or v["nproc_per_node"] is not None):
         raise _error("mesh", "invalid launch:\n  shape: give either --mesh PPxDPxTP or --nodes N --nproc-per-node "
                              "M, not both")
