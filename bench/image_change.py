@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 
+from simcluster.launcher.docker.images import build_image
 from simcluster.train.rundir import read_metrics
 from simcluster.train.runlog import read_data
 
@@ -39,7 +40,7 @@ def build_plus(image: str) -> str:
     with tempfile.TemporaryDirectory(prefix="simcluster-plus-") as ctx:
         with open(os.path.join(ctx, "Dockerfile"), "w", encoding="utf-8") as fh:
             fh.write(PLUS.format(image=image))
-        subprocess.run(["docker", "build", "-q", "-t", tag, ctx], check=True, stdout=subprocess.DEVNULL)
+        build_image(ctx, tag)
     return tag
 
 
