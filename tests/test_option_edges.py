@@ -80,10 +80,11 @@ def test_env_beyond_the_kernels_limits_is_refused_with_the_limit():
 
 def test_a_value_kubernetes_expands_is_written_to_arrive_unchanged():
     assert env_list({"NOTE": "$(HOME) $$ $x"}) == [{"name": "NOTE", "value": "$$(HOME) $$$ $x"}]  # the kubelet reads $$ as $
-    out = launcher("generate", "--target", "jobset", "--image", "registry.example.org/me/t:1",
-                   "--nodes", "1", "--nproc-per-node", "1", "--module", "mypkg.train", "--env", "NOTE=$(HOME)", "--stdout")
-    assert out.returncode == 0, out.stderr
-    assert "name: NOTE\n" in out.stdout and "value: $$(HOME)\n" in out.stdout, out.stdout
+    for target in ("jobset", "trainjob"):
+        out = launcher("generate", "--target", target, "--image", "registry.example.org/me/t:1", "--nodes", "1",
+                       "--nproc-per-node", "1", "--module", "mypkg.train", "--env", "NOTE=$(HOME)", "--stdout")
+        assert out.returncode == 0, out.stderr
+        assert "name: NOTE\n" in out.stdout and "value: $$(HOME)\n" in out.stdout, (target, out.stdout)
 
 
 def test_stall_s_below_the_watchs_resolution_is_refused():

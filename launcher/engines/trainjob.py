@@ -16,7 +16,7 @@ from __future__ import annotations
 from simcluster.launcher.engines.document import entry, k8s_name, kubelet_literal
 from simcluster.launcher.engines.kubernetes import Kubernetes, pod_env
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.engines.pod import CONTAINER, pod_security_context, resources, security_context, volume_mounts, volumes
+from simcluster.launcher.engines.pod import CONTAINER, env_list, pod_security_context, resources, security_context, volume_mounts, volumes
 
 RUNTIME = "torch-distributed"
 PET = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
@@ -40,7 +40,7 @@ def build(launch: Launch) -> dict:
     name = k8s_name(launch)
     env = pod_env(launch)
     trainer = {"image": launch.node.image, "command": command(launch),
-               "env": [{"name": k, "value": v} for k, v in env.items()],
+               "env": env_list(env),
                "numNodes": launch.nnodes, "numProcPerNode": launch.nproc_per_node}
     if resources(launch):
         trainer["resourcesPerNode"] = resources(launch)
