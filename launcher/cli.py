@@ -239,12 +239,44 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return _build_parser(__doc__, only)
 
 
-def _up_only_flags() -> set[str]:
-    """The flags of `up` that are not the trainer's (job/sections.py), e.g. ``--target``."""
-    from simcluster.launcher.job.fields import FIELDS, flag
+def _unknown_hint(parser: argparse.ArgumentParser, command: str, unknown: list[str], yours: bool) -> str:
+    """What an unrecognized argument is: an option of another command (named), close to one of this
+    command's (did you mean), else, for a job of your code, your code's argument (after --). A flag of
+    the launcher is never handed to your code as the fix."""
+    import difflib
+
+    from simcluster.launcher.job.fields import flag
     from simcluster.launcher.job.sections import TrainerOptions, specs
 
-    return {flag(name) for name in FIELDS} - {flag(name) for name in specs(TrainerOptions)}
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    own = [f for f in subs[command]._option_string_actions if f.startswith("--")]
+    trainer = {flag(name) for name in specs(TrainerOptions)}  # your code may take these: after --
+    hints, loose, value_of_refused = [], [], False
+    for arg in unknown:
+        name = arg.split("=")[0]
+        if not name.startswith("-"):
+            if not value_of_refused:
+                loose.append(arg)
+            value_of_refused = False
+            continue
+        value_of_refused = "=" not in arg
+        others = sorted((c for c, p in subs.items() if c != command and name in p._option_string_actions),
+                        key=lambda c: c != "up")
+        close = difflib.get_close_matches(name, own, n=2, cutoff=0.75)
+        if others and not (yours and name in trainer):
+            hints.append(f"{name}: an option of `{others[0]}` that {command} does not take (its options: "
+                         f"python -m launcher {command} --help)")
+        elif close:
+            hints.append(f"{name}: no option of {command}; did you mean {' or '.join(close)}?")
+        else:
+            loose.append(arg)
+            value_of_refused = False
+    if loose and yours:
+        hints.append(f"{'compare takes no trainer options: ' if command == 'compare' else ''}your code's arguments "
+                     f"go after --, e.g. ... -- {' '.join(loose)}")
+    elif loose:
+        hints.append(f"its options: python -m launcher {command} --help")
+    return "; " + "; ".join(hints)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,14 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     args, unknown = parser.parse_known_args(fix_negative_values(own, ("--mesh", "--against", "--rtol")))
     if unknown:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
-        yours = getattr(args, "script", None) or getattr(args, "module", None)
-        elsewhere = [u for u in unknown if u.split("=")[0] in _up_only_flags()]
-        hint = (f"; {', '.join(elsewhere)}: an option of `up` that {args.command} does not take (its options: "
-                f"python -m launcher {args.command} --help)" if elsewhere else
-                f"; compare takes no trainer options: your code's arguments go after --, e.g. ... -- "
-                f"{' '.join(unknown)}" if args.command == "compare" else
-                f"; your code's arguments go after --, e.g. ... -- {' '.join(unknown)}" if yours else
-                f"; its options: python -m launcher {args.command} --help")
+        yours = bool(getattr(args, "script", None) or getattr(args, "module", None))
+        hint = _unknown_hint(parser, args.command, unknown, yours)
         sub.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")  # the command's own usage line
     args.job_argv = job_argv
     try:

@@ -8,13 +8,15 @@ result_text for the CLI.
 """
 from __future__ import annotations
 
-import math
 
 from simcluster.launcher.job.files import repo_path
 from simcluster.core.errors import ConfigError
 from simcluster.core.rundir import METRICS, step_rows
 from simcluster.core.runlog import printed_series, rank_lines, summary_lines
 from simcluster.core.series import Comparison, Series, metric_pattern, series_from_lines, series_from_rows
+
+
+MAX_RTOL = 1.0  # |A - B| / |B| above 1 lets A = 0 or -B pass
 
 
 def check_options(metric: str, metric_regex: str | None, rtol: float) -> None:
@@ -28,9 +30,10 @@ def check_options(metric: str, metric_regex: str | None, rtol: float) -> None:
     if metric_regex is not None and not isinstance(metric_regex, str):
         raise ConfigError(f"--metric-regex: a regular expression (text), got {metric_regex!r}; e.g. "
                           f"metric_regex=r'loss (\\S+)'")
-    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not (rtol >= 0 and math.isfinite(min(rtol, math.inf))):
-        raise ConfigError(f"--rtol: must be a finite number >= 0 (the largest relative difference allowed), got "
-                          f"{rtol}; e.g. --rtol 1e-5 (0: bit-identical)")
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not (0 <= rtol <= MAX_RTOL):
+        raise ConfigError(f"--rtol: must be a finite number in [0, {MAX_RTOL:g}] (the largest relative difference "
+                          f"allowed; beyond 1 a value of another sign passes: nothing is compared), got {rtol}; e.g. "
+                          f"--rtol 1e-5 (0: bit-identical)")
     if not metric or not metric.strip():
         raise ConfigError("--metric: empty; name a key of your metrics.jsonl rows, e.g. --metric loss")
     if metric_regex is not None:

@@ -30,7 +30,7 @@ from simcluster.launcher.compare import ComposeRun, Side, check_folders, empty_f
 from simcluster.launcher.compare_read import check_options, failure_text, read_series
 from simcluster.launcher.job.files import ROOT, repo_path
 from simcluster.launcher.job.request import JobRequest, make_request
-from simcluster.launcher.job.sections import CompareOptions
+from simcluster.launcher.job.sections import MAX_NODES, MAX_RANKS, CompareOptions
 from simcluster.core.errors import ConfigError
 from simcluster.core.series import Comparison, Series, compare_series, fmt
 
@@ -102,8 +102,17 @@ def plan(request: JobRequest) -> tuple[Side, ...]:
     user, base = container_user(), _base(request)
     given = {k: v for k, v in request.given().items() if k != "run_dir"}
     own, _ = resolve(make_request("up", **given, run_dir=base), user=user)  # its nodes and ranks; nothing written
+    found, world = layouts(own.nnodes, own.nproc_per_node), own.nnodes * own.nproc_per_node
+    if world > min(MAX_RANKS, MAX_NODES):
+        raise ConfigError(f"sweep: your job's {world} ranks ({found[0].text}) would be {world} ranks on one node and "
+                          f"{world} nodes of one rank, and a simulated cluster holds at most {MAX_RANKS} ranks a "
+                          f"node and {MAX_NODES} nodes; sweep a job of at most {min(MAX_RANKS, MAX_NODES)} ranks")
+    if len(found) < 2:
+        raise ConfigError(f"sweep: a job of {world} rank has one layout ({found[0].text}), "
+                          f"so there is nothing to compare it with; sweep a job of at least 2 ranks, e.g. --nodes 2 "
+                          f"--nproc-per-node 1 (or --mesh 2x1x1), or run it once with `launcher up`")
     sides = []
-    for layout in layouts(own.nnodes, own.nproc_per_node):
+    for layout in found:
         run_dir = os.path.join(base, layout.folder)
         words = layout.text if own.mesh is None else f"mesh {own.mesh} on {layout.text}"
         if own.mesh is None:
@@ -115,7 +124,14 @@ def plan(request: JobRequest) -> tuple[Side, ...]:
                 launch = dataclasses.replace(launch, nnodes=layout.nodes, nproc_per_node=layout.nproc)
                 command = ("python -m launcher sweep" + command.removeprefix("python -m launcher generate")
                            + f"  (the sweep's layout {words}: no `up` line lays a mesh out so)")
-        ENGINES[DEFAULT].check(launch, UpOptions())
+        try:
+            ENGINES[DEFAULT].check(launch, UpOptions())
+        except ConfigError as e:
+            if layout.own:
+                raise
+            raise ConfigError(f"sweep: the {layout.name} layout it derives from your {found[0].text} ({words}) "
+                              f"cannot run here: {e}; sweep a smaller job, or compare two layouts you choose with "
+                              f"`launcher compare`") from None
         sides.append(Side(layout.name, words, launch, command))
     return tuple(sides)
 

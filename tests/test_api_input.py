@@ -84,7 +84,7 @@ def test_faults_are_checked_against_the_launch_before_anything_starts(tmp_path, 
 
 
 def test_wall_timeout_must_be_positive_and_slurm_refuses_it(tmp_path):
-    with pytest.raises(simcluster.ConfigError, match="--wall-timeout-s: must be > 0 seconds, got 0.0"):
+    with pytest.raises(simcluster.ConfigError, match=r"wall_timeout_s: must be > 0 and <= 1e\+06 s \(a finite number\), got 0.0"):
         simcluster.run(script=DDP, nodes=1, nproc_per_node=1, wall_timeout_s=0, run_dir=str(tmp_path / "r"))
     with pytest.raises(simcluster.ConfigError, match="--wall-timeout-s: a Slurm job's wall-clock limit is its own"):
         simcluster.run(model="tiny", mesh="1x1x1", target="slurm", wall_timeout_s=60, run_dir=str(tmp_path / "r"))

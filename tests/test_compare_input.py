@@ -28,8 +28,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 
 
 BAD = [
-    (["--mesh", "2x2x2", "--against", "2x2x1", "--rtol", "-1e-5"], "--rtol: must be a finite number >= 0"),
-    (["--mesh", "2x2x2", "--against", "2x2x1", "--rtol", "nan"], "--rtol: must be a finite number >= 0"),
+    (["--mesh", "2x2x2", "--against", "2x2x1", "--rtol", "-1e-5"], "--rtol: must be a finite number in [0, 1]"),
+    (["--mesh", "2x2x2", "--against", "2x2x1", "--rtol", "nan"], "--rtol: must be a finite number in [0, 1]"),
     (["--mesh", "2x2x2", "--against", "2x2x1", "--steps", "3"],
      "unrecognized arguments: --steps 3; compare takes no trainer options: your code's arguments go after --"),
     (["--mesh", "2x2x2"], "--against: give B's layout as --against PPxDPxTP"),

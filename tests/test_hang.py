@@ -118,7 +118,9 @@ def test_slurm_up_instruments_your_code_as_its_batch_script_cannot():
 
 
 @pytest.mark.parametrize("flags, message", [
-    (["--stall-s", "-1"], "--stall-s: must be a finite number of seconds in [0, 1e+06], got -1.0"),
+    (["--stall-s", "-1"], "--stall-s: must be 0 (off) or a finite number of seconds in [5, 1e+06] (below 5 s the "
+                          "watch, which looks once a second, would call a healthy job hung), got -1.0"),
+    (["--stall-s", "4.9"], "--stall-s: must be 0 (off) or a finite number of seconds in [5, 1e+06]"),
     (["--stall-s", "nan"], "stall_s: must be a finite number, got nan; e.g. stall_s=60 (--stall-s 60)"),
     (["--stall-s", "61"], "--stall-s: must be at most the job's timeout (60 s), got 61; e.g. --stall-s 60, or raise"),
     (["--stall-s", "5", "--target", "slurm"], "--stall-s 5: a slurm document runs your code's ranks without the "

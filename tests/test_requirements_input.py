@@ -132,11 +132,13 @@ def test_pips_own_reason_is_named_with_the_line(tmp_path, index, text, reason):
 
 
 def test_an_unreachable_index_a_missing_folder_and_another_file_kind_say_so(tmp_path):
-    with pytest.raises(ConfigError, match=r"line 2: 'plain'\): .*Connection refused.*No matching distribution found "
-                                          r"for plain; fix that line"):
+    # the index option's own line is blamed, not the requirement after it (issue 54)
+    with pytest.raises(ConfigError, match=r"line 1: '--index-url http://127.0.0.1:9/simple'\): .*Connection refused.*"
+                                          r"No matching distribution found for plain; fix that location"):
         fetch(tmp_path, "--index-url http://127.0.0.1:9/simple\nplain\n")
-    with pytest.raises(ConfigError, match=r"Location '/nonexistent/wheels' is ignored: it is either a non-existing "
-                                          r"path.*No matching distribution found for plain"):
+    with pytest.raises(ConfigError, match=r"line 2: '--find-links /nonexistent/wheels'\): Location '/nonexistent/wheels' "
+                                          r"is ignored: it is either a non-existing path.*No matching distribution found "
+                                          r"for plain; fix that location"):
         fetch(tmp_path, "--no-index\n--find-links /nonexistent/wheels\nplain\n")
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
     with pytest.raises(ConfigError, match=r"pyproject.toml line 1: '\[project\]'\): Invalid requirement: '\[project\]'"):

@@ -55,7 +55,8 @@ def test_checkpoint_records_what_it_was_made_with(base):
     assert (rec["seq_len"], rec["global_batch"], rec["seed"], rec["mesh"], rec["schedule"]) == (64, 16, 0, "1x1x1", "1f1b")
     assert rec["optimizer"] == {"lr": 0.003, "min_lr": 0.0003, "warmup_steps": 20, "steps": 6, "weight_decay": 0.1,
                                 "max_norm": 1.0}
-    assert rec["data"]["name"] == "<python stdlib>" and rec["data"]["bytes"] > 1_000_000
+    assert rec["data"]["name"].startswith("python-stdlib") and rec["data"]["bytes"] > 1_000_000
+    assert rec["data"]["files"] == 167  # the pinned module list (train/corpus.py STDLIB_MODULES)
     assert len(rec["data"]["sha256_head"]) == 64
     assert rec["versions"]["torch"].startswith("2.13") and rec["versions"]["python"].count(".") == 2
     assert rec["versions"]["commit"] is None or len(rec["versions"]["commit"]) == 40
@@ -89,7 +90,7 @@ def test_resume_refuses_other_data(base, tmp_path):
     proc = train("--steps", "8", "--data", str(data), "--resume", str(base), "--run-dir", str(tmp_path / "run"))
     assert proc.returncode == 2
     assert "resume: data differs from the checkpoint's (bytes" in proc.stderr
-    assert "name <python stdlib> -> other.txt" in proc.stderr and "pass the same --data as the saved run" in proc.stderr
+    assert "name python-stdlib " in proc.stderr and " -> other.txt" in proc.stderr and "pass the same --data as the saved run" in proc.stderr
 
 
 def test_changed_hyperparameters_are_applied_and_announced(base, tmp_path):

@@ -112,7 +112,7 @@ def test_a_metric_the_own_layout_lacks_stops_the_sweep(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--nodes", "2", "--nproc-per-node", "1", "--rtol", "-1"], "--rtol: must be a finite number >= 0"),
+    (["--nodes", "2", "--nproc-per-node", "1", "--rtol", "-1"], "--rtol: must be a finite number in [0, 1]"),
     (["--nodes", "2"], "nproc_per_node"),
     (["--nodes", "2", "--nproc-per-node", "1", "--metric-regex", "(a)(b)"], "--metric-regex: "),
 ])

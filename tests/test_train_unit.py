@@ -238,6 +238,45 @@ def test_default_corpus_is_stdlib_text():
     assert b"def " in bytes(tokens[:200_000].tolist())
 
 
+def _quoted_corpus() -> tuple[int, str, int, str]:
+    """docs/output.md's main job: (its final loss's steps, the data's name, bytes, sha256 prefix)."""
+    import re
+
+    doc = (ROOT / "docs" / "output.md").read_text()
+    m = re.search(r"final loss +[0-9.]+ after (\d+) steps\n +data +(python-stdlib \(pinned\)), (\d+) bytes, "
+                  r"sha256 ([0-9a-f]{12})\n", doc)
+    assert m, "docs/output.md no longer quotes the main job's final loss and data lines"
+    return int(m[1]), m[2], int(m[3]), m[4]
+
+
+def test_the_default_corpus_is_pinned_by_content_as_the_docs_name_it():
+    from simcluster.train.corpus import STDLIB_MODULES, STDLIB_SHA256, data_identity
+
+    steps, name, size, sha = _quoted_corpus()
+    assert steps == Config().steps == 100 and STDLIB_SHA256.startswith(sha)
+    assert f"the standard library's {len(STDLIB_MODULES)} top-level modules" in (ROOT / "docs" / "output.md").read_text()
+    ident = data_identity(None)  # this host's Python: the pinned modules, pinned or named as another's
+    assert ident["files"] == len(STDLIB_MODULES) == 167
+    assert ident["name"] == name if ident["sha256_head"] == STDLIB_SHA256 else \
+        ident["name"] == f"python-stdlib {sys.version.split()[0]} (not the pinned {STDLIB_SHA256[:12]})"
+
+
+@pytest.mark.docker
+def test_the_trainer_images_standard_library_is_the_pinned_corpus(docker_available):
+    """The image's own Python (whatever packages it adds) holds the pinned bytes: the main job's data."""
+    from simcluster.launcher.container.layout import IMAGE
+    from simcluster.train.corpus import STDLIB_MODULES, STDLIB_SHA256
+
+    _, _, size, _ = _quoted_corpus()
+    code = ("import hashlib, os, sys, sysconfig; root = sysconfig.get_paths()['stdlib']; "
+            "data = b'\\n'.join(open(os.path.join(root, n + '.py'), 'rb').read() for n in sys.argv[1:]); "
+            "print(len(data), hashlib.sha256(data).hexdigest())")
+    out = subprocess.run(["docker", "run", "--rm", IMAGE, "python", "-c", code, *STDLIB_MODULES],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [str(size), STDLIB_SHA256], out.stdout
+
+
 @pytest.mark.parametrize("flags,message", [
     (["--mesh", "1x1x3"], "n_heads=4 is not divisible by tp=3"),
     (["--mesh", "8x1x1", "--schedule", "interleaved-1f1b"], "n_layers=8 < pipeline stages"),

@@ -5,6 +5,12 @@ checks that a corpus can feed one window. ``train.data`` (torch) and preflight s
 
 The corpus is the files' bytes joined by one b"\\n" (a file, or a folder's files sorted), one
 token per byte (vocab 256). The tail ``split_sizes(...)[1]`` bytes are held out for validation.
+
+The default corpus (no --data) is pinned by content: the standard library's top-level modules named
+in STDLIB_MODULES, in that order (never a listing of the folder, which every package that adds a file
+to it would change), its identity the sha256 of their joined bytes; STDLIB_SHA256 is that of the
+trainer image's Python, so a job in the image says ``pinned`` and an image that adds a package trains
+on the same bytes. Another Python's standard library (a host's) gives another sha256, named as such.
 """
 from __future__ import annotations
 
@@ -12,23 +18,47 @@ import codecs
 import hashlib
 import math
 import os
+import sys
 import sysconfig
 
 from simcluster.core.errors import ConfigError
 
-SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idlelib", "__pycache__", "lib2to3",
-             "tkinter", "turtledemo", "ensurepip"}
 IDENTITY_BYTES = 16 << 20  # the data identity hashes the first 16 MiB of the corpus (cheap, sees most edits)
+STDLIB_MODULES = tuple("""
+    __future__ __hello__ _aix_support _bootsubprocess _collections_abc _compat_pickle _compression
+    _markupbase _osx_support _py_abc _pydecimal _pyio _sitebuiltins _strptime _threading_local
+    _weakrefset abc aifc antigravity argparse ast asynchat asyncore base64 bdb bisect bz2 cProfile
+    calendar cgi cgitb chunk cmd code codecs codeop colorsys compileall configparser contextlib
+    contextvars copy copyreg crypt csv dataclasses datetime decimal difflib dis doctest enum filecmp
+    fileinput fnmatch fractions ftplib functools genericpath getopt getpass gettext glob graphlib gzip
+    hashlib heapq hmac imaplib imghdr imp inspect io ipaddress keyword linecache locale lzma mailbox
+    mailcap mimetypes modulefinder netrc nntplib ntpath nturl2path numbers opcode operator optparse os
+    pathlib pdb pickle pickletools pipes pkgutil platform plistlib poplib posixpath pprint profile
+    pstats pty py_compile pyclbr pydoc queue quopri random reprlib rlcompleter runpy sched secrets
+    selectors shelve shlex shutil signal site smtpd smtplib sndhdr socket socketserver sre_compile
+    sre_constants sre_parse ssl stat statistics string stringprep struct subprocess sunau symtable
+    sysconfig tabnanny tarfile telnetlib tempfile textwrap this threading timeit token tokenize trace
+    traceback tracemalloc tty turtle types typing uu uuid warnings wave weakref webbrowser xdrlib zipapp
+    zipfile zipimport
+""".split())  # CPython 3.11's own top-level modules, none a distribution adds (sitecustomize, _sysconfigdata_*)
+STDLIB_SHA256 = "111caf6075292cacf76244127188460f34ebb844d6d6a5eef116b44012341c71"  # their joined bytes in the trainer image (Python 3.11.2)
+STDLIB_NAME = "python-stdlib"
 
 
 def stdlib_files() -> list[str]:
-    """The running Python's standard-library .py sources (tests and GUI demos excluded), sorted."""
+    """The default corpus's files: each STDLIB_MODULES module's source in the running Python's
+    standard library, in that order; a module another Python lacks (3.12 dropped asynchat, asyncore,
+    imp, smtpd) is left out, and the identity then differs from the pin and says so.
+
+    Raises:
+        ConfigError: this Python has none of their sources, naming the fix.
+    """
     root = sysconfig.get_paths()["stdlib"]
-    out = []
-    for dirpath, dirs, names in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        out += [os.path.join(dirpath, n) for n in names if n.endswith(".py")]
-    return sorted(out)
+    out = [f for f in (os.path.join(root, name + ".py") for name in STDLIB_MODULES) if os.path.isfile(f)]
+    if not out:
+        raise ConfigError(f"data: the default corpus is this Python's standard library sources, and {root!r} holds "
+                          f"none of them; pass --data FILE_OR_FOLDER")
+    return out
 
 
 def data_files(path: str) -> list[str]:
@@ -127,8 +157,10 @@ def check_corpus(path: str, seq_len: int, val_fraction: float, validates: bool) 
 
 
 def data_identity(path: str | None) -> dict:
-    """What a checkpoint records about its corpus: name, size, file count and the sha256 of its
-    first 16 MiB (in corpus order, files joined by b"\\n"). Cheap: one read of at most 16 MiB."""
+    """What a checkpoint and the summary record about a corpus: name, size, file count and the sha256 of
+    its first 16 MiB (in corpus order, files joined by b"\\n"). Cheap: one read of at most 16 MiB. The
+    default corpus (path None) is named ``python-stdlib (pinned)`` when its sha256 is STDLIB_SHA256,
+    else by this Python's version and the pin it differs from."""
     files = corpus_files(path)
     digest, left = hashlib.sha256(), IDENTITY_BYTES
     for i, f in enumerate(files):
@@ -138,5 +170,10 @@ def data_identity(path: str | None) -> dict:
             chunk = fh.read(left)
         digest.update((b"\n" if i else b"") + chunk)
         left -= len(chunk) + (1 if i else 0)
-    name = "<python stdlib>" if path is None else os.path.basename(os.path.normpath(path))
+    if path is None:
+        sha = digest.hexdigest()
+        name = f"{STDLIB_NAME} (pinned)" if sha == STDLIB_SHA256 else \
+            f"{STDLIB_NAME} {sys.version.split()[0]} (not the pinned {STDLIB_SHA256[:12]})"
+    else:
+        name = os.path.basename(os.path.normpath(path))
     return {"name": name, "bytes": corpus_size(files), "files": len(files), "sha256_head": digest.hexdigest()}

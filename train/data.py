@@ -33,7 +33,7 @@ def load_corpus(path: str | None) -> torch.Tensor:
 
 class Corpus:
     """The bytes ``load_corpus`` returns, read from the files on demand instead of held: a rank
-    keeps only the file list and sizes (the stdlib corpus is about 10 MB, once per rank when held).
+    keeps only the file list and sizes (the default corpus is 4.6 MB, once per rank when held).
     ``numel()``, a slice ``c[a:b]`` (a Corpus again) and, as a tensor's indexing in ``lm_batch``,
     ``c[idx]`` for a (rows, n) index of consecutive positions (a uint8 tensor of those bytes)."""
 

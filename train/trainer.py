@@ -33,6 +33,7 @@ from simcluster.train.optim import build_optimizer, restore_kernel_flags
 from simcluster.train.parallel import apply_fsdp, apply_tp, init_weights
 from simcluster.train.pipeline import apply_pp, build_stage_modules
 from simcluster.train.profiling import maybe_profile
+from simcluster.core.runlog import write_data
 from simcluster.train.runtime import GarbageCollection, freeze_imports, tune_malloc
 from simcluster.core import timeline
 from simcluster.train import traffic as traffic_acct
@@ -274,6 +275,7 @@ def run(job: TrainRun) -> int:
     try:
         if rank == 0:
             save_config(cfg, cfg.run_dir)
+            write_data(cfg.run_dir, data_identity(job))
             print("[simcluster] config: " + " ".join(f"{k}={v}" for k, v in cfg.to_dict().items()), flush=True)
         trainer = Trainer(job, rank, local_rank)
         trainer.fit()

@@ -16,9 +16,12 @@ one flag):
   requirements within torch's own specifier); the other packages of the image stay too, unless the
   requirements cannot resolve with them: then pip resolves again with only the fixed ones, and the
   packages that move (an older fsspec for a stack on datasets or transformers 4.x) are installed
-  over the image's and named. A requirement that cannot be had, or that clashes with a fixed one, is
+  over the image's and named; the image's packages the added ones require and that stay are named as
+  held (``held_for``), since pip picked releases that work with them, however old. A requirement that cannot be had, or that clashes with a fixed one, is
   refused before any container starts: ConfigError naming pip's own reason, the line it is about, and
-  the package and constraint that clash.
+  the package and constraint that clash. A package built against torch (TORCH_BUILT: torchvision,
+  torchaudio, ...) must come as the image's torch's build (2.13.0+cpu: its ``+cpu`` wheel from the PyTorch
+  CPU index), else it is refused naming both.
 - The derived image is ``simcluster/deps:<key>``, key = sha256 of the base image's id, the
   requirements file's bytes and each ``--wheel``'s name and bytes: the same inputs build nothing a
   second time (nothing is downloaded either). Its labels name the base, the wheels installed and the
@@ -104,6 +107,7 @@ def download(req: Requirements, held: dict[str, str], fixed: dict[str, str], des
         proc = _pip(req, sorted(fixed.values()), dest)
     if proc.returncode == 0:
         found = {_norm(m["name"]): m["version"] for m in map(WHEEL.match, os.listdir(dest)) if m}
+        torch_builds(found, held, lines)
         return {n: v for n, v in sorted(found.items()) if n in held and held[n] != v}
     why = pip_errors.reason(proc.stdout, pip_errors.locations(lines))
     line = pip_errors.named_line(why, lines)
@@ -111,10 +115,43 @@ def download(req: Requirements, held: dict[str, str], fixed: dict[str, str], des
     if (conflict := pip_errors.clash(why, fixed)) is not None:
         raise ConfigError(f"requirements: {conflict}{where}; pip: {why}; loosen or drop that requirement "
                           f"(torch and what torch requires stay as the image has them)")
-    fix = ("fix its name or version (a binary wheel for cp311 manylinux x86-64 must exist), or drop it"
+    fix = ("fix that location (an index that answers, a folder that exists), or drop the line"
+           if line and pip_errors.LOCATION_LINE.match(line.text) else
+           "fix its name or version (a binary wheel for cp311 manylinux x86-64 must exist), or drop it"
            if "No matching distribution" in why and ";" not in why else "fix that line, or drop it")
     raise ConfigError(f"requirements: pip cannot download for the image's Python (cp311, manylinux x86-64, "
                       f"wheels only){where}: {why}; {fix}")
+
+
+# packages whose wheels hold code compiled against one torch build: each must be the image's torch's build
+TORCH_BUILT = ("torchvision", "torchaudio", "torchtext", "torchrec", "torchcodec", "torchao", "fbgemm-gpu", "xformers",
+               "flash-attn", "torch-scatter", "torch-sparse", "torch-cluster", "torch-spline-conv")
+CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # the PyTorch index of the CPU builds (+cpu local versions)
+
+
+def torch_builds(found: dict[str, str], held: dict[str, str], lines) -> None:
+    """A package built against torch (TORCH_BUILT) downloaded for another build than the image's torch
+    (PyPI's Linux torchvision is built against a CUDA torch; the image's is 2.13.0+cpu) is refused,
+    naming both, before anything is built: installed beside the image's torch it fails at import.
+
+    Raises:
+        ConfigError: naming the package's version, the image's torch and the fix (its CPU build).
+    """
+    torch = held.get("torch")
+    if torch is None:
+        return
+    build = torch.partition("+")[2]
+    for name in TORCH_BUILT:
+        version = found.get(name)
+        if version is None or version.partition("+")[2] == build:
+            continue
+        line = pip_errors.named_line(name, tuple(lines))
+        where = f" ({line.where()})" if line else ""
+        their = f"its {version.partition('+')[2]} build" if "+" in version else "PyPI's build, against a CUDA torch"
+        raise ConfigError(f"requirements: {name} {version}{where} is {their}, and the image's torch is {torch}: "
+                          f"installed beside it, {name} fails at import; take the build of the image's torch: add "
+                          f"--extra-index-url {CPU_INDEX} to the file and pin {name}=={version.partition('+')[0]}"
+                          f"{'+' + build if build else ''}")
 
 
 def new_wheels(dest: str, held: dict[str, str]) -> list[str]:
@@ -125,6 +162,32 @@ def new_wheels(dest: str, held: dict[str, str]) -> list[str]:
         if m and held.get(_norm(m["name"])) != m["version"]:
             out.append(name)
     return out
+
+
+def held_for(dest: str, added: list[str], held: dict[str, str], moved: dict[str, str]) -> dict[str, list[str]]:
+    """{the image's package kept at its version: the added wheels that require it}: what the resolution
+    held (pip took releases of the added packages that work with it), from each wheel's METADATA."""
+    import zipfile
+
+    out: dict[str, list[str]] = {}
+    for name in added:
+        m = WHEEL.match(name)
+        try:
+            with zipfile.ZipFile(os.path.join(dest, name)) as z:
+                meta = next((z.read(n).decode("utf-8", "replace") for n in z.namelist()
+                             if n.endswith(".dist-info/METADATA")), "")
+        except (OSError, zipfile.BadZipFile):
+            continue
+        for req in re.findall(r"^Requires-Dist: *([A-Za-z0-9][A-Za-z0-9._-]*)([^\n]*)$", meta, re.M):
+            dep = _norm(req[0])
+            if dep in held and dep not in moved and "extra ==" not in req[1]:
+                out.setdefault(dep, []).append(f"{m['name']} {m['version']}")
+    return dict(sorted(out.items()))
+
+
+def held_text(kept: dict[str, list[str]], held: dict[str, str]) -> str:
+    """``fsspec 2026.9.0 (for datasets 2.0.0), numpy 2.4.6 (for datasets 2.0.0)``: held_for's answer as text."""
+    return ", ".join(f"{name} {held[name]} (for {', '.join(users)})" for name, users in kept.items())
 
 
 DOCKERFILE = """FROM {base}
@@ -153,6 +216,7 @@ def ensure(req: Requirements, base: str = IMAGE, say=print) -> str:
         say(f"requirements: downloading wheels for the image's Python (cp311, manylinux x86-64) for {tag}")
         moved = download(req, held, fixed, wheels)
         added = new_wheels(wheels, held)
+        kept = held_for(wheels, added, held, moved)
         for name in os.listdir(wheels):
             if name not in added:
                 os.remove(os.path.join(wheels, name))
@@ -164,7 +228,10 @@ def ensure(req: Requirements, base: str = IMAGE, say=print) -> str:
     names = [f"{m['name']}=={m['version']}" for m in map(WHEEL.match, added) if _norm(m["name"]) not in moved]
     say(f"image: {tag} built FROM {base}, adding {len(names)} wheel(s): {' '.join(names) or 'none'}"
         + (f"; moving {', '.join(f'{n} {held[n]} -> {v}' for n, v in moved.items())} (torch does not pin "
-           f"{'them' if len(moved) > 1 else 'it'})" if moved else ""))
+           f"{'them' if len(moved) > 1 else 'it'})" if moved else "")
+        + (f"; holding the image's {held_text(kept, held)}: "
+           f"pip took the releases that work with them (pin a newer one in your file to move them instead)"
+           if kept else ""))
     return tag
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import DATA_MOUNT, IMAGE_USER, RUNS_MOUNT
+from simcluster.launcher.engines.document import kubelet_literal
 from simcluster.launcher.engines.gpus import gpus_per_node, model
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"  # NVIDIA GPU feature discovery's node label of the GPU model
@@ -23,7 +24,9 @@ CONTAINER = "node"  # the container name (Kubeflow's torch runtime names its tra
 
 
 def env_list(env: dict[str, str]) -> list[dict]:
-    return [{"name": k, "value": v} for k, v in env.items()]
+    """A container's env entries; each value spelled so that it arrives unchanged (the kubelet expands
+    ``$(NAME)`` in a value too: document.kubelet_literal)."""
+    return [{"name": k, "value": kubelet_literal(v)} for k, v in env.items()]
 
 
 def resources(launch: Launch) -> dict:

@@ -21,8 +21,8 @@ from __future__ import annotations
 from simcluster.launcher.engines.document import entry, k8s_name, kubelet_literal, with_dump_folder
 from simcluster.launcher.engines.kubernetes import Kubernetes, pod_env
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.engines.pod import (CONTAINER, node_selector, pod_security_context, resources, security_context,
-                                             volume_mounts, volumes)
+from simcluster.launcher.engines.pod import (CONTAINER, env_list, node_selector, pod_security_context, resources,
+                                             security_context, volume_mounts, volumes)
 
 RUNTIME = "torch-distributed"
 TRAINER_RELEASE = "v2.3"  # the Kubeflow Trainer release whose TrainJob API this document is written for
@@ -47,7 +47,7 @@ def build(launch: Launch) -> dict:
     name = k8s_name(launch)
     env = pod_env(launch)
     trainer = {"image": launch.node.image, "command": command(launch),
-               "env": [{"name": k, "value": v} for k, v in env.items()],
+               "env": env_list(env),
                "numNodes": launch.nnodes, "numProcPerNode": launch.nproc_per_node}
     if resources(launch):
         trainer["resourcesPerNode"] = resources(launch)

@@ -8,7 +8,8 @@ continuations, comments, ``-r``/``-c`` includes relative to their file): binary 
 runs a build backend or clones a repository on the host. A line naming a local project folder, an sdist
 archive, a VCS URL (``git+``, ``hg+``, ``svn+``, ``bzr+``) or an editable install (``-e``) is refused with
 the fix (build its wheel yourself and pass ``--wheel``); a file with no requirement in it, an include that
-is missing or that includes itself again are refused. Everything else (names, versions, markers,
+is missing or that includes itself again are refused, and so is a file whose every requirement has a
+marker that excludes the image's Python (IMAGE_MARKERS: nothing would be installed). Everything else (names, versions, markers,
 hashes, index options) is pip's to judge: engines/deps_image.py names pip's own reason and the line.
 """
 from __future__ import annotations
@@ -27,6 +28,10 @@ INCLUDE = re.compile(r"^(-r|--requirement|-c|--constraint)(?:\s*=?\s*|\s+)(?P<pa
 EDITABLE = re.compile(r"^(-e|--editable)(\s|=|$)")
 VCS = re.compile(r"(^|[\s@])(git|hg|svn|bzr)\+[a-z]+:", re.I)
 ARCHIVE = re.compile(r"\.(tar\.gz|tgz|tar\.bz2|tar\.xz|tar|zip)(#\S*)?$", re.I)
+IMAGE_PYTHON = "3.11"  # the trainer image's interpreter (images/Dockerfile: BASE_IMAGE provides python3 3.11)
+IMAGE_MARKERS = {"python_version": IMAGE_PYTHON, "python_full_version": IMAGE_PYTHON + ".2", "os_name": "posix",
+                 "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
+                 "implementation_name": "cpython", "platform_python_implementation": "CPython"}
 BUILD_FIX = "build its wheel yourself (pip wheel --no-deps -w dist PROJECT) and pass --wheel dist/NAME-VERSION-...whl"
 
 
@@ -124,10 +129,41 @@ def read_lines(path: str) -> tuple[Line, ...]:
             out.append(line)
 
     visit(path, (os.path.realpath(path),))
-    if not any(not ln.text.startswith("-") for ln in out):
-        raise ConfigError(f"requirements: {path!r} holds no requirement (only comments, blank lines or options); "
-                          f"add one a line (e.g. tqdm==4.67.1) or drop --requirements")
+    reqs = [ln for ln in out if not ln.text.startswith("-") and not _constraint(ln, out)]
+    if not reqs:
+        raise ConfigError(f"requirements: {path!r} holds no requirement (only comments, blank lines, options or "
+                          f"constraints); add one a line (e.g. tqdm==4.67.1) or drop --requirements")
+    if not any(_applies(ln) for ln in reqs):
+        raise ConfigError(f"requirements: every requirement of {path!r} has a marker that excludes the image's Python "
+                          f"(CPython {IMAGE_PYTHON}, Linux x86-64), e.g. {reqs[0].where()}, so nothing would be "
+                          f"installed; fix the markers (e.g. ; python_version >= \"3.10\") or drop --requirements")
     return tuple(out)
+
+
+def _constraint(line: Line, lines: list[Line]) -> bool:
+    """Whether a line came from a ``-c`` file (a constraint: it installs nothing)."""
+    for inc in lines:
+        m = INCLUDE.match(inc.text)
+        if m and m.group(1) in ("-c", "--constraint") and \
+                os.path.normpath(os.path.join(os.path.dirname(inc.file), m["path"])) == os.path.normpath(line.file):
+            return True
+    return False
+
+
+def _applies(line: Line) -> bool:
+    """Whether a requirement line's marker holds in the image (IMAGE_MARKERS); a line packaging cannot
+    parse counts as holding (pip judges it and names its own reason)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    text = re.split(r"\s--?[a-z]", line.text, maxsplit=1)[0]  # per-line options (--hash=...) off
+    try:
+        marker = Requirement(text).marker
+    except InvalidRequirement:
+        return True
+    try:
+        return marker is None or marker.evaluate(IMAGE_MARKERS)
+    except Exception:  # noqa: BLE001 - an undefined marker name: pip's to judge
+        return True
 
 
 def included(path: str) -> tuple[str, ...]:

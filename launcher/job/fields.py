@@ -48,12 +48,17 @@ def _bad(name: str, value, need: str) -> ConfigError:
     return e
 
 
+def _num(bound) -> str:
+    """A bound as written: an int as it is (2**63 - 1 whole), a float in %g (1e+06, 0.01)."""
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
+
+
 def _number(name: str, spec: Spec, value):
     kind = {"int": "an int", "float": "a finite number"}[spec.kind]
     need = kind
     if spec.lo is not None:
-        need = f"{'>' if spec.strict_lo else '>='} {spec.lo}"
-        need += f" and <= {spec.hi}" if spec.hi is not None else ""
+        need = f"{'>' if spec.strict_lo else '>='} {_num(spec.lo)}"
+        need += f" and <= {_num(spec.hi)}" if spec.hi is not None else ""
         need += f"{spec.unit} ({kind})"
     if isinstance(value, bool) or not isinstance(value, (int, float) if spec.kind == "float" else int):
         raise _bad(name, value, need)

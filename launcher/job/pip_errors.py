@@ -49,9 +49,21 @@ def reason(stderr: str, locations: tuple[str, ...] = ()) -> str:
     return "; ".join(out) or stderr.strip()[-600:]
 
 
+LOCATION_LINE = re.compile(r"^(-i|--index-url|--extra-index-url|-f|--find-links)(?:\s*=?\s*|\s+)(\S+)$")
+LOCATION_TROUBLE = re.compile(r"connection|Could not fetch URL|is ignored|SSLError|HTTPError|\b40[134]\b|timed out|"
+                              r"Name or service not known|Temporary failure in name resolution", re.I)
+
+
 def named_line(why: str, lines: tuple[Line, ...]) -> Line | None:
-    """The user's requirement line pip's reason is about: one whose text (or whose name) the reason
-    quotes, the most specific first; None when it names none."""
+    """The user's line pip's reason is about: when the reason is an index or find-links location that
+    failed (a refused connection, a folder that is not there), the option line naming that location (the
+    only one, or the one the reason quotes), never the requirement after it; else a requirement line
+    whose text (or whose name) the reason quotes, the most specific first; None when it names none."""
+    if LOCATION_TROUBLE.search(why):
+        options = [ln for ln in lines if LOCATION_LINE.match(ln.text)]
+        quoted = [ln for ln in options if LOCATION_LINE.match(ln.text).group(2) in why]
+        if quoted or len(options) == 1:
+            return (quoted or options)[0]
     reqs = [ln for ln in lines if not ln.text.startswith("-")]
     for ln in reqs:
         if ln.text in why or any(part.strip() and part.strip() in why for part in ln.text.split(";")):
@@ -67,7 +79,7 @@ def locations(lines: tuple[Line, ...]) -> tuple[str, ...]:
     """The index URLs and find-links locations the user's files name."""
     out = []
     for ln in lines:
-        m = re.match(r"^(-i|--index-url|--extra-index-url|-f|--find-links)(?:\s*=?\s*|\s+)(\S+)$", ln.text)
+        m = LOCATION_LINE.match(ln.text)
         if m:
             out.append(m.group(2))
     return tuple(out)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 
 from simcluster.launcher.container.layout import IMAGE_USER
 from simcluster.launcher.job.deps import Requirements
-from simcluster.launcher.job.env import env_pairs
+from simcluster.launcher.job.env import env_conflicts, env_pairs
 from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY, MAX_STEPS, UP_ONLY, check_values, flag, from_text
 from simcluster.launcher.job.sections import (EngineOptions, GenerateOptions, JobOptions, NodeOptions,
                                               TrainerOptions, UpOptions)
@@ -127,9 +127,6 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
                                f"runs); give one, e.g. script='examples/ddp.py' or module='mypkg.train'")
     if v["strict_memory"] and v["memory_per_node"] is None:
         raise _error("strict_memory", "--strict-memory: needs the limit to check, e.g. --memory-per-node 3g")
-    if v.get("wall_timeout_s") is not None and not v["wall_timeout_s"] > 0:
-        raise _error("wall_timeout_s", f"--wall-timeout-s: must be > 0 seconds, got {v['wall_timeout_s']}; e.g. "
-                                       f"--wall-timeout-s 600")
     if builtin:
         if v["nodes"] is not None or v["nproc_per_node"] is not None or argv:
             raise _error("nodes", "the built-in trainer takes --mesh and its own flags, not --nodes/--nproc-per-node "
@@ -155,9 +152,12 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
                                       "shapes); your code's memory is not predicted: drop --strict-memory")
     if trainer_only or v["config"]:
         given = ", ".join(flag(n) for n in trainer_only) or f"--config {v['config']}"
+        typed = " ".join(f"{flag(n)} {v[n]}" for n in trainer_only) or f"--config {v['config']}"
+        ours = f"; your code's step count for the progress line is --total-steps {v['steps']}" \
+            if "steps" in trainer_only else ""
         raise _error(trainer_only[0] if trainer_only else "config",
-                     f"{given}: options of the built-in trainer, not of your code; pass your code's own arguments "
-                     f"after --, e.g. ... --script train.py -- --lr 0.1")
+                     f"{given}: options of the built-in trainer, not of your code; where your code takes them, "
+                     f"pass them after --, e.g. ... -- {typed}{ours}")
     if v["mesh"] is not None and (v["nodes"] is not None or v["nproc_per_node"] is not None):
         raise _error("mesh", "invalid launch:\n  shape: give either --mesh PPxDPxTP or --nodes N --nproc-per-node "
                              "M, not both")
@@ -196,7 +196,7 @@ def make_request(command: str = "up", *, args=(), **options) -> JobRequest:
         if values[name] is not None:
             _readable(name, values[name], user, folder)
     Requirements(values["requirements"], values["wheel"]).check()
-    env_pairs(values["env"])
+    env_conflicts(env_pairs(values["env"]), values["check_collectives"], values["stall_s"])
     return JobRequest(command=command, args=argv, **values)
 
 

@@ -33,6 +33,8 @@ MAX_STEPS = 10**7  # steps, total_steps and a traced step: far beyond any simula
 MAX_NODES = 64  # nodes (containers) of one simulated cluster
 MAX_RANKS = 64  # ranks per node
 MAX_RESTARTS = 100
+MAX_WAIT_S = 86400  # a node's join: a day (the rendezvous' timer, Compose's healthcheck times)
+TIMER_LIMIT_S = 1e6  # the launcher's and the trainer's timers: about 11 days (simcluster/core/preflight_values.py)
 RDZV_BACKENDS = ("c10d", "static")
 KINDS = {"int | None": "int", "int": "int", "float | None": "float", "float": "float", "str | None": "str",
          "str": "str", "bool | None": "bool", "bool": "bool", "tuple[str, ...]": "strs", "tuple[tuple[str, float], ...]": "pairs"}
@@ -131,7 +133,7 @@ class NodeOptions:
                                "backend (see launcher/container/node.py)")
     mount_code: bool = option(False, True, help="bind-mount this checkout's train/ and launcher/ over /app (no "
                               "image rebuild)")
-    join_timeout_s: float = option(JOIN_TIMEOUT_S, 120.0, lo=0, strict_lo=True, metavar="S", help="every node "
+    join_timeout_s: float = option(JOIN_TIMEOUT_S, 120.0, lo=0, hi=MAX_WAIT_S, strict_lo=True, unit=" s", metavar="S", help="every node "
                                    "must join the rendezvous within S seconds of its start, else the job ends "
                                    "naming the missing node")
     torchrun: bool = option(False, True, help="start the ranks with stock torchrun, a fresh interpreter each "
@@ -200,7 +202,7 @@ class UpOptions:
     start_late: tuple[tuple[str, float], ...] = option((), {"node-1": 20}, metavar="NODE=S", help="start NODE's "
                                                        "container S seconds after the others (late-join drill; "
                                                        "repeatable)")
-    wall_timeout_s: float | None = option(None, 600.0, metavar="S", help="kill the whole run, restarts included, "
+    wall_timeout_s: float | None = option(None, 600.0, lo=0, hi=TIMER_LIMIT_S, strict_lo=True, unit=" s", metavar="S", help="kill the whole run, restarts included, "
                                           "after S seconds; it fails as timed out (default: no limit; "
                                           "--timeout-s is the job's own, ending a run whose peers went silent)")
     metric_regex: str | None = option(None, r"^step (?P<step>\d+) loss (?P<value>\S+)", metavar="REGEX",
@@ -255,7 +257,7 @@ SWEEP_COMPARE = ("metric", "metric_regex", "rtol")  # CompareOptions' fields swe
 _CONFIG_EXAMPLES = {"mesh": "2x2x2", "model": "tiny", "dim": 64, "n_layers": 4, "n_heads": 4, "ffn_dim": 128,
                     "seq_len": 64, "global_batch": 8, "data": "data/corpus.txt", "run_dir": "runs/mesh-2x2x2",
                     "resume": "runs/mesh-2x2x2", "trace_steps": "2,3", "steps": 3, "stall_s": 60}
-_CONFIG_SPECS = {"steps": dict(lo=1, hi=MAX_STEPS), "timeout_s": dict(lo=0, strict_lo=True)}
+_CONFIG_SPECS = {"steps": dict(lo=1, hi=MAX_STEPS), "timeout_s": dict(lo=0, hi=TIMER_LIMIT_S, strict_lo=True, unit=" s")}
 
 
 def _trainer_options():

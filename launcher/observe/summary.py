@@ -27,7 +27,7 @@ from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.observe.teardown import TEARDOWN_ABORT, aborted_after_work, show_aborted
 from simcluster.core.rundir import METRICS, collectives, step_rows
-from simcluster.core.runlog import printed_series, write_summary
+from simcluster.core.runlog import printed_series, read_data, write_summary
 from simcluster.launcher.container.layout import RDZV_HOST
 from simcluster.core.layout import format_ranks, node_of, node_ranks
 from simcluster.core.metrics import host_links, traffic_text
@@ -56,8 +56,12 @@ def _final_metrics(run_dir: str, done: dict, since: float, metric_regex: str | N
     out["rss_mb"] = max(rss) if rss else None
     out["device_peak_mb"] = next((r["device_peak_mb"] for r in reversed(rows) if r.get("device_peak_mb")), None)
     out["printed_by"] = None
+    out["printed_error"] = None
     if out["final_loss"] is None:  # a loss the ranks only printed (--metric-regex, else the common formats)
-        rank, printed = printed_series(run_dir, metric_regex)
+        try:
+            rank, printed = printed_series(run_dir, metric_regex)
+        except ValueError as e:  # --metric-regex met a non-number: said in the summary
+            rank, printed, out["printed_error"] = None, [], str(e)
         if printed:
             out.update(final_loss=printed[-1][1], printed_by=rank)
             out["steps"] = out["steps"] if out["steps"] is not None else printed[-1][0]
@@ -154,12 +158,16 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     if m["final_loss"] is not None:
         show(f"  final loss   {m['final_loss']}" + (f" after {m['steps']} steps" if m["steps"] is not None else "")
              + (f" (as rank {m['printed_by']} printed it)" if m["printed_by"] is not None else ""))
+    elif m["printed_error"]:
+        show(f"  final loss   none read: --metric-regex {m['printed_error']}")
     elif m["steps"] is not None:
         show(f"  steps        {m['steps']}, without a loss" + ("" if launch.train is not None else
              " (for one: simcluster.log(loss=...) or a \"loss\" in your metrics.jsonl)"))
     else:
         for i, line in enumerate(_no_metrics(launch, run_dir)):
             show(f"  {'metrics' if i == 0 else '':<12} {line}")
+    if data := read_data(run_dir, since):
+        show(f"  data         {data.get('name')}, {data.get('bytes')} bytes, sha256 {str(data.get('sha256_head'))[:12]}")
     if m["tokens_per_s"] is not None:
         show(f"  tokens/s     {m['tokens_per_s']}")
     elif launch.train is None and m["step_time_s"] is not None:
@@ -210,7 +218,7 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
             _show_failures(show, launch, tracebacks)
     stream.log.close()
     record = _record(launch, stream, codes, ok, wall, m, tracebacks)
-    write_summary(run_dir, {**record, "no_work": no_work, "first_failed": first[0] if first else None,
+    write_summary(run_dir, {**record, "data": data or None, "no_work": no_work, "first_failed": first[0] if first else None,
                             "aborted_at_exit": [{"rank": r, "node": launch.names[node_of(r, launch.nproc_per_node)],
                                                  "after_step": s} for r, s in aborted.items()],
                             "hang": hang["diagnosis"] if hang else None})

@@ -12,6 +12,9 @@ from simcluster.core.errors import ConfigError
 
 SEED_LIMIT = 2**63  # torch.Generator.manual_seed takes 64-bit seeds; batches and init use seed mod 2**63
 TIMEOUT_LIMIT_S = 1e6  # datetime.timedelta and gloo take far more; beyond 11 days a peer is surely gone
+# the stall watch's resolution: each rank publishes its progress, and rank 0 looks, once a POLL_S (1 s,
+# train/stallwatch.py), so a healthy rank's progress is seen up to 2 s late; a limit of 5 s leaves room
+STALL_MIN_S = 5.0
 
 
 def _finite(v) -> bool:
@@ -26,7 +29,9 @@ RULES: dict[str, tuple] = {
     "max_norm": (lambda v: _finite(v) and v >= 0, "a finite number >= 0", "e.g. --max-norm 1.0 (0: no clipping)"),
     "timeout_s": (lambda v: _finite(v) and 0 < v <= TIMEOUT_LIMIT_S, f"a finite number of seconds in (0, {TIMEOUT_LIMIT_S:g}]",
                   "e.g. --timeout-s 60 (the default)"),
-    "stall_s": (lambda v: v is None or _finite(v) and 0 <= v <= TIMEOUT_LIMIT_S, f"a finite number of seconds in [0, {TIMEOUT_LIMIT_S:g}]",
+    "stall_s": (lambda v: v is None or _finite(v) and (v == 0 or STALL_MIN_S <= v <= TIMEOUT_LIMIT_S),
+                f"0 (off) or a finite number of seconds in [{STALL_MIN_S:g}, {TIMEOUT_LIMIT_S:g}] (below "
+                f"{STALL_MIN_S:g} s the watch, which looks once a second, would call a healthy job hung)",
                 "e.g. --stall-s 60 (the default; 0: off)"),
     "val_fraction": (lambda v: _finite(v) and 0 < v < 1, "in (0, 1)", "e.g. --val-fraction 0.05 (the default)"),
     "seed": (lambda v: 0 <= v < SEED_LIMIT, "in [0, 2**63)", "e.g. --seed 0"),

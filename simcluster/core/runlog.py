@@ -1,6 +1,6 @@
 """The run folder's records that `launcher up` and the trainer write beside the ranks' own: cluster.log
 (every line shown, the summary last), summary.json, job.json (the job's nodes, ranks and image, at its
-start), config.yaml (the trainer's resolved config) and trace.json; read here alone, each named by
+start), config.yaml (the trainer's resolved config), data.json (its corpus's identity) and trace.json; read here alone, each named by
 file and line when it cannot be read.
 
     python -c "from simcluster.core.runlog import summary_lines, read_job; print(summary_lines('runs/mesh-2x1x1')[:2], read_job('runs/mesh-2x1x1'))"
@@ -22,6 +22,7 @@ CONFIG = "config.yaml"  # the built-in trainer's resolved config
 CLUSTER_LOG = "cluster.log"  # every line `launcher up` showed, its summary last
 SUMMARY = "summary.json"  # the summary as data (observe/summary.py _record), written once the run has ended
 _RANK_LINE = re.compile(r"^node-\d+ r(\d+)\s*\| (.*)$")  # observe/follow.py Stream.handle's prefix
+DATA = "data.json"  # the built-in trainer's corpus identity (corpus.data_identity), written by rank 0 at start
 JOB = "job.json"  # the job as `up` started it: nodes -> ranks, nproc_per_node, world_size, image (write_job)
 
 
@@ -116,6 +117,24 @@ def write_summary(run_dir: str, record: dict) -> None:
     _write_json(os.path.join(run_dir, SUMMARY), record)
 
 
+def write_data(run_dir: str, identity: dict) -> None:
+    """Write RUN_DIR/data.json: the corpus a run of the built-in trainer trains on (corpus.data_identity)."""
+    _write_json(os.path.join(run_dir, DATA), identity)
+
+
+def read_data(run_dir: str, since: float = 0.0) -> dict | None:
+    """RUN_DIR/data.json when this run wrote it (modified at or after ``since``, UNIX time), else None."""
+    path = os.path.join(run_dir, DATA)
+    try:
+        if os.path.getmtime(path) + 1 < since:
+            return None
+        with open(path, encoding="utf-8") as fh:
+            record = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def read_summary(run_dir: str) -> dict | None:
     """RUN_DIR/summary.json of the folder's last ended run, or None (none ended yet, or unreadable)."""
     try:
@@ -171,11 +190,12 @@ def rank_lines(run_dir: str) -> list[tuple[int, str]]:
 def printed_series(run_dir: str, regex: str | None = None) -> tuple[int | None, list[tuple[int, float]]]:
     """(rank, its (step, value) pairs) of a metric the ranks printed (cluster.log): the highest rank
     (the last pipeline stage's, where the loss lives) whose lines match ``regex`` (a --metric-regex: one group, or groups step and value), by default
-    series.LOSS_REGEX (the common ways of printing a loss); (None, []) when none matches, or a match
-    is no number (simcluster/core/series.py series_from_rank_lines, the one home of these rules).
+    series.LOSS_REGEX (the common ways of printing a loss); (None, []) when none matches, or when a
+    match of the default is no number (simcluster/core/series.py series_from_rank_lines, the one home of these rules).
 
     Raises:
-        ValueError: regex is not a --metric-regex (series.metric_pattern's message).
+        ValueError: regex is not a --metric-regex (series.metric_pattern's message), a match of it is
+            no number, or reading outlasted series.READ_BOUND_S.
     """
     from simcluster.core.series import metric_pattern, series_from_rank_lines
 
@@ -183,6 +203,8 @@ def printed_series(run_dir: str, regex: str | None = None) -> tuple[int | None, 
     try:
         return series_from_rank_lines(rank_lines(run_dir), pattern)
     except ValueError:
+        if regex is not None:  # the user's pattern met a non-number: said, never a loss silently dropped
+            raise
         return None, []
 
 

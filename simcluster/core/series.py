@@ -13,8 +13,11 @@ rows (``series_from_rows``) or from log lines and a regular expression (``series
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
+import signal
+import threading
 from dataclasses import dataclass
 
 Series = list[tuple[int, float]]
@@ -180,45 +183,87 @@ def series_from_rows(rows: list[dict], metric: str) -> Series:
     return out
 
 
-def metric_pattern(text: str) -> re.Pattern:
-    """A --metric-regex compiled: exactly one group (the value; the n-th match is step n), or named
-    groups ``value`` and, optionally, ``step``.
+TRY_BOUND_S = 2.0  # a --metric-regex tried once on PROBES ends within this, else it is refused
+READ_BOUND_S = 30.0  # reading a run's lines with one ends within this (a sane pattern: well under a second)
+# lines that make a backtracking pattern ((\d+)+x, (a|a)*b, (.*)*= ...) run for ever: long runs of what
+# log lines hold, each ended by a character no such pattern expects
+PROBES = tuple(unit * (3000 // len(unit)) + "!" for unit in ("1", "a", " ", "1.", "loss ", "step 1 loss 1.0 "))
+
+
+@contextlib.contextmanager
+def time_bound(seconds: float, what: str):
+    """Run the block under a wall-clock bound (SIGALRM: re's matching loop checks signals).
 
     Raises:
-        ValueError: not a regular expression, or not of those groups (the message says which).
+        ValueError: the block still ran after ``seconds``, naming ``what``. In a thread other than
+            the main one (no SIGALRM there) the block runs unbounded.
+    """
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(*_):
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except TimeoutError:
+        raise ValueError(f"{what} still ran after {seconds:g} s: the pattern backtracks (nested or overlapping "
+                         f"repeats such as (\\d+)+ or (.*)*); write each repeat once, e.g. 'loss ([0-9.eE+-]+)'") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def metric_pattern(text: str) -> re.Pattern:
+    """A --metric-regex compiled and tried once on PROBES under TRY_BOUND_S: exactly one group (the
+    value; the n-th match is step n), or named groups ``value`` and, optionally, ``step``, no other.
+
+    Raises:
+        ValueError: not a regular expression, not of those groups, or backtracking (the message says which).
     """
     try:
         pattern = re.compile(text)
-    except re.error as e:
+    except (re.error, RecursionError, OverflowError) as e:
         raise ValueError(f"{text!r} is not a regular expression: {e}") from None
     names = set(pattern.groupindex)
-    if "value" in names or (pattern.groups == 1 and "step" not in names):
-        return pattern
-    raise ValueError(f"{text!r} has {pattern.groups} group(s){' named ' + ', '.join(sorted(names)) if names else ''}; "
-                     f"give one group, the value (e.g. 'loss ([0-9.eE+-]+)'), or named groups step and value "
-                     f"(e.g. 'step (?P<step>\\d+)/\\d+ loss (?P<value>\\S+)')")
+    one = pattern.groups == 1 and "step" not in names
+    named = "value" in names and names <= {"step", "value"} and pattern.groups == len(names)
+    if not (one or named):
+        raise ValueError(f"{text!r} has {pattern.groups} group(s){' named ' + ', '.join(sorted(names)) if names else ''}; "
+                         f"give one group, the value (e.g. 'loss ([0-9.eE+-]+)'), or named groups step and value "
+                         f"and no other (e.g. 'step (?P<step>\\d+)/\\d+ loss (?P<value>\\S+)'; (?:...) groups nothing)")
+    with time_bound(TRY_BOUND_S, f"{text!r}, tried on a long line,"):
+        for line in PROBES:
+            pattern.search(line)
+    return pattern
 
 
 def series_from_lines(lines: list[str], pattern: re.Pattern) -> Series:
     """(step, value) of each line the pattern (metric_pattern's) is found in (re.search): the
     ``step`` group's number (where it took part), else the match's count (1, 2, ...); the ``value``
-    group, else group 1.
+    group, else group 1. All lines are read within READ_BOUND_S.
 
     Raises:
-        ValueError: a matched value or step is not a number (naming the line).
+        ValueError: a matched value or step is not a number (naming the line), or the reading
+            outlasted its bound.
     """
     out: Series = []
-    for line in lines:
-        m = pattern.search(line)
-        if not m:
-            continue
-        value = m.group("value") if "value" in pattern.groupindex else m.group(1)
-        step = m.group("step") if "step" in pattern.groupindex and m.group("step") is not None else str(len(out) + 1)
-        try:
-            out.append((int(step), float(value)))
-        except (TypeError, ValueError):
-            raise ValueError(f"matched {line.strip()!r}, but its step {step!r} or value {value!r} is not a "
-                             f"number") from None
+    with time_bound(READ_BOUND_S, f"{pattern.pattern!r}, on the run's {len(lines)} lines,"):
+        for line in lines:
+            m = pattern.search(line)
+            if not m:
+                continue
+            value = m.group("value") if "value" in pattern.groupindex else m.group(1)
+            step = m.group("step") if "step" in pattern.groupindex and m.group("step") is not None else str(len(out) + 1)
+            try:
+                out.append((int(step), float(value)))
+            except (TypeError, ValueError):
+                raise ValueError(f"{pattern.pattern!r} matched {line.strip()[:200]!r}, but its step {step!r} or value "
+                                 f"{value!r} is not a number; make the value group match a number only, e.g. "
+                                 f"'loss ([0-9.eE+-]+)'") from None
     return out
 
 
