@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
         yours = bool(getattr(args, "script", None) or getattr(args, "module", None))
-        hint = _unknown_hint(parser, args.command, unknown, yours)
+        hint = _unknown_hint(build_parser(), args.command, unknown, yours)  # every command's flags: the error path only
         sub.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")  # the command's own usage line
     args.job_argv = job_argv
     try:
