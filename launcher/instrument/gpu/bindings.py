@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from simcluster.launcher.instrument.gpu.state import STATE
 
 CUDA_DEFAULT_SEED = 67280421310721  # c10::detail::default_rng_seed_val: a CUDA generator's seed until seeded
+_CUDNN_LIMIT = [10]  # torch.backends.cudnn.benchmark_limit (torch's default)
 _SYNC_DEBUG = [0]  # torch.cuda.set_sync_debug_mode's value (no sync is ever reported: nothing is asynchronous)
 
 
@@ -70,6 +71,18 @@ def _arch_flags() -> str:
     return " ".join(sorted({"sm_80", "sm_90", own}))
 
 
+def _nested(flat: dict) -> dict:
+    """torch.cuda.memory_stats' dotted keys ("allocated_bytes.all.current") as the allocator's nested dict."""
+    out: dict = {}
+    for key, value in flat.items():
+        *path, last = key.split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
 BINDINGS = {  # torch._C name -> the simulated binding
     "_cuda_getDeviceCount": lambda: STATE.count,
     "_cuda_getDevice": lambda: STATE.current,
@@ -82,6 +95,13 @@ BINDINGS = {  # torch._C name -> the simulated binding
     "_cuda_getArchFlags": _arch_flags,
     "_cuda_getCurrentRawStream": lambda device: 0,  # the null stream (dynamo's device interface imports it)
     "_cuda_canDeviceAccessPeer": lambda a, b: STATE.index(a) != STATE.index(b),  # NVLink within a node
+    "_cuda_getAllocatorBackend": lambda: "native",
+    "_cuda_memoryStats": lambda device: _nested(__import__("torch").cuda.memory_stats(device)),
+    "_cuda_hostMemoryStats": lambda: {},  # nothing is pinned: pin_memory returns the tensor itself
+    "_cuda_resetPeakHostMemoryStats": lambda: None,
+    "_cuda_resetAccumulatedHostMemoryStats": lambda: None,
+    "_cuda_get_cudnn_benchmark_limit": lambda: _CUDNN_LIMIT[0],
+    "_cuda_set_cudnn_benchmark_limit": lambda n: _CUDNN_LIMIT.__setitem__(0, int(n)),
     "_cuda_get_sync_debug_mode": lambda: _SYNC_DEBUG[0],
     "_cuda_set_sync_debug_mode": lambda mode: _SYNC_DEBUG.__setitem__(0, int(mode)),
 }

@@ -123,6 +123,35 @@ def accelerator_functions(torch) -> dict:
     return acc
 
 
+CUDNN_VERSION = 91002  # cuDNN 9.10.2, as torch 2.13's CUDA 12 wheels ship it
+NCCL_VERSION = (2, 27, 5)  # as torch 2.13's CUDA 12 wheels ship it (DDP's bf16 hook and c10d's logger ask)
+
+
+def install_extras(torch) -> None:
+    """The rest of coverage.py's REPLACED names: a CUDA build's answers in torch.backends, the legacy
+    typed classes as the CPU ones, the profiler's and NVTX's no-ops, NCCL's version, TunableOp off."""
+    import torch.backends.cudnn
+    import torch.cuda.graphs
+    import torch.cuda.nccl
+    import torch.cuda.profiler
+    import torch.cuda.tunable
+    torch.backends.cuda.is_built = lambda: True
+    torch.backends.cuda.is_flash_attention_available = lambda: True
+    cudnn = getattr(torch.backends.cudnn, "m", torch.backends.cudnn)
+    cudnn.is_available, cudnn.version = (lambda: True), (lambda: CUDNN_VERSION)
+    for name in dir(torch.cuda):
+        if name.endswith(("Tensor", "Storage")) and isinstance(getattr(torch, name, None), type):
+            setattr(torch.cuda, name, getattr(torch, name))
+    torch.cuda.profiler.start = torch.cuda.profiler.stop = lambda: None
+    torch.cuda.profiler.profile = _no_op_ctx
+    torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop = (lambda msg: 0), (lambda: 0)
+    torch.cuda.nvtx.mark, torch.cuda.nvtx.range = (lambda msg: None), _no_op_ctx
+    torch.cuda.nccl.version = lambda: NCCL_VERSION
+    torch.cuda.graphs.is_current_stream_capturing = lambda: False
+    for name in ("is_enabled", "tuning_is_enabled", "record_untuned_is_enabled"):
+        setattr(torch.cuda.tunable, name, lambda: False)
+
+
 def _own(fn, name: str):
     """A function object of its own for each name it is installed under (torch.compile registers
     its handlers by function object, once each), the same code; a class as is."""
@@ -145,10 +174,7 @@ def install_device(torch, count: int, current: int, gpu: str) -> None:
         for mod in mods:
             if mod is torch.cuda or hasattr(mod, name):
                 setattr(mod, name, _own(fn, name))
-    torch.cuda.nvtx.range_push = lambda msg: 0
-    torch.cuda.nvtx.range_pop = lambda: 0
-    torch.cuda.nvtx.mark = lambda msg: None
-    torch.cuda.nvtx.range = _no_op_ctx
+    install_extras(torch)
     for name, fn in accelerator_functions(torch).items():
         setattr(torch.accelerator, name, _own(fn, name))
         if hasattr(torch.accelerator, "memory") and hasattr(torch.accelerator.memory, name):

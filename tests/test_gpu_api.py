@@ -1,0 +1,69 @@
+"""The simulated GPU complete by construction (issue 53 items 1, 4, 6): the coverage table against
+torch's own names, each name doing what its verdict says, and a rank's answers to torch.cuda's
+per-device questions, TorchScript, Module.to(int), the CUDA RNG, CUDA_VISIBLE_DEVICES.
+
+    python -m pytest -q -n 0 tests/test_gpu_api.py
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import need_torch
+
+ROOT = Path(__file__).resolve().parent.parent
+BOOT = ROOT / "launcher" / "instrument" / "boot"
+INVALID_ORDINAL = "AcceleratorError: CUDA error: invalid device ordinal"
+
+
+def rank_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    return {**env, "PYTHONPATH": f"{BOOT}{os.pathsep}{ROOT}", "SIMCLUSTER_INSTRUMENT": "1", "RANK": "0",
+            "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4", "OMP_NUM_THREADS": "1", **extra}
+
+
+def test_the_coverage_table_names_every_public_name_of_torch():
+    torch = need_torch()
+    from simcluster.launcher.instrument.gpu import coverage
+
+    for name in coverage.TABLE:
+        have, listed = coverage.public_names(name), set(coverage.verdicts(name))
+        assert have - listed == set(), f"torch {torch.__version__}: {name} has names the table lacks"
+        assert listed - have == set(), f"torch {torch.__version__}: {name} no longer has these names"
+    counts = coverage.counts()
+    assert sum(counts.values()) == sum(len(coverage.public_names(n)) for n in coverage.TABLE) == 265, counts
+    assert counts[coverage.REFUSED] > 0 and counts[coverage.NA] < counts[coverage.TORCH], counts
+
+
+def test_each_name_does_what_its_verdict_says():
+    need_torch()
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu_coverage_check.py")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=180, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout) == [] and proc.stderr == ""
+
+
+@pytest.mark.parametrize("visible, count, uuids", [(None, 4, ["0", "1", "2", "3"]),
+                                                   ("2,0,7,1", 2, ["2", "0"])])  # CUDA stops at 7 (no such GPU)
+def test_a_rank_answers_as_a_gpu(tmp_path, visible, count, uuids):
+    need_torch()
+    extra = {"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {}
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu_api_check.py")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=180, env=rank_env(**extra))
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
+    got = json.loads(proc.stdout)
+    assert (got["count"], got["names"], got["current"], got["after_minus_one"]) == (count, uuids, 0, 0)
+    # torch's own get_device_properties asserts the index, as on GPUs; the C++ layer's CUDA error below it
+    assert got["name_7"] == got["capability_7"] == "AssertionError: Invalid device id"
+    assert got["set_device_7"] == got["with_device_7"] == got["model_to_bad"] == INVALID_ORDINAL
+    assert got["rng_state_7"] == "IndexError: tuple index out of range"  # default_generators has count entries
+    assert (got["model_to_int"], got["tensor_to_kw"], got["generator"], got["fftfreq"]) == \
+        ("cpu", "torch.float64", "cpu", "cpu")
+    assert got["jit"] == [1.0, 1.0, 1.0] and got["distributed_optim"] is True
+    assert got["generators"] == [count, True] and got["seed_repeats"] and got["fork_rng"] == [True, True]
+    assert got["initial_seed"] == 11
