@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,39 @@ def test_a_rank_answers_as_a_gpu(tmp_path, visible, count, uuids):
     assert got["jit"] == [1.0, 1.0, 1.0] and got["distributed_optim"] is True
     assert got["generators"] == [count, True] and got["seed_repeats"] and got["fork_rng"] == [True, True]
     assert got["initial_seed"] == 11
+
+
+TRANSFORMERS = ("5.0.0", "5.9.0", "5.25.0")  # the first 5.x, the one that crashed at import (issue 53), the newest
+
+
+def transformers_dir(version: str) -> Path:
+    """transformers==version with its dependencies in a folder of its own (pip, from the registry;
+    kept in ~/.cache/simcluster across runs: the first install takes about a minute a release)."""
+    home = Path.home() / ".cache" / "simcluster" / f"transformers-{version}"
+    if not (home / "transformers").is_dir():
+        tmp = home.with_name(home.name + f".tmp{os.getpid()}")
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                               "--no-warn-conflicts", "--target", str(tmp), f"transformers=={version}"],
+                              capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        if home.exists():  # another pytest worker installed it meanwhile
+            shutil.rmtree(tmp)
+        else:
+            tmp.replace(home)
+    return home
+
+
+@pytest.mark.parametrize("version", TRANSFORMERS)
+def test_transformers_releases_import_and_train_on_the_simulated_gpu(version):
+    need_torch()
+    deps = transformers_dir(version)
+    env = rank_env(LOCAL_RANK="1", LOCAL_WORLD_SIZE="2")
+    env["PYTHONPATH"] += os.pathsep + str(deps)
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "transformers_check.py")], cwd=deps,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
+    got = json.loads(proc.stdout)
+    assert got["version"] == version and got["attn"] == "sdpa"  # flash-attn's stand-in is never chosen unasked
+    losses = got["losses"]
+    assert len(losses) == 5 and losses[-1] < losses[0] * 0.8, losses
+    assert losses[0] == pytest.approx(4.1693, abs=2e-3)  # the same tiny model and seed gives every release this loss
