@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -104,3 +105,25 @@ def test_transformers_releases_import_and_train_on_the_simulated_gpu(version):
     losses = got["losses"]
     assert len(losses) == 5 and losses[-1] < losses[0] * 0.8, losses
     assert losses[0] == pytest.approx(4.1693, abs=2e-3)  # the same tiny model and seed gives every release this loss
+
+
+def torchrun_pair(mode: str, port: int) -> subprocess.CompletedProcess:
+    env = rank_env()
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        env.pop(k)
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(port), str(ROOT / "tests" / "gpu_nccl_check.py"), mode], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def test_two_ranks_of_a_node_on_one_gpu_get_nccls_duplicate_gpu_error():
+    need_torch()
+    from test_simulated_gpus import free_port
+
+    ok, dup = (torchrun_pair(mode, free_port()) for mode in ("set", "unset"))
+    assert ok.returncode == 0 and sorted(ok.stdout.splitlines()) == [
+        f"rank {r} ok [2.0, 2.0] dp [0, 1] True" for r in (0, 1)], ok.stdout + ok.stderr[-3000:]  # DP's grads: the module's
+    errors = re.findall(r"^rank (\d) error Duplicate GPU detected : rank (\d) and rank (\d) both on CUDA device 1000$",
+                        dup.stdout, re.M)  # NCCL's words; the second rank to bind device 0 fails
+    assert dup.returncode != 0 and len(errors) == 1 and errors[0][0] == errors[0][1] and \
+        {errors[0][1], errors[0][2]} == {"0", "1"}, dup.stdout + dup.stderr[-3000:]

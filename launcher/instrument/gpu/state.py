@@ -53,6 +53,8 @@ class State:
     streams: dict = field(default_factory=dict)
     default_streams: dict = field(default_factory=dict)
     seen: list | None = None  # the visible GPUs' node indices, once read
+    used: int | None = None  # the index the rank's tensors last named (cuda:N), for NCCL's device binding
+    nccl: bool = False  # the program asked for an nccl process group
 
     @property
     def count(self) -> int:

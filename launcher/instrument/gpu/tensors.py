@@ -33,7 +33,7 @@ def to_cpu(d):
     import torch
     if (isinstance(d, str) and d.startswith("cuda") or isinstance(d, torch.device) and d.type == "cuda"
             or type(d) is int):
-        STATE.index(d)
+        STATE.used = STATE.index(d)
         return torch.device("cpu")
     return d
 
