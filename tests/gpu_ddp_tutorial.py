@@ -5,7 +5,6 @@ RNG tracker over ``torch.cuda.default_generators``, the per-device ordinal check
     python -m launcher up --nodes 2 --nproc-per-node 2 --mount-code --script tests/gpu_ddp_tutorial.py -- --steps 3
 """
 import argparse
-import faulthandler
 import os
 
 import torch
@@ -44,7 +43,6 @@ class RngTracker:
 
 
 def main() -> None:
-    faulthandler.dump_traceback_later(60, exit=True)
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3)
     steps = parser.parse_args().steps
@@ -68,6 +66,7 @@ def main() -> None:
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     g = torch.Generator(device="cuda").manual_seed(7)
     x, y = torch.randn(64, 16, device="cuda", generator=g), torch.randn(64, 1, device="cuda", generator=g)
+    mask = "".join(str(int(v)) for v in dropout_mask[:16].tolist())  # each rank's own draw
     for step in range(1, steps + 1):
         opt.zero_grad()
         h = torch.relu(ddp.module[0](x)) * dropout_mask
@@ -75,7 +74,7 @@ def main() -> None:
         loss.backward()
         opt.step()
         print(f"rank {rank} step {step} loss {loss.item():.6f} gpu {torch.cuda.get_device_name()} ordinal "
-              f"'{ordinal}' generators {len(torch.cuda.default_generators)} mask {int(dropout_mask.sum())}\n",
+              f"'{ordinal}' generators {len(torch.cuda.default_generators)} mask {mask}\n",
               end="", flush=True)
     dist.destroy_process_group()
 

@@ -60,15 +60,14 @@ def _exchange(i: int) -> int:
     return prev
 
 
-def _properties(i: int):
-    from simcluster.launcher.instrument.gpu.device import DeviceProperties
-    STATE.index(i)
-    return DeviceProperties(STATE.model, STATE.seen[i])
-
-
 def _arch_flags() -> str:
     own = f"sm_{STATE.model.major}{STATE.model.minor}"
     return " ".join(sorted({"sm_80", "sm_90", own}))
+
+
+def _torch():
+    import torch
+    return torch
 
 
 def _nested(flat: dict) -> dict:
@@ -96,7 +95,7 @@ BINDINGS = {  # torch._C name -> the simulated binding
     "_cuda_getCurrentRawStream": lambda device: 0,  # the null stream (dynamo's device interface imports it)
     "_cuda_canDeviceAccessPeer": lambda a, b: STATE.index(a) != STATE.index(b),  # NVLink within a node
     "_cuda_getAllocatorBackend": lambda: "native",
-    "_cuda_memoryStats": lambda device: _nested(__import__("torch").cuda.memory_stats(device)),
+    "_cuda_memoryStats": lambda device: _nested(_torch().cuda.memory_stats(device)),
     "_cuda_hostMemoryStats": lambda: {},  # nothing is pinned: pin_memory returns the tensor itself
     "_cuda_resetPeakHostMemoryStats": lambda: None,
     "_cuda_resetAccumulatedHostMemoryStats": lambda: None,
@@ -107,14 +106,15 @@ BINDINGS = {  # torch._C name -> the simulated binding
 }
 
 
-def install_bindings(torch) -> None:
-    """Answer the bindings above in ``torch._C`` and set ``torch.cuda``'s initialized state (the
-    device count is not read here: CUDA_VISIBLE_DEVICES may still change until the first question)."""
+def install_bindings(torch, properties) -> None:
+    """Answer the bindings above in ``torch._C`` and set ``torch.cuda``'s initialized state, its
+    ``_get_device_properties`` answered by ``properties(model, node_index)`` (the device count is not
+    read here: CUDA_VISIBLE_DEVICES may still change until the first question)."""
     for name, fn in BINDINGS.items():
         setattr(torch._C, name, fn)
     cuda = torch.cuda
     cuda._exchange_device, cuda._maybe_exchange_device = _exchange, _exchange
-    cuda._get_device_properties = _properties
+    cuda._get_device_properties = lambda i: properties(STATE.model, STATE.seen[STATE.index(i)])
     cuda.default_generators = Generators()
     cuda._cached_device_count = None
     cuda._initialized = True  # as after torch._C._cuda_init(): torch's queued capability checks do not apply

@@ -168,7 +168,7 @@ def install_device(torch, count: int, current: int, gpu: str) -> None:
     GPUs the device index is the program's choice: ``current`` is only where it starts)."""
     from simcluster.launcher.instrument.gpu.bindings import install_bindings
     STATE.physical, STATE.current, STATE.model = count, current, GpuModel.named(gpu)
-    install_bindings(torch)
+    install_bindings(torch, DeviceProperties)
     mods = [torch.cuda] + [getattr(torch.cuda, m) for m in ("memory", "random", "streams") if hasattr(torch.cuda, m)]
     for name, fn in functions(torch).items():
         for mod in mods:

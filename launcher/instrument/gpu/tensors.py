@@ -10,8 +10,8 @@ method, and the Python-level constructors torch's own ``with torch.device(...)``
 Python-level wrapper of torch's own function (every thread sees it, torch's kernels run unchanged)
 given ``device=``, registered with TorchScript as the aten operator it wraps, so scripted code that
 calls ``torch.zeros`` compiles (``torch.jit._builtins``). Then the positional forms:
-``Tensor.to`` and ``Module.to`` (both parse through ``torch._C._nn._parse_to``: an int, a string or a
-torch.device, positional or by keyword), ``Tensor.cuda``, ``Tensor.pin_memory`` (the tensor
+``Tensor.to`` (its arguments) and ``Module.to`` (through ``torch._C._nn._parse_to``), each given an
+int, a string or a torch.device, positional or by keyword, so ``model.to(local_rank)`` works; ``Tensor.cuda``, ``Tensor.pin_memory`` (the tensor
 itself), ``Tensor.record_stream``, ``torch.Generator(device=...)``; ``torch.set_default_device`` and
 ``with torch.device("cuda")`` (``DeviceContext``); ``torch.load``'s ``map_location`` (and a
 checkpoint saved on GPUs, loaded without one); ``torch.autocast``/``torch.amp.autocast("cuda", dtype)``
