@@ -40,7 +40,19 @@ def scripted(n: int) -> torch.Tensor:
     return torch.zeros(n) + torch.ones(n)
 
 
+@torch.jit.script
+def scripted_devices() -> int:  # torch.cuda's functions compile to cuda:: operators
+    torch.cuda.set_device(1)
+    torch.cuda.synchronize()
+    with torch.cuda.device(0):
+        inner = torch.cuda.current_device()
+    out = torch.cuda.device_count() * 100 + inner * 10 + torch.cuda.current_device()
+    torch.cuda.set_device(0)
+    return out
+
+
 out["jit"] = scripted(3).tolist()
+out["jit_devices"] = scripted_devices()
 import torch.distributed.optim  # noqa: E402,F401 - scripts functional optimizers at import
 
 out["distributed_optim"] = True
