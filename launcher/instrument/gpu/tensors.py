@@ -112,7 +112,12 @@ def install_moves(torch) -> None:
             return fn(self, *args, **kwargs)
         return wrapper
     _wrap(torch.Tensor, "to", to)
-    _wrap(torch._C._nn, "_parse_to", lambda fn: lambda *a, **k: fn(*_device_args(a, k)[0], **_device_args(a, k)[1]))
+    def parse_to(fn):  # Module.to's parser
+        def wrapper(*args, **kwargs):
+            args, kwargs = _device_args(args, kwargs)
+            return fn(*args, **kwargs)
+        return wrapper
+    _wrap(torch._C._nn, "_parse_to", parse_to)
 
     def cuda(fn):
         def wrapper(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
