@@ -61,8 +61,6 @@ class DeviceProperties:
                 f"uuid={self.uuid}, L2_cache_size={self.L2_cache_size // 2**20}MB)")
 
 
-
-
 @contextlib.contextmanager
 def _no_op_ctx(*_a, **_k):
     yield
