@@ -27,7 +27,7 @@ from conftest import need_torch, noise
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOT = ROOT / "launcher" / "instrument" / "boot"
-LOSS = re.compile(r"rank (\d+) step (\d+) loss (\S+)")
+LOSS = re.compile(r"rank (\d+) step (\d+) loss (\d+\.\d+)(?: |$)")  # in one whole line
 INVALID = "CUDA error: invalid device ordinal\nGPU device may be out of range, do you have enough GPUs?"
 TWINS = {  # the device lines a user edits to run the program on CPUs under plain torchrun
     "fsdp_tp.py": [
@@ -169,7 +169,9 @@ def test_bad_gpu_options_are_refused_with_the_fix(tmp_path, args, problem):
 
 
 def losses(text: str) -> dict:
-    return {(int(r), int(s)): v for r, s, v in LOSS.findall(text)}
+    """(rank, step) -> loss text, from whole lines only (each rank writes its line in one write)."""
+    found = (LOSS.search(line) for line in text.splitlines())
+    return {(int(m[1]), int(m[2])): m[3] for m in found if m}
 
 
 @pytest.mark.docker

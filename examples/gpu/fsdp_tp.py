@@ -96,7 +96,7 @@ def main() -> None:
         opt.step()
         opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize()
-        print(f"rank {dist.get_rank()} step {step} loss {loss.item():.8f}", flush=True)
+        print(f"rank {dist.get_rank()} step {step} loss {loss.item():.8f}\n", end="", flush=True)  # one write
     dist.destroy_process_group()
 
 

@@ -118,7 +118,8 @@ def main() -> None:
         torch.cuda.synchronize()
         if losses:
             loss = torch.stack(losses).mean().item()
-            print(f"rank {dist.get_rank()} step {step} loss {loss:.8f} time {time.perf_counter() - t0:.3f}s", flush=True)
+            line = f"rank {dist.get_rank()} step {step} loss {loss:.8f} time {time.perf_counter() - t0:.3f}s\n"
+            print(line, end="", flush=True)  # one write: lines of ranks sharing a pipe stay whole
     dist.destroy_process_group()
 
 

@@ -63,64 +63,71 @@ def install(env=os.environ) -> Clock:
             count_work(out_dir, rank)
         except Exception as e:  # noqa: BLE001 - an instrument must never stop the user's code
             _warn("collective count", e)
-
-    def on_torch(torch) -> None:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
-
-        if inst.simulated_gpus:
-            try:
-                from simcluster.launcher.instrument.gpu.install import install as simulate
-                simulate(torch, per_node, inst.gpu)
-                from simcluster.launcher.instrument.gpu.memory import peak_record
-                CLOCK.fields.append(peak_record)
-            except Exception as e:  # noqa: BLE001
-                _warn("simulated GPUs", e)
-        register_optimizer_step_post_hook(CLOCK.on_optimizer_step)
-        if out_dir and inst.traffic:
-            try:
-                from simcluster.launcher.instrument.traffic import TrafficListener
-                CLOCK.listeners.append(TrafficListener(out_dir, rank, per_node, CLOCK.restart, env))
-            except Exception as e:  # noqa: BLE001 - an instrument must never stop the user's code
-                _warn("traffic accounting", e)
-        if out_dir and inst.trace_steps:
-            from simcluster.launcher.instrument.trace import TraceListener
-            CLOCK.listeners.append(TraceListener(out_dir, rank, node_of(rank, per_node), inst.trace_steps))
-
-    def on_dtensor(_mod) -> None:
-        try:
-            from simcluster.launcher.instrument.bridges import install as bridge
-            bridge()
-        except Exception as e:  # noqa: BLE001
-            _warn("CPU bridges", e)
-
-    def on_fsdp(collectives) -> None:
-        try:
-            from simcluster.launcher.instrument.fsdp_gloo import install as bridge
-            bridge(collectives)
-        except Exception as e:  # noqa: BLE001
-            _warn("FSDP2 gloo bridge", e)
-
-    def on_flex(flex) -> None:
-        try:
-            from simcluster.launcher.instrument.flex_cpu import install as bridge
-            bridge(flex)
-        except Exception as e:  # noqa: BLE001
-            _warn("FlexAttention CPU bridge", e)
-
-    def on_distributed(_mod) -> None:
-        try:
-            from simcluster.train.commrecord import skip_frames_under
-            from simcluster.train.stallwatch import start
-            skip_frames_under(os.path.dirname(os.path.abspath(__file__)))  # these instruments: not a caller to name
-            start(inst.stall_s, out_dir, rank)
-        except Exception as e:  # noqa: BLE001
-            _warn("stall watch", e)
-
-    when_imported("torch", on_torch)
+    when_imported("torch", lambda torch: _on_torch(torch, inst, rank, per_node, out_dir, env))
     if inst.stall_s and out_dir:
-        when_imported("torch.distributed", on_distributed)
+        when_imported("torch.distributed", lambda _m: _guarded("stall watch", _stall_watch, inst.stall_s, out_dir, rank))
     if inst.cpu_bridges:
-        when_imported("torch.nn.attention.flex_attention", on_flex)
-        when_imported("torch.distributed.tensor", on_dtensor)
-        when_imported("torch.distributed.fsdp._fully_shard._fsdp_collectives", on_fsdp)
+        _bridges()
     return CLOCK
+
+
+def _guarded(what: str, fn, *args) -> None:
+    """``fn(*args)``; an exception prints one line naming ``what`` (the user's code goes on)."""
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 - an instrument must never stop the user's code
+        _warn(what, e)
+
+
+def _stall_watch(stall_s, out_dir, rank) -> None:
+    from simcluster.train.commrecord import skip_frames_under
+    from simcluster.train.stallwatch import start
+    skip_frames_under(os.path.dirname(os.path.abspath(__file__)))  # these instruments: not a caller to name
+    start(stall_s, out_dir, rank)
+
+
+def _simulate(torch, per_node: int, gpu: str) -> None:
+    from simcluster.launcher.instrument.gpu.install import install as simulate
+    simulate(torch, per_node, gpu)
+    from simcluster.launcher.instrument.gpu.memory import peak_record
+    CLOCK.fields.append(peak_record)
+
+
+def _on_torch(torch, inst, rank: int, per_node: int, out_dir, env) -> None:
+    """Once torch is imported: the simulated GPU first, the step clock's hook, traffic, trace."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    if inst.simulated_gpus:
+        _guarded("simulated GPUs", _simulate, torch, per_node, inst.gpu)
+    register_optimizer_step_post_hook(CLOCK.on_optimizer_step)
+    if out_dir and inst.traffic:
+        def traffic():
+            from simcluster.launcher.instrument.traffic import TrafficListener
+            CLOCK.listeners.append(TrafficListener(out_dir, rank, per_node, CLOCK.restart, env))
+        _guarded("traffic accounting", traffic)
+    if out_dir and inst.trace_steps:
+        from simcluster.launcher.instrument.trace import TraceListener
+        CLOCK.listeners.append(TraceListener(out_dir, rank, node_of(rank, per_node), inst.trace_steps))
+
+
+def _flex(flex) -> None:
+    from simcluster.launcher.instrument.flex_cpu import install as bridge
+    bridge(flex)
+
+
+def _dtensor(_mod) -> None:
+    from simcluster.launcher.instrument.bridges import install as bridge
+    bridge()
+
+
+def _fsdp(collectives) -> None:
+    from simcluster.launcher.instrument.fsdp_gloo import install as bridge
+    bridge(collectives)
+
+
+def _bridges() -> None:
+    """The CPU bridges, each once its torch module is imported."""
+    when_imported("torch.nn.attention.flex_attention", lambda m: _guarded("FlexAttention CPU bridge", _flex, m))
+    when_imported("torch.distributed.tensor", lambda m: _guarded("CPU bridges", _dtensor, m))
+    when_imported("torch.distributed.fsdp._fully_shard._fsdp_collectives",
+                  lambda m: _guarded("FSDP2 gloo bridge", _fsdp, m))

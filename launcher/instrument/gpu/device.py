@@ -1,16 +1,15 @@
-"""The simulated device's answers to ``torch.cuda`` and ``torch.accelerator``: a node's ranks are
-its GPUs, each rank's tensors live on its CPU.
+"""The simulated device's answers to ``torch.cuda`` and ``torch.accelerator`` above the bindings: a
+node's ranks are its GPUs, each rank's tensors live on its CPU.
 
     python -c "from simcluster.launcher.instrument.gpu.device import GpuModel; print(GpuModel.named('h100-sxm'))"
 
-``install_device`` replaces, in the ``torch.cuda`` and ``torch.accelerator`` modules, the functions
-a CPU build of torch cannot answer: availability (True), ``device_count`` (the node's ranks,
-torchrun's LOCAL_WORLD_SIZE), the current device (``set_device``/``current_device``/``device``
-keep a local index), the device's name, capability, properties and ``mem_get_info`` (from the
-planner's hardware model, simcluster/core/hardware.py), streams and events (gpu/streams.py),
-``synchronize``, ``empty_cache``, the RNG (the CPU default generator: one generator for host and
-device, seeded at install with CUDA's fixed default seed) and the memory statistics
-(gpu/memory.py). An index beyond the node's ranks raises torch's own CUDA error.
+``install_device`` answers the bindings torch's own ``torch.cuda`` functions call (gpu/bindings.py:
+availability, count, current device, properties, RNG run as torch wrote them), and replaces, in
+``torch.cuda`` and ``torch.accelerator``, the public functions whose torch body a CPU build cannot
+run: ``torch.accelerator``'s (C++ device hooks), streams and events (gpu/streams.py: the CUDA stream
+classes are placeholders in a CPU build), ``is_bf16_supported``/``is_tf32_supported`` (they read the
+CUDA build's version), NVTX ranges (no-ops) and the memory statistics (gpu/memory.py). The device's
+name, capability and memory come from the planner's hardware model (simcluster/core/hardware.py).
 """
 from __future__ import annotations
 
@@ -18,10 +17,9 @@ import contextlib
 import types
 from dataclasses import dataclass
 
-from simcluster.launcher.instrument.gpu.state import STATE
+from simcluster.launcher.instrument.gpu.state import STATE, uuid
 from simcluster.core.hardware import GPU_ALIASES, HARDWARE
 
-CUDA_DEFAULT_SEED = 67280421310721  # c10::detail::default_rng_seed_val: a CUDA generator's seed until seeded
 DEFAULT_GPU = "h100-sxm"
 @dataclass(frozen=True)
 class GpuModel:
@@ -52,7 +50,7 @@ class DeviceProperties:
         self.major, self.minor = model.major, model.minor
         self.multi_processor_count, self.L2_cache_size = model.multi_processor_count, model.L2_cache_size
         self.is_integrated, self.is_multi_gpu_board = False, False
-        self.uuid = f"00000000-0000-0000-0000-{index:012d}"
+        self.uuid = uuid(index)
         self.gcnArchName = "NVIDIA CUDA gcnArchName not available for simulated device"
         self.warp_size, self.max_threads_per_multi_processor = 32, 2048
         self.regs_per_multiprocessor, self.shared_memory_per_block = 65536, 49152
@@ -63,27 +61,9 @@ class DeviceProperties:
                 f"uuid={self.uuid}, L2_cache_size={self.L2_cache_size // 2**20}MB)")
 
 
-
-
 @contextlib.contextmanager
 def _no_op_ctx(*_a, **_k):
     yield
-
-
-class device:  # noqa: N801 - torch.cuda.device's name
-    """``torch.cuda.device(i)``: the current device inside the block."""
-
-    def __init__(self, device):
-        self.idx = -1 if device is None else STATE.index(device)
-
-    def __enter__(self):
-        self.prev = STATE.current
-        if self.idx >= 0:
-            STATE.current = self.idx
-
-    def __exit__(self, *exc):
-        STATE.current = self.prev
-        return False
 
 
 def _stream(device=None):
@@ -99,61 +79,75 @@ def _default_stream(device=None):
     return STATE.default_streams[STATE.index(device)]
 
 
-def _set_device(device) -> None:
-    STATE.current = STATE.index(device)
-
-
-def _properties(device=None) -> DeviceProperties:
-    return DeviceProperties(STATE.model, STATE.index(device))
-
-
-def _sync(device=None) -> None:
-    STATE.index(device)
+def _bf16(including_emulation: bool = True) -> bool:
+    return STATE.model.major >= 8 or including_emulation
 
 
 def functions(torch) -> dict:
-    """name -> the simulated function, for ``torch.cuda`` (its submodules get the same names)."""
+    """name -> the simulated function, for ``torch.cuda`` (its submodules get the same names): the
+    public functions whose torch body cannot run on a CPU build (the rest is torch's own, over
+    gpu/bindings.py)."""
     from simcluster.launcher.instrument.gpu import memory, streams
-    gen = torch.default_generator
     cuda = {
-        "is_available": lambda: True, "is_initialized": lambda: True, "init": lambda: None,
-        "_lazy_init": lambda: None, "device_count": lambda: STATE.count, "current_device": lambda: STATE.current,
-        "set_device": _set_device, "device": device, "device_of": lambda obj: device(None),
-        "get_device_name": lambda device=None: STATE.model.name,
-        "get_device_capability": lambda device=None: (STATE.model.major, STATE.model.minor),
-        "get_device_properties": _properties, "get_arch_list": lambda: ["sm_80", "sm_90"],
-        "is_bf16_supported": lambda including_emulation=True: True, "is_tf32_supported": lambda: True,
-        "is_current_stream_capturing": lambda: False, "synchronize": _sync, "empty_cache": lambda: None, "ipc_collect": lambda: None,
+        "is_bf16_supported": _bf16, "is_tf32_supported": lambda: STATE.model.major >= 8,
+        "is_current_stream_capturing": lambda: False,
         "Stream": streams.Stream, "Event": streams.Event, "StreamContext": streams.StreamContext,
         "stream": streams.StreamContext, "current_stream": _stream, "default_stream": _default_stream,
         "set_stream": lambda s: STATE.streams.__setitem__(s.device_index, s),
-        "manual_seed": lambda seed: gen.manual_seed(int(seed)), "manual_seed_all": lambda seed: gen.manual_seed(int(seed)),
-        "seed": lambda: gen.seed(), "seed_all": lambda: gen.seed(), "initial_seed": lambda: gen.initial_seed(),
-        "get_rng_state": lambda device="cuda": gen.get_state(), "set_rng_state": lambda s, device="cuda": gen.set_state(s),
-        "get_rng_state_all": lambda: [gen.get_state()] * STATE.count,
-        "set_rng_state_all": lambda states: gen.set_state(states[STATE.current]),
     }
     cuda.update(memory.functions(STATE))
     return cuda
 
 
 def accelerator_functions(torch) -> dict:
-    """name -> the simulated function, for ``torch.accelerator`` (the same device, as CUDA's)."""
+    """name -> the simulated function, for ``torch.accelerator`` (the same device, as CUDA's; its
+    own body asks C++ device hooks a CPU build answers with the CPU)."""
     from simcluster.launcher.instrument.gpu import memory
+    cuda = torch.cuda
     acc = {
-        "is_available": lambda: True, "device_count": lambda: STATE.count,
+        "is_available": lambda check_available=False: cuda.is_available(), "device_count": lambda: cuda.device_count(),
         "current_accelerator": lambda check_available=False: torch.device("cuda"),
-        "current_device_index": lambda: STATE.current, "current_device_idx": lambda: STATE.current,
-        "set_device_index": _set_device, "set_device_idx": _set_device, "device_index": device,
-        "synchronize": _sync, "current_stream": _stream, "set_stream": lambda s: STATE.streams.__setitem__(s.device_index, s),
-        "empty_cache": lambda: None, "empty_host_cache": lambda: None,
+        "current_device_index": lambda: cuda.current_device(), "current_device_idx": lambda: cuda.current_device(),
+        "set_device_index": lambda device: cuda.set_device(device), "set_device_idx": lambda device: cuda.set_device(device),
+        "device_index": cuda.device, "synchronize": lambda device=None: cuda.synchronize(device),
+        "current_stream": _stream, "set_stream": lambda s: STATE.streams.__setitem__(s.device_index, s),
+        "empty_cache": lambda: cuda.empty_cache(), "empty_host_cache": lambda: None,
         "get_device_capability": lambda device=None: {"supported_dtypes": [torch.float32, torch.float16, torch.bfloat16]},
-        "get_memory_info": lambda device=None: memory.mem_get_info(STATE),
+        "get_memory_info": lambda device=None: memory.mem_get_info(STATE, device),
     }
     for name, fn in memory.functions(STATE).items():
         if hasattr(torch.accelerator, name):
             acc[name] = fn
     return acc
+
+
+CUDNN_VERSION = 91002  # cuDNN 9.10.2, as torch 2.13's CUDA 12 wheels ship it
+NCCL_VERSION = (2, 27, 5)  # as torch 2.13's CUDA 12 wheels ship it (DDP's bf16 hook and c10d's logger ask)
+
+
+def install_extras(torch) -> None:
+    """The rest of coverage.py's REPLACED names: a CUDA build's answers in torch.backends, the legacy
+    typed classes as the CPU ones, the profiler's and NVTX's no-ops, NCCL's version, TunableOp off."""
+    import torch.backends.cudnn
+    import torch.cuda.graphs
+    import torch.cuda.nccl
+    import torch.cuda.profiler
+    import torch.cuda.tunable
+    torch.backends.cuda.is_built = lambda: True
+    torch.backends.cuda.is_flash_attention_available = lambda: True
+    cudnn = getattr(torch.backends.cudnn, "m", torch.backends.cudnn)
+    cudnn.is_available, cudnn.version = (lambda: True), (lambda: CUDNN_VERSION)
+    for name in dir(torch.cuda):
+        if name.endswith(("Tensor", "Storage")) and isinstance(getattr(torch, name, None), type):
+            setattr(torch.cuda, name, getattr(torch, name))
+    torch.cuda.profiler.start = torch.cuda.profiler.stop = lambda: None
+    torch.cuda.profiler.profile = _no_op_ctx
+    torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop = (lambda msg: 0), (lambda: 0)
+    torch.cuda.nvtx.mark, torch.cuda.nvtx.range = (lambda msg: None), _no_op_ctx
+    torch.cuda.nccl.version = lambda: NCCL_VERSION
+    torch.cuda.graphs.is_current_stream_capturing = lambda: False
+    for name in ("is_enabled", "tuning_is_enabled", "record_untuned_is_enabled"):
+        setattr(torch.cuda.tunable, name, lambda: False)
 
 
 def _own(fn, name: str):
@@ -170,17 +164,15 @@ def install_device(torch, count: int, current: int, gpu: str) -> None:
     """Make ``torch.cuda`` and ``torch.accelerator`` answer as ``count`` GPUs of model ``gpu``, the
     current one ``current`` (LOCAL_RANK; torchrun's ranks start on device 0 until set_device, as on
     GPUs the device index is the program's choice: ``current`` is only where it starts)."""
-    STATE.count, STATE.current, STATE.model = count, current, GpuModel.named(gpu)
-    torch.default_generator.manual_seed(CUDA_DEFAULT_SEED)
+    from simcluster.launcher.instrument.gpu.bindings import install_bindings
+    STATE.physical, STATE.current, STATE.model = count, current, GpuModel.named(gpu)
+    install_bindings(torch, DeviceProperties)
     mods = [torch.cuda] + [getattr(torch.cuda, m) for m in ("memory", "random", "streams") if hasattr(torch.cuda, m)]
     for name, fn in functions(torch).items():
         for mod in mods:
             if mod is torch.cuda or hasattr(mod, name):
                 setattr(mod, name, _own(fn, name))
-    torch.cuda.nvtx.range_push = lambda msg: 0
-    torch.cuda.nvtx.range_pop = lambda: 0
-    torch.cuda.nvtx.mark = lambda msg: None
-    torch.cuda.nvtx.range = _no_op_ctx
+    install_extras(torch)
     for name, fn in accelerator_functions(torch).items():
         setattr(torch.accelerator, name, _own(fn, name))
         if hasattr(torch.accelerator, "memory") and hasattr(torch.accelerator.memory, name):

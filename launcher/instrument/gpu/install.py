@@ -18,17 +18,22 @@ def install(torch, count: int, gpu: str) -> None:
     """Make this process's torch answer as ``count`` GPUs of model ``gpu`` (a planner hardware name)
     whose tensors live on the CPU."""
     from simcluster.launcher.instrument.gpu import memory
+    from simcluster.launcher.instrument.gpu.coverage import install_refusals
     from simcluster.launcher.instrument.gpu.device import install_device
-    from simcluster.launcher.instrument.gpu.dist import install_ddp, install_dist, install_mesh
+    from simcluster.launcher.instrument.gpu.dist import install_ddp, install_dist, install_dp, install_mesh
     from simcluster.launcher.instrument.gpu.kernels import install_kernels, install_standins
+    from simcluster.launcher.instrument.gpu.script import install_script_ops
     from simcluster.launcher.instrument.gpu.tensors import install_tensors
     from simcluster.launcher.instrument.lazy import when_imported
 
+    install_refusals()
     install_device(torch, count, 0, gpu)
     install_tensors(torch)
+    install_script_ops(torch)
     install_kernels(torch)
     install_standins()
     when_imported("torch.distributed.distributed_c10d", lambda _m: install_dist(torch))
     when_imported("torch.distributed.device_mesh", lambda _m: install_mesh(torch))
     when_imported("torch.nn.parallel.distributed", install_ddp)
+    when_imported("torch.nn.parallel.data_parallel", install_dp)
     memory.start()

@@ -8,17 +8,24 @@ A CUDA kernel has no CPU twin, so each is refused with a RuntimeError, never run
 (float8 matmul on FP8 tensor cores), a Triton kernel launched (``triton.runtime.jit.JITFunction``).
 flash-attn installs only with CUDA: when the rank's code imports ``flash_attn`` and no real
 package is found, a stand-in module imports (every attribute, every submodule), and its first
-call raises, naming the function, where the program called it, and the portable path.
+call raises, naming the function, where the program called it, and the portable path. To
+``importlib.metadata`` the stand-in is an installed distribution (``flash_attn``, version
+STANDIN_VERSION, its top-level modules), as packages probe an import name before using it.
 """
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.metadata
+import importlib.util
+import pathlib
+import re
 import sys
 import traceback
 import types
 
 STANDIN = ("flash_attn", "flash_attn_interface", "flash_attn_2_cuda")  # top-level names a CUDA-only flash-attn provides
+STANDIN_VERSION = "2.8.3+simcluster.standin"  # flash-attn's last 2.x release, marked as the stand-in
 
 
 def _caller() -> str:
@@ -68,12 +75,28 @@ class _Loader(importlib.abc.Loader):
     def create_module(self, spec):
         m = _StandIn(spec.name)
         m.__path__ = []
-        m.__version__ = "2.8.3+simcluster.standin"
+        m.__version__ = STANDIN_VERSION
         m.__simcluster_standin__ = True
         return m
 
     def exec_module(self, module):
         pass
+
+
+class StandInDistribution(importlib.metadata.Distribution):
+    """The stand-in as ``importlib.metadata`` sees an installed flash-attn: its name, version,
+    summary and top-level modules (so ``version("flash_attn")`` and ``packages_distributions()``
+    answer, as packages probe: transformers 5.9 looks its import name up in the latter)."""
+
+    FILES = {"METADATA": f"Metadata-Version: 2.1\nName: flash_attn\nVersion: {STANDIN_VERSION}\n"
+                         "Summary: simcluster's stand-in of flash-attn: importable, each call refused\n",
+             "top_level.txt": "\n".join(STANDIN) + "\n"}
+
+    def read_text(self, filename):
+        return self.FILES.get(filename)
+
+    def locate_file(self, path):
+        return pathlib.Path("/nonexistent/simcluster-standin") / path
 
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -83,6 +106,14 @@ class _Finder(importlib.abc.MetaPathFinder):
         if name.split(".")[0] not in STANDIN:
             return None
         return importlib.machinery.ModuleSpec(name, _Loader(), is_package=True)
+
+    def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
+        """The stand-in's distribution, when asked for all or for flash-attn by any spelling, and no
+        real flash-attn is installed (a real one's metadata comes first and wins)."""
+        wanted = context.name is None or re.sub(r"[-_.]+", "-", context.name).lower() == "flash-attn"
+        if not wanted or importlib.util.find_spec("flash_attn").loader.__class__ is not _Loader:
+            return iter(())
+        return iter((StandInDistribution(),))
 
 
 def install_standins() -> None:

@@ -2,16 +2,21 @@
 
     python -c "from simcluster.launcher.instrument.gpu.tensors import to_cpu; print(to_cpu('cuda:0'), to_cpu('meta'))"
 
-The doors (each a Python-level wrapper of torch's own function, so every thread sees it and
-torch's kernels run unchanged): the factories torch's ``with torch.device(...)`` handles
-(``torch.utils._device._device_constructors``: zeros, empty, randn, arange, tensor, ...) and the
-``*_like`` ones, given ``device=``; ``Tensor.to`` (a device positional or by keyword, an int
-index), ``Tensor.cuda``, ``Tensor.new_*``, ``Tensor.pin_memory`` (the tensor itself),
-``Tensor.record_stream``; ``torch.set_default_device`` and ``with torch.device("cuda")``
-(``DeviceContext``); ``torch.load``'s ``map_location`` (and a checkpoint saved on GPUs, loaded
-without one); ``torch.autocast``/``torch.amp.autocast("cuda", dtype)`` (CPU autocast with that
-dtype); ``torch.amp.GradScaler("cuda")`` (torch's CPU GradScaler). A device index beyond the
-node's GPUs raises torch's invalid-ordinal CUDA error (gpu/device.py). Tensors report
+The doors come from torch's own signatures, not a hand list (``device_doors``): every aten
+operator whose schema takes a ``device`` argument (``torch._C._jit_get_all_schemas()``) and is
+public in ``torch``, ``torch.fft``, ``torch.special`` or ``torch.linalg``, every ``Tensor.new_*``
+method, and the Python-level constructors torch's own ``with torch.device(...)`` handles
+(``torch.utils._device._device_constructors``: ``asarray``, ``nested_tensor``). Each is a
+Python-level wrapper of torch's own function (every thread sees it, torch's kernels run unchanged)
+given ``device=``, registered with TorchScript as the aten operator it wraps, so scripted code that
+calls ``torch.zeros`` compiles (``torch.jit._builtins``). Then the positional forms:
+``Tensor.to`` (its arguments) and ``Module.to`` (through ``torch._C._nn._parse_to``), each given an
+int, a string or a torch.device, positional or by keyword, so ``model.to(local_rank)`` works; ``Tensor.cuda``, ``Tensor.pin_memory`` (the tensor
+itself), ``Tensor.record_stream``, ``torch.Generator(device=...)``; ``torch.set_default_device`` and
+``with torch.device("cuda")`` (``DeviceContext``); ``torch.load``'s ``map_location`` (and a
+checkpoint saved on GPUs, loaded without one); ``torch.autocast``/``torch.amp.autocast("cuda", dtype)``
+(CPU autocast with that dtype); ``torch.amp.GradScaler("cuda")`` (torch's CPU GradScaler). A device
+index beyond the visible GPUs raises torch's invalid-ordinal CUDA error (gpu/state.py). Tensors report
 ``device(type='cpu')``: code that tests ``x.is_cuda`` sees False.
 """
 from __future__ import annotations
@@ -20,8 +25,6 @@ import functools
 
 from simcluster.launcher.instrument.gpu.state import STATE
 
-LIKE = ("empty_like", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "randint_like")
-NEW = ("new_empty", "new_zeros", "new_ones", "new_full", "new_tensor", "new_empty_strided")
 
 
 def to_cpu(d):
@@ -30,7 +33,7 @@ def to_cpu(d):
     import torch
     if (isinstance(d, str) and d.startswith("cuda") or isinstance(d, torch.device) and d.type == "cuda"
             or type(d) is int):
-        STATE.index(d)
+        STATE.used = STATE.index(d)
         return torch.device("cpu")
     return d
 
@@ -53,29 +56,68 @@ def _wrap(owner, name, make) -> None:
         setattr(owner, name, new)
 
 
-def install_tensors(torch) -> None:
-    """Install every door above (idempotent)."""
+NAMESPACES = {"": "", "fft": "fft_", "special": "special_", "linalg": "linalg_"}  # torch.X: aten's prefix
+
+
+def device_doors(torch) -> list[tuple[object, str]]:
+    """(owner, name) of every public function torch gives a ``device`` argument (see the module's
+    docstring), from the operator schemas of this torch."""
     from torch.utils._device import _device_constructors
 
+    ops = {s.name[6:] for s in torch._C._jit_get_all_schemas()
+           if s.name.startswith("aten::") and any(a.name == "device" for a in s.arguments)}
+    doors = []
+    for op in sorted(ops):
+        for ns, prefix in NAMESPACES.items():
+            name = op[len(prefix):] if op.startswith(prefix) else None
+            owner = getattr(torch, ns) if ns else torch
+            if name and not name.startswith("_") and callable(getattr(owner, name, None)) \
+                    and not isinstance(getattr(owner, name), type):
+                doors.append((owner, name))
+    doors += [(torch.Tensor, name) for name in dir(torch.Tensor) if name.startswith("new_")]  # each takes device=
     for fn in _device_constructors():
-        for owner in (torch, torch.fft, torch.sparse):
-            if getattr(owner, fn.__name__, None) is fn:
-                _wrap(owner, fn.__name__, _kw)
-    for name in LIKE:
-        _wrap(torch, name, _kw)
-    for name in NEW:
-        _wrap(torch.Tensor, name, _kw)
+        for owner in (torch, torch.fft, torch.sparse, torch.nested):
+            if getattr(owner, fn.__name__, None) is fn and (owner, fn.__name__) not in doors:
+                doors.append((owner, fn.__name__))
+    return doors
 
+
+def install_factories(torch) -> None:
+    """Wrap every door of ``device_doors``, each registered with TorchScript as its aten operator."""
+    from torch.jit._builtins import _find_builtin, _register_builtin
+
+    for owner, name in device_doors(torch):
+        fn = getattr(owner, name)
+        op = _find_builtin(fn)
+        _wrap(owner, name, _kw)
+        if op is not None:
+            _register_builtin(getattr(owner, name), op)
+
+
+def _device_args(args, kwargs):
+    """``to``'s arguments with a cuda device (positional first, or ``device=``) made cpu."""
+    import torch
+    if args and (isinstance(args[0], (str, torch.device)) or type(args[0]) is int):
+        args = (to_cpu(args[0]), *args[1:])
+    if "device" in kwargs:
+        kwargs["device"] = to_cpu(kwargs["device"])
+    return args, kwargs
+
+
+def install_moves(torch) -> None:
+    """``Tensor.to``/``Module.to`` (``_parse_to``), ``Tensor.cuda``, pinning, ``record_stream``."""
     def to(fn):
-        def wrapper(self, *args, **kwargs):
-            if args and (isinstance(args[0], (str, torch.device)) or type(args[0]) is int):
-                a0 = args[0]
-                args = (to_cpu(torch.device("cuda", a0) if type(a0) is int else a0), *args[1:])
-            if "device" in kwargs:
-                kwargs["device"] = to_cpu(kwargs["device"])
+        def wrapper(*args, **kwargs):
+            self, (args, kwargs) = args[0], _device_args(args[1:], kwargs)
             return fn(self, *args, **kwargs)
         return wrapper
     _wrap(torch.Tensor, "to", to)
+    def parse_to(fn):  # Module.to's parser
+        def wrapper(*args, **kwargs):
+            args, kwargs = _device_args(args, kwargs)
+            return fn(*args, **kwargs)
+        return wrapper
+    _wrap(torch._C._nn, "_parse_to", parse_to)
 
     def cuda(fn):
         def wrapper(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
@@ -86,7 +128,18 @@ def install_tensors(torch) -> None:
     _wrap(torch.Tensor, "pin_memory", lambda fn: lambda self, device=None: self)
     _wrap(torch.Tensor, "record_stream", lambda fn: lambda self, stream: None)
     _wrap(torch.Tensor, "is_pinned", lambda fn: lambda self, device=None: False)
+    if not hasattr(torch.Generator, "__simulated__"):
+        class Generator(torch.Generator):
+            """``torch.Generator(device="cuda")``: a CPU generator (the simulated device's tensors are CPU tensors)."""
+            __simulated__ = torch.Generator
 
+            def __new__(cls, device="cpu"):
+                return super().__new__(cls, to_cpu(device))
+        torch.Generator = Generator
+
+
+def install_contexts(torch) -> None:
+    """The default device (``set_default_device``, ``with torch.device``) and ``torch.load``."""
     import torch.utils._device as devmod
     _wrap(devmod.DeviceContext, "__init__", lambda fn: lambda self, device: fn(self, to_cpu(device)))
     _wrap(torch, "set_default_device", lambda fn: lambda device: fn(to_cpu(device)))
@@ -103,6 +156,9 @@ def install_tensors(torch) -> None:
         return wrapper
     _wrap(torch, "load", load)
 
+
+def install_amp(torch) -> None:
+    """``autocast("cuda", dtype)`` -> CPU autocast with that dtype; ``GradScaler("cuda")`` -> CPU's."""
     from torch.amp import autocast_mode, grad_scaler
 
     def autocast_init(fn):
@@ -118,3 +174,11 @@ def install_tensors(torch) -> None:
             return fn(self, "cpu" if device == "cuda" else device, *args, **kwargs)
         return wrapper
     _wrap(grad_scaler.GradScaler, "__init__", scaler_init)
+
+
+def install_tensors(torch) -> None:
+    """Install every door above (idempotent)."""
+    install_factories(torch)
+    install_moves(torch)
+    install_contexts(torch)
+    install_amp(torch)

@@ -1,0 +1,121 @@
+"""The layer under ``torch.cuda``'s own Python, simulated: the ``torch._C._cuda_*`` bindings a CPU
+build lacks and the module state CUDA's initialization sets, so torch's own functions run unchanged.
+
+    python -c "from simcluster.launcher.instrument.gpu.bindings import BINDINGS; print(sorted(BINDINGS))"
+
+Most of ``torch.cuda`` is Python over a few bindings (torch/cuda/__init__.py, random.py): with these
+answered, torch's own ``is_available``, ``device_count``, ``current_device``, ``set_device`` (a
+negative index a no-op, as torch documents), ``device``/``device_of``, ``get_device_properties``,
+``get_device_name``/``_capability`` (an index beyond ``device_count()`` raises torch's own
+``AssertionError: Invalid device id``, as on GPUs), ``synchronize``, ``can_device_access_peer``,
+``get_arch_list`` and the whole RNG (``manual_seed*``, ``seed*``, ``initial_seed``,
+``get_rng_state*``/``set_rng_state*`` over ``torch.cuda.default_generators``) give a GPU's answers
+with no copy of their logic here. Chosen over wrapping each public name because the verdicts
+(ordinal checks, negative indices, lazy seeding) are then torch's own by construction, and a new
+public function over the same bindings works without a line here; the count is in coverage.py.
+
+``default_generators``: every device's generator is the CPU default generator (a "cuda" tensor is a
+CPU tensor and draws from it): a CUDA RNG tracker's get/set/fork round-trips work; seeding one device
+seeds the one stream the rank draws from. The process starts seeded with CUDA's fixed default seed.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from simcluster.launcher.instrument.gpu.state import STATE
+
+CUDA_DEFAULT_SEED = 67280421310721  # c10::detail::default_rng_seed_val: a CUDA generator's seed until seeded
+_CUDNN_LIMIT = [10]  # torch.backends.cudnn.benchmark_limit (torch's default)
+_SYNC_DEBUG = [0]  # torch.cuda.set_sync_debug_mode's value (no sync is ever reported: nothing is asynchronous)
+
+
+class Generators(Sequence):
+    """``torch.cuda.default_generators``: one entry per visible device (read at first use, as CUDA's
+    initialization does), each the CPU default generator."""
+
+    def __len__(self) -> int:
+        return STATE.count
+
+    def __getitem__(self, i):
+        import torch
+        if isinstance(i, slice):
+            return tuple(torch.default_generator for _ in range(len(self))[i])
+        if not -len(self) <= i < len(self):
+            raise IndexError("tuple index out of range")
+        return torch.default_generator
+
+    def __repr__(self):
+        return repr(tuple(self))
+
+
+def _set_device(i: int) -> None:
+    STATE.current = STATE.index(int(i))
+
+
+def _exchange(i: int) -> int:
+    """CUDA's exchange_device: make ``i`` current, return the previous index (-1: nothing changes)."""
+    if i < 0:
+        return -1
+    prev, STATE.current = STATE.current, STATE.index(int(i))
+    return prev
+
+
+def _arch_flags() -> str:
+    own = f"sm_{STATE.model.major}{STATE.model.minor}"
+    return " ".join(sorted({"sm_80", "sm_90", own}))
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _nested(flat: dict) -> dict:
+    """torch.cuda.memory_stats' dotted keys ("allocated_bytes.all.current") as the allocator's nested dict."""
+    out: dict = {}
+    for key, value in flat.items():
+        *path, last = key.split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+BINDINGS = {  # torch._C name -> the simulated binding
+    "_cuda_getDeviceCount": lambda: STATE.count,
+    "_cuda_getDevice": lambda: STATE.current,
+    "_cuda_setDevice": _set_device,
+    "_cuda_exchangeDevice": _exchange,
+    "_cuda_maybeExchangeDevice": _exchange,
+    "_cuda_init": lambda: None,
+    "_cuda_synchronize": lambda: None,
+    "_cuda_ipc_collect": lambda: None,
+    "_cuda_getArchFlags": _arch_flags,
+    "_cuda_getCurrentRawStream": lambda device: 0,  # the null stream (dynamo's device interface imports it)
+    "_cuda_canDeviceAccessPeer": lambda a, b: STATE.index(a) != STATE.index(b),  # NVLink within a node
+    "_cuda_getAllocatorBackend": lambda: "native",
+    "_cuda_memoryStats": lambda device: _nested(_torch().cuda.memory_stats(device)),
+    "_cuda_hostMemoryStats": lambda: {},  # nothing is pinned: pin_memory returns the tensor itself
+    "_cuda_resetPeakHostMemoryStats": lambda: None,
+    "_cuda_resetAccumulatedHostMemoryStats": lambda: None,
+    "_cuda_get_cudnn_benchmark_limit": lambda: _CUDNN_LIMIT[0],
+    "_cuda_set_cudnn_benchmark_limit": lambda n: _CUDNN_LIMIT.__setitem__(0, int(n)),
+    "_cuda_get_sync_debug_mode": lambda: _SYNC_DEBUG[0],
+    "_cuda_set_sync_debug_mode": lambda mode: _SYNC_DEBUG.__setitem__(0, int(mode)),
+}
+
+
+def install_bindings(torch, properties) -> None:
+    """Answer the bindings above in ``torch._C`` and set ``torch.cuda``'s initialized state, its
+    ``_get_device_properties`` answered by ``properties(model, node_index)`` (the device count is not
+    read here: CUDA_VISIBLE_DEVICES may still change until the first question)."""
+    for name, fn in BINDINGS.items():
+        setattr(torch._C, name, fn)
+    cuda = torch.cuda
+    cuda._exchange_device, cuda._maybe_exchange_device = _exchange, _exchange
+    cuda._get_device_properties = lambda i: properties(STATE.model, STATE.seen[STATE.index(i)])
+    cuda.default_generators = Generators()
+    cuda._cached_device_count = None
+    cuda._initialized = True  # as after torch._C._cuda_init(): torch's queued capability checks do not apply
+    torch.default_generator.manual_seed(CUDA_DEFAULT_SEED)
