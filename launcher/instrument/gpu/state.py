@@ -22,6 +22,13 @@ class State:
     model: object = None  # the GpuModel (gpu/device.py) once installed
     streams: dict = field(default_factory=dict)
     default_streams: dict = field(default_factory=dict)
+    listeners: list = field(default_factory=list)  # f(index) called when the current device changes (gpu/memory.py)
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if name == "current":
+            for f in getattr(self, "listeners", ()):
+                f(value)
 
     def index(self, device=None, optional: bool = True) -> int:
         """The local index ``device`` names (None, int, "cuda", "cuda:N", torch.device); torch's
