@@ -70,7 +70,7 @@ def install(env=os.environ) -> Clock:
         if inst.simulated_gpus:
             try:
                 from simcluster.launcher.instrument.gpu.install import install as simulate
-                simulate(torch, per_node, inst.gpu)
+                simulate(torch, per_node, inst.gpu, inst.gpu_memory)
                 from simcluster.launcher.instrument.gpu.memory import peak_record
                 CLOCK.fields.append(peak_record)
             except Exception as e:  # noqa: BLE001
