@@ -8,7 +8,9 @@ wall time to the other processes of a shared machine): two models' training step
 step of issue 53 (an 8-layer, 64-wide MLP on a batch of 32, AdamW: bench/mlp_step.py's) and a
 decoder-like stack (4 x Linear + GELU + LayerNorm on (32, 64, 256) activations), each counted three
 ways: ``off`` (nothing), ``allocator`` (the compiled counting allocator, gpu/counting_allocator.cpp:
-what a rank runs) and ``per-op`` (the dispatch mode of gpu/tracker.py, the fallback). Prints the
+what a rank runs) and ``per-op`` (the dispatch mode of gpu/tracker.py, the fallback), and ``device-check`` (the least a
+per-op check of mixed cuda and cpu tensors costs: a dispatch mode reading a mark on each tensor
+argument; measured only, to decide whether such a check can be on by default). Prints the
 median step time of each over --repeats interpreters, the ratios to ``off`` and the aten ops a step
 runs, with the load average.
 
@@ -32,7 +34,7 @@ import time
 from bench.args import positive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODES = ("off", "allocator", "per-op")
+MODES = ("off", "allocator", "per-op", "device-check")
 MODELS = ("mlp", "decoder")
 
 
@@ -42,6 +44,31 @@ def _model(torch, name: str):
         return torch.nn.Sequential(*layers), torch.randn(32, 64)
     layers = [m for _ in range(4) for m in (torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.LayerNorm(256))]
     return torch.nn.Sequential(*layers), torch.randn(32, 64, 256)
+
+
+def device_check(torch):
+    """The least a mixed-device check costs per op (measured, not installed in ranks): a dispatch mode
+    that reads a "made for cuda" mark on each tensor argument, would raise CUDA's "Expected all
+    tensors to be on the same device" where marked and unmarked (non-scalar) tensors meet. A real
+    check would also mark each op's outputs: this is a lower bound of its cost."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class DeviceCheck(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            marked = plain = False
+            for a in tree_flatten((args, kwargs))[0]:
+                if isinstance(a, torch.Tensor):
+                    if getattr(a, "_sim_cuda", True):
+                        marked = True
+                    elif a.dim():
+                        plain = True
+            if marked and plain:
+                raise RuntimeError("Expected all tensors to be on the same device, but found at least two devices, "
+                                   "cuda:0 and cpu!")
+            return func(*args, **(kwargs or {}))
+
+    return DeviceCheck()
 
 
 def one(mode: str, name: str, steps: int) -> dict:
@@ -61,6 +88,8 @@ def one(mode: str, name: str, steps: int) -> dict:
         from simcluster.launcher.instrument.gpu.tracker import make_tracker
         counter = make_tracker()
         counter.__enter__()
+    elif mode == "device-check":
+        device_check(torch).__enter__()
     torch.manual_seed(0)
     model, x = _model(torch, name)
     opt = torch.optim.AdamW(model.parameters())
@@ -101,8 +130,9 @@ def in_process(repeats: int, steps: int) -> None:
         med = {m: statistics.median(r["step_s"] for r in got[m]) for m in MODES}
         ops = got["off"][0]["ops"]
         print(f"{name}: {ops} aten ops a step; step CPU ms " + ", ".join(f"{m} {med[m] * 1e3:.3f}" for m in MODES)
-              + f"; allocator/off {med['allocator'] / med['off']:.3f}, per-op/off {med['per-op'] / med['off']:.3f} "
-              f"({(med['per-op'] - med['off']) / ops * 1e6:.1f} us per op); load {os.getloadavg()[0]:.1f}", flush=True)
+              + "; " + ", ".join(f"{m}/off {med[m] / med['off']:.3f}" for m in MODES[1:])
+              + f" (per-op: {(med['per-op'] - med['off']) / ops * 1e6:.1f} us per op); load {os.getloadavg()[0]:.1f}",
+              flush=True)
 
 
 def cluster_run(simulated: bool, steps: int, skip: int = 10) -> float:
