@@ -5,9 +5,11 @@
 // Loaded with ctypes by gpu/native.py (no Python headers: a plain shared library over libc10).
 // simcluster_install() registers, with c10::SetCPUAllocator, an allocator that wraps the one
 // registered before it (torch's DefaultCPUAllocator): every CPU allocation of the process then
-// passes one door, where a few atomics count it (no cost per op, only per allocation). Each block
-// carries a 64-byte header (torch's own alignment) holding its requested size, so the data pointer
-// stays its own context (Allocator::raw_allocate's rule) and the free knows what to subtract.
+// passes one door, where a few atomics count it (no cost per op, only per allocation). The blocks
+// are torch's own (the data pointer is its own context, Allocator::raw_allocate's rule); a table
+// sharded by address holds each one's size for its free. A block allocated before the install and
+// freed through this allocator's deleter, or the reverse, is freed by torch's deleter all the same
+// (only its count is missed): no pointer ever changes hands between the two.
 // Sizes are counted rounded up to CUDA's 512-byte block (kMinBlockSize), as the caching allocator
 // counts them. An allocation that would take the allocated bytes above the limit (the device's
 // capacity, times set_per_process_memory_fraction) raises c10::OutOfMemoryError with the CUDA
@@ -19,11 +21,14 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
+#include <pthread.h>
 #include <string>
+#include <unordered_map>
 
 namespace {
 
-constexpr size_t kHeader = 64;  // c10's gAlignment: the data stays 64-byte aligned
+constexpr int kShards = 64;  // the size table's shards, each with its own lock
 constexpr int64_t kBlock = 512;  // CUDA's kMinBlockSize
 
 enum Stat {
@@ -37,6 +42,18 @@ std::atomic<int64_t> g_limit{-1};  // the most bytes allocated at once (capacity
 std::atomic<int> g_device{0};      // the current device, named by the message
 std::atomic<int> g_fraction_set{0};
 c10::Allocator* g_base = nullptr;  // the allocator registered before this one
+c10::DeleterFnPtr g_base_delete = nullptr;  // its deleter of a raw block
+
+struct Shard {
+  std::mutex lock;
+  std::unordered_map<void*, int64_t> sizes;  // block -> its counted (rounded) size
+};
+Shard g_shards[kShards];
+
+Shard& shard_of(void* p) {
+  auto a = reinterpret_cast<uintptr_t>(p);
+  return g_shards[((a >> 6) ^ (a >> 16)) % kShards];
+}
 
 int64_t rounded(size_t n) { return (static_cast<int64_t>(n) + kBlock - 1) / kBlock * kBlock; }
 
@@ -81,12 +98,31 @@ std::string format_size(int64_t size) {  // the caching allocator's format: byte
 
 void count_free(void* data) {
   if (data == nullptr) return;
-  char* base = static_cast<char*>(data) - kHeader;
-  int64_t n = rounded(*reinterpret_cast<size_t*>(base));
-  g_stats[kAllocated].fetch_sub(n, std::memory_order_relaxed);
-  g_stats[kTotalFreed].fetch_add(n, std::memory_order_relaxed);
-  g_stats[kCount].fetch_sub(1, std::memory_order_relaxed);
-  g_base->raw_deallocate(base);
+  int64_t n = -1;
+  {
+    Shard& sh = shard_of(data);
+    std::lock_guard<std::mutex> guard(sh.lock);
+    auto it = sh.sizes.find(data);
+    if (it != sh.sizes.end()) {
+      n = it->second;
+      sh.sizes.erase(it);
+    }
+  }
+  if (n >= 0) {
+    g_stats[kAllocated].fetch_sub(n, std::memory_order_relaxed);
+    g_stats[kTotalFreed].fetch_add(n, std::memory_order_relaxed);
+    g_stats[kCount].fetch_sub(1, std::memory_order_relaxed);
+  }
+  g_base_delete(data);
+}
+
+// fork() while another thread holds a shard's lock (a DataLoader's worker forked beside gloo's
+// threads) would leave it locked in the child: every lock is taken around a fork, as glibc's malloc does.
+void lock_all() {
+  for (auto& sh : g_shards) sh.lock.lock();
+}
+void unlock_all() {
+  for (auto& sh : g_shards) sh.lock.unlock();
 }
 
 struct CountingAllocator final : public c10::Allocator {
@@ -99,8 +135,18 @@ struct CountingAllocator final : public c10::Allocator {
       g_stats[kAllocated].fetch_sub(n, std::memory_order_relaxed);
       out_of_memory(n, now - n);
     }
-    char* base = static_cast<char*>(g_base->raw_allocate(nbytes + kHeader));
-    *reinterpret_cast<size_t*>(base) = nbytes;
+    void* data;
+    try {
+      data = g_base->raw_allocate(nbytes);
+    } catch (...) {
+      g_stats[kAllocated].fetch_sub(n, std::memory_order_relaxed);
+      throw;
+    }
+    {
+      Shard& sh = shard_of(data);
+      std::lock_guard<std::mutex> guard(sh.lock);
+      sh.sizes[data] = n;
+    }
     g_stats[kTotalAllocated].fetch_add(n, std::memory_order_relaxed);
     int64_t count = g_stats[kCount].fetch_add(1, std::memory_order_relaxed) + 1;
     g_stats[kTotalCount].fetch_add(1, std::memory_order_relaxed);
@@ -109,7 +155,6 @@ struct CountingAllocator final : public c10::Allocator {
     raise_max(kReserved, now);
     raise_max(kPeakReserved, now);
     raise_max(kPeakCount, count);
-    void* data = base + kHeader;
     return {data, data, &count_free, c10::Device(c10::DeviceType::CPU)};
   }
 
@@ -127,11 +172,15 @@ CountingAllocator g_allocator;
 extern "C" {
 
 // Register the counting allocator (once); 1 if it is now torch's CPU allocator, 0 if another
-// allocator of a higher priority keeps the place.
+// allocator of a higher priority keeps the place or the one there frees no raw block.
 int simcluster_install(int64_t total) {
   g_total.store(total);
   if (c10::GetCPUAllocator() == &g_allocator) return 1;
-  g_base = c10::GetCPUAllocator();
+  c10::Allocator* base = c10::GetCPUAllocator();
+  if (base->raw_deleter() == nullptr) return 0;  // its blocks need their context: not wrapped
+  g_base_delete = base->raw_deleter();
+  g_base = base;
+  pthread_atfork(&lock_all, &unlock_all, &unlock_all);
   c10::SetCPUAllocator(&g_allocator, 200);
   return c10::GetCPUAllocator() == &g_allocator ? 1 : 0;
 }
