@@ -149,6 +149,10 @@ def cluster_run(simulated: bool, steps: int, skip: int = 10) -> float:
         times += [r["step_time_s"] for r in rows[skip:]]
     if done.returncode != 0 or not times:
         raise RuntimeError(f"run exited {done.returncode} ({out}): {done.stdout[-1500:]}{done.stderr[-1500:]}")
+    log = os.path.join(out, "cluster.log")
+    if simulated and os.path.exists(log) and "counted per op" in open(log).read():
+        raise RuntimeError(f"the ranks counted per op, not with the image's allocator (rebuild the image: "
+                           f"bash images/build.sh): {log}")
     return statistics.median(times)
 
 
