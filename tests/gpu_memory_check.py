@@ -47,6 +47,7 @@ try:
 except torch.cuda.OutOfMemoryError:  # a program's OOM handler
     out["handler_ran"] = True
 out["num_ooms"] = c.memory_stats()["num_ooms"]
+out["nested"] = c.memory_stats_as_nested_dict()["allocated_bytes"]["all"]["current"] == c.memory_allocated()
 out["free_after"] = c.mem_get_info()[0]
 del big
 out["free_nonnegative"] = min(c.mem_get_info()[0], c.mem_get_info(1)[0]) >= 0

@@ -36,7 +36,7 @@ def check(got: dict) -> None:
     assert got["alloc"] == [8192, 0] and got["thread"] == 2**20  # 2 x 4000 B in 512 B blocks; another thread's
     assert got["peak_600"] == 600 * 2**20
     assert got["oom"][0] == "OutOfMemoryError" and got["oom"][1].startswith(OOM), got["oom"]
-    assert got["handler_ran"] and got["num_ooms"] == 2 and got["free_after"] == 424 * 2**20
+    assert got["handler_ran"] and got["num_ooms"] == 2 and got["free_after"] == 424 * 2**20 and got["nested"]
     assert got["free_nonnegative"]
     assert got["fraction_type"] == ["TypeError", "Invalid type for fraction argument, must be `float`"]
     assert got["fraction_range"] == ["ValueError", "Invalid fraction value: 1.5. Allowed range: 0~1"]

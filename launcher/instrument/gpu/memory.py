@@ -163,6 +163,16 @@ def functions(state) -> dict:
         state.index(device)
         return stats()
 
+    def nested(device=None):
+        out: dict = {}
+        for key, value in memory_stats(device).items():
+            *path, last = key.split(".")
+            node = out
+            for part in path:
+                node = node.setdefault(part, {})
+            node[last] = value
+        return out
+
     def summary(device=None, abbreviated=False):
         s = memory_stats(device)
         return "\n".join(f"{k}: {v}" for k, v in s.items() if k.endswith(("all.current", "all.peak")))
@@ -182,7 +192,7 @@ def functions(state) -> dict:
     return {"memory_allocated": stat("allocated"), "max_memory_allocated": stat("peak"),
             "memory_reserved": stat("reserved"), "max_memory_reserved": stat("peak_reserved"),
             "memory_cached": stat("reserved"), "max_memory_cached": stat("peak_reserved"),
-            "memory_stats": memory_stats, "memory_summary": summary, "reset_peak_memory_stats": reset_peak,
+            "memory_stats": memory_stats, "memory_stats_as_nested_dict": nested, "memory_summary": summary, "reset_peak_memory_stats": reset_peak,
             "reset_max_memory_allocated": reset_peak, "reset_max_memory_cached": reset_peak,
             "reset_accumulated_memory_stats": reset_accumulated, "empty_cache": empty_cache,
             "mem_get_info": lambda device=None: mem_get_info(state, device),
