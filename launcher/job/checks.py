@@ -98,9 +98,12 @@ def size_bytes(text: str) -> int | None:
     return None if m is None else int(float(m.group("n")) * _SIZE_UNIT[m.group("unit")])
 
 
-def gpu_memory_problem(text: str, gpu: str) -> str | None:
-    """Why --gpu-memory TEXT cannot be the memory of one simulated GPU of model ``gpu``, else None."""
+def gpu_memory_problem(text: str, gpu: str | None) -> str | None:
+    """Why --gpu-memory TEXT cannot be the memory of one simulated GPU of model ``gpu`` (None: the
+    default model), else None."""
+    from simcluster.launcher.instrument.spec import DEFAULT_GPU
     from simcluster.train.plan.hardware import GPU_ALIASES, HARDWARE
+    gpu = gpu or DEFAULT_GPU
     size, most = size_bytes(text), int(HARDWARE[GPU_ALIASES.get(gpu, gpu)].memory)
     if size is None:
         return (f"--gpu-memory: {text!r} is not a size; write a number with a unit, e.g. --gpu-memory 24GiB "

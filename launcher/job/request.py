@@ -20,7 +20,6 @@ import re
 from dataclasses import dataclass, fields
 
 from simcluster.launcher.container.layout import IMAGE_USER
-from simcluster.launcher.instrument.spec import DEFAULT_GPU
 from simcluster.launcher.job.checks import gpu_memory_problem
 from simcluster.launcher.job.deps import Requirements
 from simcluster.launcher.job.env import env_pairs
@@ -153,7 +152,7 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
         if v.get("no_simulated_gpus"):
             raise _error("gpu_memory", f"--gpu-memory {v['gpu_memory']}: no effect with --no-simulated-gpus; drop "
                                        f"one: --gpu-memory (the simulated GPU's memory) or --no-simulated-gpus")
-        if problem := gpu_memory_problem(v["gpu_memory"], v.get("gpu") or DEFAULT_GPU):
+        if problem := gpu_memory_problem(v["gpu_memory"], v.get("gpu")):
             raise _error("gpu_memory", problem)
     defaults = Config()
     trainer_only = [f.name for f in fields(Config) if f.name not in SHARED + INSTRUMENTS
