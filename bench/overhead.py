@@ -2,6 +2,7 @@
 
     python -m bench.overhead                              # 3 rounds of 20 steps
     python -m bench.overhead --rounds 5 --steps 30 -- --schedule 1f1b --microbatches 4
+    python -m bench.overhead --off            # also the cluster with --no-simulated-gpus each round
 
 Runs examples/pipelining.py (FSDP2 + TP + PipelineStage on a (pp, dp, tp) = (2, 2, 2) mesh) each
 round twice, in alternating order: on the simulated cluster (``python -m launcher up --nodes 2
@@ -13,7 +14,10 @@ every 20 ms), and the steady step time (the median of rank 0's ``step_time_s`` o
 after ``--skip``). Prints one markdown row a run with the load average before it, the ratios
 (bare / cluster for the steady step, cluster - bare for step 1, cluster / bare for the wall;
 medians over the rounds), and last one line ``steady=R``: bare torchrun's median steady step
-time divided by the cluster's (1.0: no overhead per step). Arguments after ``--`` go to the
+time divided by the cluster's (1.0: no overhead per step). ``--off`` adds a third run a round, the
+cluster with ``--no-simulated-gpus`` (kind ``off``), and the line ``simulated/off=R``: the
+cluster's median steady step divided by that run's (1.0: the simulated GPU costs nothing per step;
+issue 53's bound is 1.02). Arguments after ``--`` go to the
 program (its own flags, checked by the program: a bad one fails its first run, which names its log);
 a flag of its own out of range, or unknown before ``--``, exits 2 before anything starts. Needs
 Docker and the trainer image; torchrun on the host.
@@ -39,11 +43,13 @@ MESH = ("--pp", "2", "--dp", "2", "--tp", "2")
 
 
 def commands(kind: str, out: str, steps: int, extra: list[str]) -> list[str]:
-    """The command of one run of ``kind`` ("cluster" or "bare") writing into ``out``."""
+    """The command of one run of ``kind`` ("cluster", "off": the cluster with --no-simulated-gpus, or
+    "bare") writing into ``out``."""
     program = [*MESH, "--steps", str(steps), *extra]
-    if kind == "cluster":
+    if kind in ("cluster", "off"):
+        off = ["--no-simulated-gpus"] if kind == "off" else []
         return [sys.executable, "-m", "launcher", "up", "--nodes", "2", "--nproc-per-node", "4", "--script", SCRIPT,
-                "--mount-code", "--quiet", "--run-dir", out, "--", *program]
+                "--mount-code", "--quiet", "--run-dir", out, *off, "--", *program]
     torchrun = shutil.which("torchrun") or "torchrun"
     return [torchrun, "--nproc-per-node", "8", SCRIPT, *program, "--out-dir", out]
 
@@ -77,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=positive(int), default=20, help="steps a run (default 20)")
     p.add_argument("--skip", type=positive(int, zero=True), default=2, help="first steps left out of the steady "
                    "time (default 2)")
+    p.add_argument("--off", action="store_true", help="also run the cluster with --no-simulated-gpus each round")
     argv = sys.argv[1:] if argv is None else argv
     own, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     args = p.parse_args(own)  # an unknown flag before `--` is refused (exit 2), not passed to the program
@@ -93,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     print("| round | kind | load before | wall s | to step 1 s | steady step ms |")
     print("|---|---|---|---|---|---|")
     for r in range(args.rounds):
-        for kind in (("cluster", "bare") if r % 2 == 0 else ("bare", "cluster")):
+        kinds = ("cluster", "bare", "off") if args.off else ("cluster", "bare")
+        for kind in (kinds if r % 2 == 0 else kinds[::-1]):
             try:
                 run = one_run(kind, args.steps, args.skip, extra)
             except RuntimeError as e:  # the run's log named; its folder kept for it
@@ -111,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
           f"({med('cluster', 'step1'):.1f} / {med('bare', 'step1'):.1f}); wall cluster/bare "
           f"{med('cluster', 'wall') / med('bare', 'wall'):.2f} ({med('cluster', 'wall'):.1f} / {med('bare', 'wall'):.1f} s); "
           f"load {min(x['load'] for x in runs):.1f}-{max(x['load'] for x in runs):.1f}")
+    if args.off:
+        print(f"steady step simulated GPU on/off {med('cluster', 'steady') / med('off', 'steady'):.3f} "
+              f"({med('cluster', 'steady') * 1000:.1f} / {med('off', 'steady') * 1000:.1f} ms)")
+        print(f"simulated/off={med('cluster', 'steady') / med('off', 'steady'):.3f}")
     print(f"steady={steady:.3f}")
     return 0
 

@@ -85,6 +85,37 @@ def memory_bytes(text: str) -> int | None:
     return int(m.group("bytes")) if m.group("bytes") else int(float(m.group("n")) * _UNIT[m.group("unit")])
 
 
+_SIZE = re.compile(r"(?P<n>[-+]?\d+(?:\.\d+)?(?:e\d+)?)\s*(?P<unit>|b|[kmgt]|[kmgt]b|[kmgt]ib)")
+_SIZE_UNIT = {"": 1, "b": 1, **{u: 2**(10 * i) for i, u in enumerate("kmgt", 1)},
+              **{u + "ib": 2**(10 * i) for i, u in enumerate("kmgt", 1)}, **{u + "b": 10**(3 * i) for i, u in enumerate("kmgt", 1)}}
+
+
+def size_bytes(text: str) -> int | None:
+    """The bytes of a device memory size: a number with a unit (``24GiB``, ``512MiB``, ``24g`` =
+    GiB; ``40GB`` = 40 * 10^9 bytes, as GPU datasheets count) or whole bytes; None when it is not one.
+    A negative size parses (to a negative int): the caller names that problem."""
+    m = _SIZE.fullmatch(str(text).strip().lower())
+    return None if m is None else int(float(m.group("n")) * _SIZE_UNIT[m.group("unit")])
+
+
+def gpu_memory_problem(text: str, gpu: str | None) -> str | None:
+    """Why --gpu-memory TEXT cannot be the memory of one simulated GPU of model ``gpu`` (None: the
+    default model), else None."""
+    from simcluster.launcher.instrument.spec import DEFAULT_GPU
+    from simcluster.core.hardware import GPU_ALIASES, HARDWARE
+    gpu = gpu or DEFAULT_GPU
+    size, most = size_bytes(text), int(HARDWARE[GPU_ALIASES.get(gpu, gpu)].memory)
+    if size is None:
+        return (f"--gpu-memory: {text!r} is not a size; write a number with a unit, e.g. --gpu-memory 24GiB "
+                f"(or 512MiB, 40GB = 40 * 10^9 bytes)")
+    if size <= 0:
+        return f"--gpu-memory: {text!r} is {size} bytes; a device holds more than 0, e.g. --gpu-memory 24GiB"
+    if size > most:
+        return (f"--gpu-memory: {text!r} is {size} bytes, above the --gpu {gpu} model's {most} bytes "
+                f"({most / 2**30:.2f} GiB); give at most that, e.g. --gpu-memory 24GiB, or a larger --gpu")
+    return None
+
+
 def memory_problem(text: str) -> str | None:
     """Why --memory-per-node TEXT cannot be a Docker memory limit, else None."""
     size = memory_bytes(text)

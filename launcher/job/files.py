@@ -48,7 +48,7 @@ def code_mounts() -> list[tuple[str, str]]:
 
 
 def code_digest(sources: dict[str, str] | None = None) -> str:
-    """sha256 (hex) of the .py files of ``code_sources()``: their image paths and bytes, in sorted
+    """sha256 (hex) of the .py and .cpp files of ``code_sources()``: their image paths and bytes, in sorted
     order (so a checkout and an installed package of the same code agree). images/build.sh labels
     the trainer image with it (io.simcluster.code-digest), so `launcher up` can tell whether the
     image holds this installation's code (content, not mtimes: a build from the layer cache keeps
@@ -62,7 +62,7 @@ def code_digest(sources: dict[str, str] | None = None) -> str:
         for base, dirs, names in os.walk(host):
             dirs[:] = [d for d in dirs if d != "__pycache__"]
             for f in names:
-                if f.endswith(".py"):
+                if f.endswith((".py", ".cpp")):
                     path = os.path.join(base, f)
                     files[name + "/" + os.path.relpath(path, host).replace(os.sep, "/")] = path
     for name in sorted(files):
@@ -74,7 +74,7 @@ def code_digest(sources: dict[str, str] | None = None) -> str:
 
 def stage_code(dest: str) -> None:
     """Copy ``code_sources()`` (every file but bytecode and __pycache__) into dest as dest/simcluster/...:
-    the image build's context. (code_digest hashes the .py files of the same sources.)"""
+    the image build's context. (code_digest hashes the .py and .cpp files of the same sources.)"""
     import shutil
 
     for name, host in code_sources().items():

@@ -17,7 +17,7 @@ from dataclasses import fields
 
 from simcluster.launcher.job.deps import Requirements
 from simcluster.launcher.job.env import env_pairs
-from simcluster.launcher.job.checks import example, memory_bytes, run_dir_problem, text_errors
+from simcluster.launcher.job.checks import example, memory_bytes, run_dir_problem, size_bytes, text_errors
 from simcluster.launcher.job.fields import FIELDS, UP_ONLY, flag
 from simcluster.launcher.job.files import host_abspath, repo_path
 from simcluster.launcher.instrument.spec import DEFAULT_GPU, Instruments
@@ -65,7 +65,9 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
         steps |= set(parse_steps(str(cfg.profile_step), last))
     return Instruments(traffic=bool(cfg.traffic), trace_steps=tuple(sorted(steps)), total_steps=req.total_steps,
                        cpu_bridges=not req.no_cpu_bridges, simulated_gpus=not req.no_simulated_gpus,
-                       gpu=req.gpu or DEFAULT_GPU, stall_s=stall_limit(cfg.stall_s, cfg.timeout_s),
+                       gpu=req.gpu or DEFAULT_GPU,
+                       gpu_memory=size_bytes(req.gpu_memory) if req.gpu_memory else None,
+                       stall_s=stall_limit(cfg.stall_s, cfg.timeout_s),
                        stall_given=req.stall_s is not None, gpu_given=req.gpu is not None,
                        check_collectives=bool(cfg.check_collectives))
 

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, fields
 
 from simcluster.launcher.container.layout import IMAGE_USER
+from simcluster.launcher.job.checks import gpu_memory_problem
 from simcluster.launcher.job.deps import Requirements
 from simcluster.launcher.job.env import env_conflicts, env_pairs
 from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY, MAX_STEPS, UP_ONLY, check_values, flag, from_text
@@ -131,7 +132,7 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
         if v["nodes"] is not None or v["nproc_per_node"] is not None or argv:
             raise _error("nodes", "the built-in trainer takes --mesh and its own flags, not --nodes/--nproc-per-node "
                                   "or arguments after --; to run your code, add --script FILE or --module NAME")
-        own = [n for n in ("total_steps", "no_cpu_bridges", "no_simulated_gpus", "gpu") if v.get(n) not in (None, False)]
+        own = [n for n in ("total_steps", "no_cpu_bridges", "no_simulated_gpus", "gpu", "gpu_memory") if v.get(n) not in (None, False)]
         if own:
             name = own[0]
             raise _error(name, f"{flag(name)}: an option of your own code's runs; the built-in trainer takes "
@@ -144,6 +145,12 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
     if v.get("gpu") is not None and v.get("no_simulated_gpus"):
         raise _error("gpu", f"--gpu {v['gpu']}: no effect with --no-simulated-gpus; drop one: --gpu (the simulated "
                             f"GPU's model) or --no-simulated-gpus (no simulated GPU)")
+    if v.get("gpu_memory") is not None:
+        if v.get("no_simulated_gpus"):
+            raise _error("gpu_memory", f"--gpu-memory {v['gpu_memory']}: no effect with --no-simulated-gpus; drop "
+                                       f"one: --gpu-memory (the simulated GPU's memory) or --no-simulated-gpus")
+        if problem := gpu_memory_problem(v["gpu_memory"], v.get("gpu")):
+            raise _error("gpu_memory", problem)
     defaults = Config()
     trainer_only = [f.name for f in fields(Config) if f.name not in SHARED + INSTRUMENTS
                     and v[f.name] not in (None, getattr(defaults, f.name))]

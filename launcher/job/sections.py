@@ -105,6 +105,10 @@ class JobOptions:
                                      "docs/own-code.md)")
     gpu: str | None = option(None, "h100-sxm", choices=GPU_NAMES, metavar="MODEL", help="the simulated GPU's model: "
                              "h100-sxm (default), a100-80g, or a planner hardware name")
+    gpu_memory: str | None = option(None, "24GiB", metavar="SIZE", help="the simulated GPU's memory, to rehearse a "
+                                    "smaller device: at most the --gpu model's, e.g. 24GiB, 512MiB or 40GB (10^9 "
+                                    "bytes); allocations beyond it raise torch.cuda.OutOfMemoryError (default: the "
+                                    "model's)")
     requirements: str | None = option(None, "requirements.txt", metavar="FILE", help="your code's dependencies: "
                                       "wheels downloaded here for the image's Python (torch stays the image's), a "
                                       "derived image built FROM it once per content (docs/own-code.md)")

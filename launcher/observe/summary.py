@@ -76,7 +76,8 @@ def _gpus(launch: Launch) -> str | None:
     from simcluster.launcher.instrument.gpu.install import SUMMARY
     from simcluster.core.hardware import GPU_ALIASES, HARDWARE
     return (f"{launch.nproc_per_node} a node ({SUMMARY}), "
-            f"{HARDWARE[GPU_ALIASES.get(inst.gpu, inst.gpu)].device_name} (--gpu {inst.gpu})")
+            f"{HARDWARE[GPU_ALIASES.get(inst.gpu, inst.gpu)].device_name} (--gpu {inst.gpu})"
+            + (f", {inst.gpu_memory / 2**30:.2f} GiB each (--gpu-memory)" if inst.gpu_memory else ""))
 
 
 def _peaks(peaks: dict) -> str:
@@ -176,7 +177,8 @@ def summarise(stream: Stream, launch: Launch, run_dir: str, codes: dict, wall: f
     if (gpus := _gpus(launch)) is not None:
         show(f"  simulated GPUs: {gpus}")
     if m["device_peak_mb"]:
-        show(f"  GPU memory   peak of each rank's tensors (max_memory_allocated), ranks {_peaks(m['device_peak_mb'])}; "
+        show(f"  GPU memory   peak of each rank's tensors (max_memory_allocated), ranks {_peaks(m['device_peak_mb'])} "
+             f"(every tensor the rank allocates, torch.compile's buffers included); "
              f"no prediction: the planner knows the built-in trainer's model only")
     if m["traffic"]:
         show(f"  traffic/step {traffic_text(m['traffic'], launch.node_hosts)} (all ranks; per rank: "

@@ -6,23 +6,27 @@ torch is imported).
 
 The pieces: gpu/device.py (torch.cuda, torch.accelerator, properties, RNG), gpu/tensors.py
 (cuda -> cpu at every tensor door), gpu/dist.py (nccl -> gloo, the "cuda" DeviceMesh, DDP's device_ids),
-gpu/memory.py (memory statistics from the rank's tensors), gpu/kernels.py (CUDA kernels refused,
+gpu/memory.py (memory statistics from the rank's tensors, counted by the compiled allocator
+gpu/counting_allocator.cpp that gpu/native.py loads; the per-op fallback gpu/tracker.py), gpu/kernels.py (CUDA kernels refused,
 the flash-attn stand-in). See docs/own-code.md, "Simulated GPUs".
 """
 from __future__ import annotations
 
+import dataclasses
+
 SUMMARY = "cuda -> cpu, nccl -> gloo"  # what the summary's "simulated GPUs" row says is mapped
 
 
-def install(torch, count: int, gpu: str) -> None:
+def install(torch, count: int, gpu: str, gpu_memory: int | None = None) -> None:
     """Make this process's torch answer as ``count`` GPUs of model ``gpu`` (a planner hardware name)
-    whose tensors live on the CPU."""
+    whose tensors live on the CPU; ``gpu_memory``: the device's capacity in bytes (None: the model's)."""
     from simcluster.launcher.instrument.gpu import memory
     from simcluster.launcher.instrument.gpu.coverage import install_refusals
     from simcluster.launcher.instrument.gpu.device import install_device
     from simcluster.launcher.instrument.gpu.dist import install_ddp, install_dist, install_dp, install_mesh
     from simcluster.launcher.instrument.gpu.kernels import install_kernels, install_standins
     from simcluster.launcher.instrument.gpu.script import install_script_ops
+    from simcluster.launcher.instrument.gpu.state import STATE
     from simcluster.launcher.instrument.gpu.tensors import install_tensors
     from simcluster.launcher.instrument.lazy import when_imported
 
@@ -36,4 +40,6 @@ def install(torch, count: int, gpu: str) -> None:
     when_imported("torch.distributed.device_mesh", lambda _m: install_mesh(torch))
     when_imported("torch.nn.parallel.distributed", install_ddp)
     when_imported("torch.nn.parallel.data_parallel", install_dp)
-    memory.start()
+    if gpu_memory:
+        STATE.model = dataclasses.replace(STATE.model, total_memory=int(gpu_memory))
+    memory.start(STATE.model.total_memory)

@@ -62,6 +62,13 @@ class State:
         if self.seen is None:
             self.seen = visible(self.physical)
         return len(self.seen)
+    listeners: list = field(default_factory=list)  # f(index) called when the current device changes (gpu/memory.py)
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, name, value)
+        if name == "current":
+            for f in getattr(self, "listeners", ()):
+                f(value)
 
     def index(self, device=None, optional: bool = True) -> int:
         """The local index ``device`` names (None, int, "cuda", "cuda:N", torch.device); torch's
