@@ -21,10 +21,12 @@ TORCH, REPLACED, REFUSED, NA = "torch", "replaced", "refused", "n/a"
 SIMULATED = (TORCH, REPLACED)
 MEMORY = ("memory_allocated max_memory_allocated memory_reserved max_memory_reserved memory_cached max_memory_cached "
           "memory_stats memory_summary reset_peak_memory_stats reset_max_memory_allocated reset_max_memory_cached "
-          "reset_accumulated_memory_stats empty_cache mem_get_info set_per_process_memory_fraction")  # gpu/memory.py
+          "reset_accumulated_memory_stats empty_cache mem_get_info set_per_process_memory_fraction "
+          "get_per_process_memory_fraction memory_stats_as_nested_dict caching_allocator_alloc "
+          "caching_allocator_delete")  # gpu/memory.py
 HOST = "host_memory_stats host_memory_stats_as_nested_dict reset_peak_host_memory_stats reset_accumulated_host_memory_stats"
-ALLOCATOR = ("CUDAPluggableAllocator MemPool caching_allocator_alloc caching_allocator_delete caching_allocator_disabled "
-             "caching_allocator_enable change_current_allocator get_per_process_memory_fraction memory_snapshot use_mem_pool")
+ALLOCATOR = ("CUDAPluggableAllocator MemPool caching_allocator_disabled caching_allocator_enable change_current_allocator "
+             "memory_snapshot use_mem_pool")
 NVML = "device_memory_used memory_usage utilization temperature power_draw clock_rate"
 RNG = "get_rng_state get_rng_state_all initial_seed manual_seed manual_seed_all seed seed_all set_rng_state set_rng_state_all"
 NO_SIM = "run with --no-simulated-gpus to see the program's CPU behaviour, or guard the call"
@@ -52,7 +54,7 @@ TABLE = {  # module -> rows of (verdict, names, why: a sentence for TORCH/REPLAC
         (TORCH, "list_gpu_processes amp random memory", "torch's own (list_gpu_processes: as on a host without nvidia-ml-py)"),
         (REPLACED, "default_generators", "one entry per visible device, the CPU default generator (gpu/bindings.py)"),
         (REPLACED, MEMORY, "gpu/memory.py"),
-        (TORCH, HOST + " get_allocator_backend memory_stats_as_nested_dict", "torch's own over gpu/bindings.py (host "
+        (TORCH, HOST + " get_allocator_backend", "torch's own over gpu/bindings.py (host "
                                                                            "memory: none pinned, pin_memory returns the tensor)"),
         (REPLACED, "Stream Event StreamContext stream current_stream default_stream set_stream streams "
                    "is_current_stream_capturing", "gpu/streams.py: work is done when the call returns"),
@@ -76,7 +78,7 @@ TABLE = {  # module -> rows of (verdict, names, why: a sentence for TORCH/REPLAC
     ],
     "torch.cuda.memory": [
         (REPLACED, MEMORY, "as torch.cuda's (gpu/memory.py)"),
-        (TORCH, "is_initialized list_gpu_processes get_allocator_backend memory_stats_as_nested_dict " + HOST,
+        (TORCH, "is_initialized list_gpu_processes get_allocator_backend " + HOST,
          "as torch.cuda's"),
         (REFUSED, ALLOCATOR, "allocator"),
         (NA, "TYPE_CHECKING", "a typing constant"),
