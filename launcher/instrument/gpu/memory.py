@@ -104,9 +104,9 @@ def mem_get_info(state, device=None) -> tuple[int, int]:
 
 def _refused(name: str, fix: str):
     def refuse(*_a, **_k):
-        raise RuntimeError(f"torch.cuda.memory.{name} is not simulated: simcluster's simulated GPU counts the bytes "
-                           f"of the rank's tensors (memory_allocated, memory_stats), not a history of the caching "
-                           f"allocator's blocks. Fix: {fix}, or run with --no-simulated-gpus.")
+        raise RuntimeError(f"torch.cuda.memory.{name} is not simulated: simcluster's simulated GPU does not have the "
+                           f"caching allocator's block history (it counts the bytes of the rank's tensors: "
+                           f"memory_allocated, memory_stats). Fix: {fix}, or run with --no-simulated-gpus.")
     return refuse
 
 
