@@ -94,14 +94,15 @@ class Record:
     rank: this rank (global). p2p: the last calls, each a dict {"op": "send"|"recv", "peer": global
     rank or None (any source), "group": the group's ranks, "seq": n-th call of this op to this
     peer (1-based), "shapes", "dtype", "where": file:line, "state": "entered"|"completed"}.
-    completed: how many calls completed (the stall clock's progress).
+    completed: how many calls completed (the stall clock's progress); open: how many were entered and
+    have not completed (the rank waits in communication while one is open).
     """
 
     def __init__(self, rank: int):
         self.rank = rank
         self.p2p: collections.deque = collections.deque(maxlen=KEEP * 4)
         self.pending: list = []  # (entry, work) of isend/irecv not seen completed
-        self.completed = 0
+        self.completed = self.open = 0
         self.seq: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
 
@@ -113,11 +114,18 @@ class Record:
                      "shapes": [list(tensor.shape)], "dtype": str(tensor.dtype).removeprefix("torch."),
                      "where": caller(sys._getframe(2)), "state": "entered", "t": round(time.time(), 3)}
             self.p2p.append(entry)
+            self.open += 1
         return entry
 
     def done(self, entry: dict) -> None:
         entry["state"] = "completed"
         self.completed += 1
+        self.open -= 1
+
+    def failed(self, entry: dict) -> None:
+        """A call that raised: no longer open, not completed."""
+        entry["state"] = "failed"
+        self.open -= 1
 
     def poll(self) -> int:
         """Mark the isend/irecv works that finished; returns ``completed``."""
@@ -174,15 +182,24 @@ def flight_recorder(stacks: bool = True) -> list[dict]:
 
 def fr_completed() -> int:
     """Collectives Flight Recorder saw completed, summed over groups (the stall clock's progress)."""
+    return fr_status()[0]
+
+
+def fr_status() -> tuple[int, int]:
+    """(collectives completed, collectives enqueued and not completed), summed over this process's
+    groups, from Flight Recorder's per-group counters (``pg_status``: last enqueued and last completed
+    sequence numbers; one read without entries or stacks); (0, 0) when it is off or unreadable."""
     try:
         import pickle
 
         import torch._C._distributed_c10d as c10d
 
         status = pickle.loads(c10d._dump_fr_trace(includeCollectives=False, includeStackTraces=False)).get("pg_status", {})
-        return sum(int(s.get("last_completed_collective", 0)) for s in status.values())
+        done = [int(s.get("last_completed_collective", 0)) for s in status.values()]
+        queued = [int(s.get("last_enqueued_collective", 0)) for s in status.values()]
+        return sum(done), sum(max(q - d, 0) for q, d in zip(queued, done))
     except Exception:  # noqa: BLE001
-        return 0
+        return 0, 0
 
 
 def group_table() -> dict[str, list[int]]:
@@ -238,6 +255,10 @@ def install(rank: int) -> Record:
             inside.on = True
             try:
                 result = original(tensor, *args, **kw)
+            except BaseException:
+                if entry is not None:
+                    record.failed(entry)
+                raise
             finally:
                 inside.on = False
             if entry is not None:

@@ -7,21 +7,33 @@ Each rank of a job (the built-in trainer, train/trainer.py; your code, through t
 launcher/instrument/rank.py) starts one daemon thread, ``Watch``. Once the rank's default process
 group exists it opens its own client of that group's store (a connection of its own: a
 blocking store call of the rank never holds it) and, every second, publishes when it last made
-progress: a collective completed (Flight Recorder's count), a point-to-point call completed
-(train/commrecord.py) or a step ended (``note_step``). Rank 0 also watches: once every rank has
-published, and no rank has made progress for ``stall_s`` seconds, it sets DUMP. A rank publishes
-from its first completed call or step on, so the clock starts once every rank has completed one:
-a start-up, however long (256 ranks importing and building on 2 cores), is over by then, since
-the first collective completes only when its slowest rank reaches it. A hang before every rank's
-first completed call is left to the process group's timeout. Every
-rank then writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler: every thread's Python stack) and
+progress and since when it waits in communication, if it does. Progress: a collective completed
+(Flight Recorder's count), a point-to-point call completed (train/commrecord.py), a step ended
+(``note_step``), or a torch.compile under way (its main thread inside dynamo's frame conversion or
+inductor's compile_fx: a first compile takes minutes on a loaded machine while its peers may wait).
+Waiting: a collective enqueued and not completed (Flight Recorder's per-group counters) or a
+send/recv entered and not completed. A rank publishes from its first completed call or step on,
+so the clock starts once every rank has completed one: a start-up, however long (256 ranks
+importing and building on 2 cores), is over by then, since the first collective completes only
+when its slowest rank reaches it. A hang before every rank's first completed call is left to the
+process group's timeout.
+
+A hang is a rank waiting in communication while no rank progresses: rank 0 sets DUMP once at
+least one rank waits and no rank has made progress for ``stall_s`` seconds, counted from the later
+of the last progress and the start of the longest wait. Ranks that all stay outside communication
+that long (compiling, loading data, saving, sleeping between steps) are no hang: rank 0 asks every
+rank what it does and prints it once as a note (``[simcluster] note: ...``), and the job goes on.
+On DUMP every rank writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler: every thread's Python stack) and
 publishes its record (commrecord.Record.snapshot with its step and its main thread's top frame);
 rank 0 waits for them (at most COLLECT_S), writes ``RUN_DIR/hang.json`` (the diagnosis,
 train/hang_diagnosis.py, and every record), prints the diagnosis, sets EXIT, and every rank exits
 with EXIT_HANG (4). Once a rank has seen the stall declared, an error its main thread meets (a peer
 that left first closed its socket) ends it with EXIT_HANG too, quietly: ``declared``.
 ``destroy_process_group`` (or the interpreter's exit) stops the watch and waits for its thread, so
-its store client is closed there, before the interpreter's teardown.
+its store client is closed there, before the interpreter's teardown; its last word is that it
+waits no more (a rank that left is not waiting).
+The signals go through one counter, ASK, that every rank reads once a beat: rank 0 adds 1 to ask
+for a note, DECLARE to declare the hang.
 """
 from __future__ import annotations
 
@@ -35,7 +47,7 @@ import time
 from datetime import timedelta
 
 from simcluster.train import commrecord
-from simcluster.train.hang_diagnosis import diagnose
+from simcluster.train.hang_diagnosis import diagnose, quiet_note
 
 STALL_DEFAULT_S = 60.0  # --stall-s's default (the trainer's Config and the instruments' environment)
 EXIT_HANG = 4  # a rank's exit status, and `launcher up`'s, after a stall (docs/faults.md)
@@ -47,9 +59,23 @@ GRACE_S = 30.0  # with the watch on, the trainer's process-group timeout is at l
 COLLECT_S = 20.0  # rank 0 waits this long at most for every rank's record (the first snapshot symbolizes up to 2000 Flight Recorder stacks: about 1.4 s of CPU per rank)
 POLL_S = 1.0
 EXIT_LAG_S = 1.5  # rank 0 exits this long after EXIT is set (the others poll for it every 0.2 s)
+ASK = PREFIX + "ask"  # the signal counter every rank reads once a beat (see the module's docstring)
+DECLARE = 1 << 40  # added to ASK when the hang is declared (notes add 1)
+NOTE_WAIT_S = 3.0  # rank 0 waits this long at most for every rank's answer to a note's question
+COMPILING = (os.sep + os.path.join("_dynamo", "convert_frame.py"), os.sep + os.path.join("_inductor", "compile_fx.py"))
 
 STEPS = [0]  # steps this process ended (note_step)
 WATCH: "Watch | None" = None
+
+
+def compiling(frame) -> bool:
+    """Whether a thread whose innermost frame is ``frame`` is inside a torch.compile: a frame of
+    dynamo's frame conversion or inductor's compile_fx (a compiled graph running has neither)."""
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(COMPILING):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def stall_limit(stall_s: float | None, timeout_s: float) -> float:
@@ -145,6 +171,10 @@ class Watch(threading.Thread):
         self.store = None
         self.world = 1
         self.fingerprint = None
+        self.last_t = self.wait_since = 0.0  # UNIX times: the last progress (0: none yet), the wait's start (0: none)
+        self.published: tuple | None = None
+        self.answered = 0  # the last note question answered
+        self.noted = 0.0  # the last progress time a note was printed for (rank 0)
         self.main = threading.main_thread()
 
     def _connect(self) -> bool:
@@ -184,6 +214,8 @@ class Watch(threading.Thread):
             while not self.finished:
                 self._beat()
                 self.wake.wait(POLL_S)
+            if not self.declared and self.last_t:  # a rank that leaves waits no more
+                self.store.set(f"{PREFIX}progress/{self.rank}", f"{time.time()!r} 0.0")
         except Exception as e:  # noqa: BLE001 - the watch never stops the rank; a store gone ends it
             if not self.finished and not isinstance(e, (ConnectionError, OSError, RuntimeError)):
                 print(f"[simcluster] stall watch stopped: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
@@ -191,23 +223,63 @@ class Watch(threading.Thread):
             self.store = None  # the client closed here, in this thread
 
     def _beat(self) -> None:
-        progress = (STEPS[0], commrecord.RECORD.poll() if commrecord.RECORD else 0, commrecord.fr_completed())
+        now = time.time()
+        record = commrecord.RECORD
+        completed, queued = commrecord.fr_status()
+        progress = (STEPS[0], record.poll() if record else 0, completed)
         if progress != self.fingerprint and any(progress):  # from its first completed call or step on
-            self.fingerprint = progress
-            self.store.set(f"{PREFIX}progress/{self.rank}", repr(time.time()))
-        if self.rank == 0 and not self.store.check([DUMP]):
-            self._watch()
-        if self.store.check([DUMP]):
+            self.fingerprint, self.last_t = progress, now
+        elif self.last_t and compiling(sys._current_frames().get(self.main.ident)):
+            self.last_t = now
+        waiting = queued > 0 or bool(record and record.open > 0)
+        self.wait_since = (self.wait_since or now) if waiting else 0.0
+        if self.last_t and (self.last_t, self.wait_since) != self.published:
+            self.published = (self.last_t, self.wait_since)
+            self.store.set(f"{PREFIX}progress/{self.rank}", f"{self.last_t!r} {self.wait_since!r}")
+        signal = self.store.add(ASK, 0)
+        if self.rank == 0 and signal < DECLARE:
+            signal = self._watch(signal)
+        if signal >= DECLARE:
             self._dump()
+        elif signal > self.answered:
+            self._answer(signal)
 
-    def _watch(self) -> None:
+    def _watch(self, signal: int) -> int:
+        """Rank 0: declare the hang, or print a note, from every rank's published state; returns ASK's value."""
         keys = [f"{PREFIX}progress/{r}" for r in range(self.world)]
         if not self.store.check(keys):
-            return
-        last = max(float(v.decode()) for v in self.store.multi_get(keys))
-        idle = time.time() - last
-        if idle >= self.stall_s:
-            self.store.set(DUMP, json.dumps({"idle_s": round(idle, 1), "t": time.time()}))
+            return signal
+        states = [tuple(float(x) for x in v.decode().split()) for v in self.store.multi_get(keys)]
+        last = max(s[0] for s in states)
+        waits = [s[1] for s in states if len(s) > 1 and s[1]]
+        now = time.time()
+        if waits and now - max(last, min(waits)) >= self.stall_s:
+            idle = now - max(last, min(waits))
+            self.store.set(DUMP, json.dumps({"idle_s": round(idle, 1), "t": now}))
+            return self.store.add(ASK, DECLARE)
+        if not waits and now - last >= self.stall_s and self.noted != last:
+            self.noted = last
+            signal = self.store.add(ASK, 1)
+            self._note(signal, now - last)
+        return signal
+
+    def _doing(self) -> str:
+        frame = sys._current_frames().get(self.main.ident)
+        return ("compiling (torch.compile) " if compiling(frame) else "") + "at " + self._top()
+
+    def _answer(self, question: int) -> None:
+        self.answered = question
+        self.store.set(f"{PREFIX}doing/{question}/{self.rank}", self._doing())
+
+    def _note(self, question: int, quiet_s: float) -> None:
+        """Rank 0: every rank's answer to question (at most NOTE_WAIT_S), printed as one note."""
+        self._answer(question)
+        keys = {r: f"{PREFIX}doing/{question}/{r}" for r in range(self.world)}
+        deadline = time.monotonic() + NOTE_WAIT_S
+        while time.monotonic() < deadline and not self.store.check(list(keys.values())):
+            self.wake.wait(0.2)
+        doing = {r: self.store.get(k).decode() for r, k in keys.items() if self.store.check([k])}
+        print(f"[simcluster] {quiet_note(doing, self.world, quiet_s, self.stall_s)}", file=sys.stderr, flush=True)
 
     def _top(self) -> str:
         frame = sys._current_frames().get(self.main.ident)

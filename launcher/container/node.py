@@ -59,6 +59,7 @@ from simcluster.train import forkrun
 from simcluster.train.forked_rank import RANK_HOOK
 from simcluster.launcher.container.heartbeat import Heartbeat, report, wait_gone
 from simcluster.launcher.container import workdir
+from simcluster.launcher.container.compile_cache import cache_env
 from simcluster.launcher.container.ranks import frozen
 from simcluster.launcher.instrument.rank import boot
 from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
@@ -220,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     # gloo's pairs made on first use, not a full mesh at each group's creation (a world of N ranks: N-1
     # connections a rank, through the rendezvous' store); a user's own setting wins
     env.setdefault("TORCH_GLOO_LAZY_INIT", "1")
+    cache_env(env, args.run_dir, name)  # torch.compile's code where it can be loaded (/tmp is noexec)
     if args.script or args.module != TRAINER_MODULE:
         instrument_env(env)
     agent = None
