@@ -86,6 +86,13 @@ def stall_limit(stall_s: float | None, timeout_s: float) -> float:
     return STALL_DEFAULT_S if timeout_s >= STALL_DEFAULT_S else 0.0
 
 
+def group_timeout_s(stall_s: float | None, timeout_s: float) -> float:
+    """The process group's timeout (s): the job's, raised to the stall limit + GRACE_S with the watch on,
+    so that the diagnosis comes first (a --stall-s above --timeout-s raises the timeout with it)."""
+    stall = stall_limit(stall_s, timeout_s)
+    return max(float(timeout_s), stall + GRACE_S) if stall else float(timeout_s)
+
+
 def read_hang(run_dir: str, since: float = 0.0) -> dict | None:
     """RUN_DIR/hang.json when this run wrote it (modified at or after ``since``, UNIX time), else
     None: {"diagnosis": [lines], "stall_s", "idle_s", "world_size", "missing", "records"}."""
