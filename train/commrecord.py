@@ -122,10 +122,11 @@ class Record:
         self.completed += 1
         self.open -= 1
 
-    def failed(self, entry: dict) -> None:
-        """A call that raised: no longer open, not completed."""
-        entry["state"] = "failed"
-        self.open -= 1
+    def failed(self, entry: dict | None) -> None:
+        """A call that raised: no longer open, not completed (None: a call the record missed)."""
+        if entry is not None:
+            entry["state"] = "failed"
+            self.open -= 1
 
     def poll(self) -> int:
         """Mark the isend/irecv works that finished; returns ``completed``."""
@@ -213,6 +214,33 @@ def group_table() -> dict[str, list[int]]:
         return {}
 
 
+COMPILING = (os.sep + os.path.join("_dynamo", "convert_frame.py"), os.sep + os.path.join("_inductor", "compile_fx.py"))
+
+
+def compiling(frame) -> bool:
+    """Whether a thread whose innermost frame is ``frame`` is inside a torch.compile: a frame of
+    dynamo's frame conversion or inductor's compile_fx (a compiled graph running has neither)."""
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(COMPILING):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _peer_and_group(known: dict, peer, group, group_peer) -> tuple:
+    """(the global peer, the group's global ranks) of a point-to-point call; known caches each group's ranks."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    g = group if group is not None else c10d._get_default_group()
+    ranks = known.get(g)
+    if ranks is None:
+        ranks = known[g] = group_table().get(c10d._world.pg_names.get(g, ""), [])
+    if peer is None and group_peer is not None:
+        peer = dist.get_global_rank(g, group_peer)
+    return peer, ranks
+
+
 RECORD: Record | None = None
 
 
@@ -230,15 +258,6 @@ def install(rank: int) -> Record:
 
     known: dict = {}  # group -> its global ranks (groups live as long as the job)
 
-    def peer_and_group(peer, group, group_peer):
-        g = group if group is not None else c10d._get_default_group()
-        ranks = known.get(g)
-        if ranks is None:
-            ranks = known[g] = group_table().get(c10d._world.pg_names.get(g, ""), [])
-        if peer is None and group_peer is not None:
-            peer = dist.get_global_rank(g, group_peer)
-        return peer, ranks
-
     def wrap(name: str, op: str, blocking: bool, peer_kw: str, group_kw: str):
         original = getattr(c10d, name)
 
@@ -248,7 +267,7 @@ def install(rank: int) -> Record:
             try:
                 peer = args[0] if args else kw.get(peer_kw)
                 group = args[1] if len(args) > 1 else kw.get("group")
-                p, ranks = peer_and_group(peer, group, kw.get(group_kw))
+                p, ranks = _peer_and_group(known, peer, group, kw.get(group_kw))
                 entry = record.enter(op, tensor, p, ranks)
             except Exception:  # noqa: BLE001 - the record never stops the call
                 entry = None
@@ -256,8 +275,7 @@ def install(rank: int) -> Record:
             try:
                 result = original(tensor, *args, **kw)
             except BaseException:
-                if entry is not None:
-                    record.failed(entry)
+                record.failed(entry)
                 raise
             finally:
                 inside.on = False

@@ -4,36 +4,28 @@ record collected, the diagnosis written, the job ended.
     python -c "from simcluster.train.stallwatch import read_hang; print(read_hang('runs/mesh-2x2x2'))"
 
 Each rank of a job (the built-in trainer, train/trainer.py; your code, through the instruments,
-launcher/instrument/rank.py) starts one daemon thread, ``Watch``. Once the rank's default process
-group exists it opens its own client of that group's store (a connection of its own: a
-blocking store call of the rank never holds it) and, every second, publishes when it last made
-progress and since when it waits in communication, if it does. Progress: a collective completed
-(Flight Recorder's count), a point-to-point call completed (train/commrecord.py), a step ended
-(``note_step``), or a torch.compile under way (its main thread inside dynamo's frame conversion or
-inductor's compile_fx: a first compile takes minutes on a loaded machine while its peers may wait).
-Waiting: a collective enqueued and not completed (Flight Recorder's per-group counters) or a
-send/recv entered and not completed. A rank publishes from its first completed call or step on,
-so the clock starts once every rank has completed one: a start-up, however long (256 ranks
-importing and building on 2 cores), is over by then, since the first collective completes only
-when its slowest rank reaches it. A hang before every rank's first completed call is left to the
-process group's timeout.
+launcher/instrument/rank.py) starts one daemon thread, ``Watch``. Once the default process group
+exists it opens its own client of the group's store (a blocking store call of the rank never holds
+it) and every second publishes when the rank last made progress (a collective completed: Flight
+Recorder's count; a send/recv completed: train/commrecord.py; a step ended: ``note_step``; a
+torch.compile under way: commrecord.compiling) and since when it waits in communication (a
+collective enqueued and not completed, a send/recv entered and not completed). A rank publishes
+from its first completed call or step on, so the clock starts once every rank has completed one (a
+start-up, however long, is over by then); a hang before that is left to the process group's timeout.
 
-A hang is a rank waiting in communication while no rank progresses: rank 0 sets DUMP once at
-least one rank waits and no rank has made progress for ``stall_s`` seconds, counted from the later
-of the last progress and the start of the longest wait. Ranks that all stay outside communication
-that long (compiling, loading data, saving, sleeping between steps) are no hang: rank 0 asks every
-rank what it does and prints it once as a note (``[simcluster] note: ...``), and the job goes on.
-On DUMP every rank writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler: every thread's Python stack) and
-publishes its record (commrecord.Record.snapshot with its step and its main thread's top frame);
-rank 0 waits for them (at most COLLECT_S), writes ``RUN_DIR/hang.json`` (the diagnosis,
-train/hang_diagnosis.py, and every record), prints the diagnosis, sets EXIT, and every rank exits
-with EXIT_HANG (4). Once a rank has seen the stall declared, an error its main thread meets (a peer
-that left first closed its socket) ends it with EXIT_HANG too, quietly: ``declared``.
+A hang is a rank waiting in communication while no rank progresses: rank 0 declares it once a rank
+waits and no rank progressed for ``stall_s``, counted from the later of the last progress and the
+longest wait's start. Every rank outside communication that long (compiling, loading, saving,
+sleeping between steps) is no hang: rank 0 asks what each does, prints it once as a note
+(``[simcluster] note: ...``) and the job goes on. The signals go through one counter every rank
+reads once a beat (ASK: +1 asks for a note, +DECLARE declares the hang). Declared, every rank
+writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler) and publishes its record
+(commrecord.Record.snapshot, its step, its main thread's top frame); rank 0 waits for them (at most
+COLLECT_S), writes ``RUN_DIR/hang.json`` (train/hang_diagnosis.py's diagnosis and every record),
+prints the diagnosis, sets EXIT, and every rank exits EXIT_HANG (4); an error a rank's main thread
+meets after that (a peer left first) ends it with EXIT_HANG too, quietly (``declared``).
 ``destroy_process_group`` (or the interpreter's exit) stops the watch and waits for its thread, so
-its store client is closed there, before the interpreter's teardown; its last word is that it
-waits no more (a rank that left is not waiting).
-The signals go through one counter, ASK, that every rank reads once a beat: rank 0 adds 1 to ask
-for a note, DECLARE to declare the hang.
+its store client is closed before the interpreter's teardown; its last word is that it waits no more.
 """
 from __future__ import annotations
 
@@ -62,20 +54,9 @@ EXIT_LAG_S = 1.5  # rank 0 exits this long after EXIT is set (the others poll fo
 ASK = PREFIX + "ask"  # the signal counter every rank reads once a beat (see the module's docstring)
 DECLARE = 1 << 40  # added to ASK when the hang is declared (notes add 1)
 NOTE_WAIT_S = 3.0  # rank 0 waits this long at most for every rank's answer to a note's question
-COMPILING = (os.sep + os.path.join("_dynamo", "convert_frame.py"), os.sep + os.path.join("_inductor", "compile_fx.py"))
 
 STEPS = [0]  # steps this process ended (note_step)
 WATCH: "Watch | None" = None
-
-
-def compiling(frame) -> bool:
-    """Whether a thread whose innermost frame is ``frame`` is inside a torch.compile: a frame of
-    dynamo's frame conversion or inductor's compile_fx (a compiled graph running has neither)."""
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(COMPILING):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def stall_limit(stall_s: float | None, timeout_s: float) -> float:
@@ -236,7 +217,7 @@ class Watch(threading.Thread):
         progress = (STEPS[0], record.poll() if record else 0, completed)
         if progress != self.fingerprint and any(progress):  # from its first completed call or step on
             self.fingerprint, self.last_t = progress, now
-        elif self.last_t and compiling(sys._current_frames().get(self.main.ident)):
+        elif self.last_t and commrecord.compiling(sys._current_frames().get(self.main.ident)):
             self.last_t = now
         waiting = queued > 0 or bool(record and record.open > 0)
         self.wait_since = (self.wait_since or now) if waiting else 0.0
@@ -272,7 +253,7 @@ class Watch(threading.Thread):
 
     def _doing(self) -> str:
         frame = sys._current_frames().get(self.main.ident)
-        return ("compiling (torch.compile) " if compiling(frame) else "") + "at " + self._top()
+        return ("compiling (torch.compile) " if commrecord.compiling(frame) else "") + "at " + self._top()
 
     def _answer(self, question: int) -> None:
         self.answered = question
