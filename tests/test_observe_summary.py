@@ -258,7 +258,8 @@ def test_the_final_loss_is_the_training_loss_in_the_common_formats(stream, capsy
 
     out = printed("step 1 | train loss 5.500000 | lr 1e-3", "step 2 | train loss 5.250000 | lr 1e-3", "val loss 6.1")
     assert "  final loss   5.25 after 2 steps (as rank 3 printed it)\n" in out, out
-    out = printed(" validation loss at iteration 2 | lm loss value: 6.0E+00 |", "step 3: eval loss: 6.2")
+    out = printed(" validation loss at iteration 2 | lm loss value: 6.0E+00 |", "step 3: eval loss: 6.2",
+                  "validate step: 2  loss: 6.3  memory: 1.2GiB")
     assert "  final loss   5.25 after 2 steps" in out, out
     out = printed("{'lm loss': tensor(5.12), 'grad norm': tensor(0.8)}")
     assert "  final loss   5.12 after 3 steps (as rank 3 printed it)\n" in out, out

@@ -22,23 +22,26 @@ Series = list[tuple[int, float]]
 # "step 3 | loss 1.23", "step 3/10 loss 1.23", "Step [3/10], Loss: 1.23", torchtitan's "step:  3  loss:  8.1",
 # "loss: tensor(1.23)", a dict's "'loss': 1.23" and "'lm loss': tensor(5.12)"; the step when "step N" comes
 # before it (else the n-th match is step n). Not "val_loss", "loss_scale" or "train/loss" (a key of another
-# name), and not a validation line's loss (TrainingLoss: "val loss 2.1", "eval loss: 2.1", "| validation | loss 2.1").
+# name), and not a validation line's loss (TrainingLoss: "val loss 2.1", "eval loss: 2.1", torchtitan's
+# "validate step: 10  loss: 7.8").
 LOSS_REGEX = (r"(?i)(?:(?<![\w/])step\b[\s:=#\[(]*(?P<step>\d+)\b.*?)?(?<![\w./-])(?P<metric>(?:train[ _])?loss)\b"
               r"['\"]?[\s:=]*(?:tensor\(\[?)?(?P<value>[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|[-+]?nan|[-+]?inf)\b")
-EVAL_BEFORE = re.compile(r"(?i)\b(?:val|valid\w*|eval\w*|test\w*|dev)\b[\W_]*$")  # just before a loss: not training's
+EVAL_WORD = re.compile(r"(?i)\b(?:val|valid|validation|validate|validating|eval|evaluate|evaluating|evaluation|"
+                       r"test|testing|dev)\b")  # before a loss on its line: not the training loss
 
 
 class TrainingLoss:
     """LOSS_REGEX as a pattern (``search``, ``groupindex``) that skips a validation line's loss: a
-    match whose loss word follows a validation word (val, valid..., eval..., test..., dev) with
-    nothing but punctuation between them; a later match on the line is tried next."""
+    match whose loss word comes after a validation word on its line (EVAL_WORD: val, validation,
+    validate, eval, evaluation, test, dev...; ``val_loss``'s ``val`` is no word of its own);
+    a later match on the line is tried next."""
 
     pattern = re.compile(LOSS_REGEX)
     groupindex = pattern.groupindex
 
     def search(self, text: str):
         for m in self.pattern.finditer(text):
-            if not EVAL_BEFORE.search(text, 0, m.start("metric")):
+            if not EVAL_WORD.search(text, 0, m.start("metric")):
                 return m
         return None
 
