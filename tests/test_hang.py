@@ -6,7 +6,9 @@ The diagnosis of each kind of hang from the records real runs left (tests/data/h
 hang.json of ``torchrun --nproc-per-node 4 examples/hang.py --kind KIND`` with the instruments and
 ``SIMCLUSTER_STALL_S=5``; regenerate with that command if the record's format changes); torch's
 DETAIL mismatch message named on both sides; --stall-s's bad input, and one above the timeout raising
-it; one real run of every part on the host (torchrun, 4 ranks, a rank busy in Python), ranks all
+it; the watch's verdict from the ranks' published states (a hang only while a rank waits in
+communication, counted from the later of the last progress and the wait's start; else a note) and a
+compile under way told from compiled code running; one real run of every part on the host (torchrun, 4 ranks, a rank busy in Python), ranks all
 outside communication past the limit (a note, no hang) and one on the cluster (``simcluster.run``, a
 2x2x2 mesh, a pipeline stage one microbatch short: Run.hang, exit 4, stacks, `launcher report`).
 """
@@ -143,6 +145,67 @@ def test_a_stall_beyond_the_timeout_raises_the_timeout_with_it(tmp_path):
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert group_timeout_s(30, 20) == 60 and group_timeout_s(None, 60) == 90 and group_timeout_s(0, 60) == 60
     assert group_timeout_s(None, 20) == 20  # the default watch is off under a shorter timeout
+
+
+class Store:
+    """The store calls the watch makes, in memory (TCPStore's semantics: bytes values, add on a counter)."""
+
+    def __init__(self):
+        self.d: dict[str, bytes] = {}
+
+    def set(self, key, value):
+        self.d[key] = value.encode() if isinstance(value, str) else value
+
+    def check(self, keys):
+        return all(k in self.d for k in keys)
+
+    def multi_get(self, keys):
+        return [self.d[k] for k in keys]
+
+    def get(self, key):
+        return self.d[key]
+
+    def add(self, key, n):
+        self.d[key] = str(int(self.d.get(key, b"0")) + n).encode()
+        return int(self.d[key])
+
+
+@pytest.mark.parametrize("states, verdict", [
+    ({0: (-100, 0), 1: (-100, 0)}, "note"),  # every rank outside communication for 100 s: a note, the job goes on
+    ({0: (-100, 0), 1: (-100, -5)}, None),  # rank 1 waits 5 s after 100 quiet ones (a first compile, then a wait): not yet
+    ({0: (-100, 0), 1: (-100, -11)}, "hang"),  # ... 11 s: a hang of 11 s
+    ({0: (-3, 0), 1: (-100, -50)}, None),  # rank 1 waits long, but rank 0 progressed 3 s ago
+])
+def test_the_watch_declares_a_hang_only_while_a_rank_waits_in_communication(states, verdict, capsys):
+    import time
+
+    from simcluster.train import stallwatch
+
+    watch = stallwatch.Watch(10.0, "/nowhere", 0)
+    watch.store, watch.world, now = Store(), 2, time.time()
+    for r, (last, wait) in states.items():
+        watch.store.set(f"{stallwatch.PREFIX}progress/{r}", f"{now + last!r} {now + wait if wait else 0.0!r}")
+    signal = watch._watch(0)
+    err = capsys.readouterr().err
+    assert (signal >= stallwatch.DECLARE) == (verdict == "hang") and (signal == 1) == (verdict == "note")
+    if verdict == "hang":
+        assert 10.9 <= json.loads(watch.store.get(stallwatch.DUMP))["idle_s"] <= 12
+    assert ("[simcluster] note: no rank progressed for 100 s and none waits" in err) == (verdict == "note"), err
+    if verdict != "hang":  # (a declared hang: _beat asks no more)
+        assert watch._watch(signal) == signal and capsys.readouterr().err == ""  # a note once per quiet spell
+
+
+def test_a_compile_under_way_is_told_from_compiled_code_running():
+    from simcluster.train.commrecord import compiling
+
+    def frame_of(path: str):
+        scope: dict = {}
+        exec(compile("import sys\nframe = sys._getframe()", path, "exec"), scope)
+        return scope["frame"]
+
+    assert compiling(frame_of("/venv/torch/_dynamo/convert_frame.py"))
+    assert compiling(frame_of("/venv/torch/_inductor/compile_fx.py"))
+    assert not compiling(frame_of("/venv/torch/_dynamo/eval_frame.py")) and not compiling(None)
 
 
 def test_every_rank_outside_communication_is_no_hang_on_the_host(tmp_path):
