@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need_torch
+from conftest import need_torch, noise
 
 from simcluster.launcher.container.compile_cache import cache_env
 
@@ -70,4 +70,6 @@ def test_compile_in_every_container_equals_eager_and_is_no_hang(tmp_path, traine
         assert list((folder / "compile-cache" / node / "inductor").rglob("*.so")), node
     assert "[simcluster] note: no rank progressed for " in log and "so this is no hang" in log, log[-3000:]
     assert not (folder / "hang.json").exists()
+    assert noise(log) == [] and "Warning" not in log, (noise(log) or [line for line in log.splitlines()
+                                                                      if "Warning" in line])[:5]
     assert f"  final loss   {float(steps[-1][1])} after 3 steps" in run.summary, run.summary
