@@ -12,6 +12,7 @@ models live on the rank's cuda device, else on the CPU.
 """
 import argparse
 import copy
+import gc
 import os
 import time
 
@@ -57,6 +58,12 @@ def main() -> None:
             time.sleep(a.pause_s)
     if rank == 0:
         print(f"compiled graphs {counters['stats']['unique_graphs']}", flush=True)
+    # Free what holds the process group (each DDP's reducer; dynamo's cache holds the compiled module)
+    # before destroying it, as examples/ddp.py does: a reducer freed after destroy_process_group holds
+    # the group's last reference and joins gloo's thread while holding the GIL (a hang at exit).
+    del forward, eager, opt, net, twin
+    torch._dynamo.reset()
+    gc.collect()
     dist.destroy_process_group()
 
 
