@@ -5,8 +5,9 @@
 Deep tracebacks (a hundred frames, on several ranks at once, interleaved) still name each rank
 with its exception and last frames; the cause is told from ranks that only saw a peer die; a job
 that logs no metrics and prints on some ranks only gets no ``?`` rows; a loss only printed is the
-final loss; an exit 0 without a step or a collective is NO WORK; each failed node's row names the
-node whose rank failed first.
+final loss (the training loss, not a validation line; a dict of tensors too); an exit 0 without a step
+or a collective is NO WORK; each failed node's row names the node whose rank failed first, by the
+time its container wrote the failure; a torch.compile failure gets its hint.
 """
 from __future__ import annotations
 
@@ -212,6 +213,57 @@ def test_a_node_row_blames_the_node_whose_rank_failed_first(stream, capsys):
     assert "  node-1       ranks 2-3      exit 1 (its rank 2 failed first)\n" in out, out
     assert "  FAILED rank 2 on node-1: ValueError: bad batch on rank 2\n" in out and "then failed  rank(s) 0" in out
     assert json.loads((Path(stream.launch.run_dir) / "summary.json").read_text())["first_failed"] == "node-1"
+
+
+def test_the_first_failure_goes_by_the_time_its_container_wrote_it(stream, capsys):
+    """node-0's lines reach the launcher first but were written later (Docker's stamps): node-1's rank 3
+    raised first; a rank that timed out waiting for a peer is a consequence, like a closed connection."""
+    for line in deep_traceback(0, 2, "torch.distributed.DistBackendError: [gloo] Timed out waiting 60000ms for recv"):
+        stream.handle("node-0", line, 1000.5)
+    for line in deep_traceback(1, 2, "RuntimeError: bad shard on rank 1"):
+        stream.handle("node-0", line, 1000.4)
+    for line in deep_traceback(3, 2, "ValueError: bad batch on rank 3"):
+        stream.handle("node-1", line, 1000.1)
+    stream.handle("rendezvous", "rendezvous: node-0 (ranks 0-1) exited 1")
+    out = summary_of(stream, {"node-0": 1, "node-1": 1, "rendezvous": 1}, capsys)
+    assert "  node-0       ranks 0-1      exit 1 (node-1 failed first)\n" in out, out
+    record = json.loads((Path(stream.launch.run_dir) / "summary.json").read_text())
+    assert (record["first_failed"], record["first_failed_rank"], record["headline"]) == ("node-1", 3, "FAILED")
+    assert record["node_reasons"] == {"node-0": "node-1 failed first", "node-1": "its rank 3 failed first"}
+
+
+def test_a_compile_failure_gets_its_hint(stream, capsys):
+    noexec = ("torch._inductor.exc.InductorError: OSError: /tmp/torchinductor_trainer/ab/c.main.so: failed to map "
+              "segment from shared object")
+    for line in deep_traceback(0, 2, noexec):
+        stream.handle("node-0", line)
+    for line in deep_traceback(2, 2, "torch._inductor.exc.InductorError: AssertionError: libcuda.so cannot found!"):
+        stream.handle("node-1", line)
+    out = summary_of(stream, {"node-0": 1, "node-1": 1, "rendezvous": 1}, capsys)
+    assert "(torch.compile's inductor loads the code it builds from TORCHINDUCTOR_CACHE_DIR" in out, out
+    assert "(triton's NVIDIA driver was asked for a GPU: on the simulated GPUs inductor compiles CPU code" in out, out
+
+
+def test_the_final_loss_is_the_training_loss_in_the_common_formats(stream, capsys):
+    """A validation line after the last training line is not the final loss; a framework's dict of
+    tensors ('lm loss': tensor(5.12)) and JSON-like dicts are read."""
+    codes = {"node-0": 0, "node-1": 0, "rendezvous": 0}
+
+    def printed(*texts: str) -> str:
+        if stream.log.closed:  # the summary before closed it
+            stream.log = open(stream.log.name, "a", encoding="utf-8", buffering=1)
+        for text in texts:
+            stream.handle("node-1", f"[rank3]:{text}")
+        return summary_of(stream, codes, capsys)
+
+    out = printed("step 1 | train loss 5.500000 | lr 1e-3", "step 2 | train loss 5.250000 | lr 1e-3", "val loss 6.1")
+    assert "  final loss   5.25 after 2 steps (as rank 3 printed it)\n" in out, out
+    out = printed(" validation loss at iteration 2 | lm loss value: 6.0E+00 |", "step 3: eval loss: 6.2",
+                  "validate step: 2  loss: 6.3  memory: 1.2GiB")
+    assert "  final loss   5.25 after 2 steps" in out, out
+    out = printed("{'lm loss': tensor(5.12), 'grad norm': tensor(0.8)}")
+    assert "  final loss   5.12 after 3 steps (as rank 3 printed it)\n" in out, out
+    assert "  final loss   4.875 after 4 steps" in printed("{'loss': 4.875, 'grad_norm': 1.5, 'epoch': 0.25}")
 
 
 def test_a_lost_node_keeps_its_own_reason(stream, capsys):

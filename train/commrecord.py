@@ -103,14 +103,15 @@ class Record:
     rank: this rank (global). p2p: the last calls, each a dict {"op": "send"|"recv", "peer": global
     rank or None (any source), "group": the group's ranks, "seq": n-th call of this op to this
     peer (1-based), "shapes", "dtype", "where": file:line, "state": "entered"|"completed"}.
-    completed: how many calls completed (the stall clock's progress).
+    completed: how many calls completed (the stall clock's progress); open: how many were entered and
+    have not completed (the rank waits in communication while one is open).
     """
 
     def __init__(self, rank: int):
         self.rank = rank
         self.p2p: collections.deque = collections.deque(maxlen=KEEP * 4)
         self.pending: list = []  # (entry, work) of isend/irecv not seen completed
-        self.completed = 0
+        self.completed = self.open = 0
         self.seq: collections.Counter = collections.Counter()
         self.lock = threading.Lock()
 
@@ -122,11 +123,19 @@ class Record:
                      "shapes": [list(tensor.shape)], "dtype": str(tensor.dtype).removeprefix("torch."),
                      "where": caller(sys._getframe(2)), "state": "entered", "t": round(time.time(), 3)}
             self.p2p.append(entry)
+            self.open += 1
         return entry
 
     def done(self, entry: dict) -> None:
         entry["state"] = "completed"
         self.completed += 1
+        self.open -= 1
+
+    def failed(self, entry: dict | None) -> None:
+        """A call that raised: no longer open, not completed (None: a call the record missed)."""
+        if entry is not None:
+            entry["state"] = "failed"
+            self.open -= 1
 
     def poll(self) -> int:
         """Mark the isend/irecv works that finished; returns ``completed``."""
@@ -196,15 +205,24 @@ def flight_recorder(stacks: bool = True) -> list[dict]:
 
 def fr_completed() -> int:
     """Collectives Flight Recorder saw completed, summed over groups (the stall clock's progress)."""
+    return fr_status()[0]
+
+
+def fr_status() -> tuple[int, int]:
+    """(collectives completed, collectives enqueued and not completed), summed over this process's
+    groups, from Flight Recorder's per-group counters (``pg_status``: last enqueued and last completed
+    sequence numbers; one read without entries or stacks); (0, 0) when it is off or unreadable."""
     try:
         import pickle
 
         import torch._C._distributed_c10d as c10d
 
         status = pickle.loads(c10d._dump_fr_trace(includeCollectives=False, includeStackTraces=False)).get("pg_status", {})
-        return sum(int(s.get("last_completed_collective", 0)) for s in status.values())
+        done = [int(s.get("last_completed_collective", 0)) for s in status.values()]
+        queued = [int(s.get("last_enqueued_collective", 0)) for s in status.values()]
+        return sum(done), sum(max(q - d, 0) for q, d in zip(queued, done))
     except Exception:  # noqa: BLE001
-        return 0
+        return 0, 0
 
 
 def group_table() -> dict[str, list[int]]:
@@ -216,6 +234,33 @@ def group_table() -> dict[str, list[int]]:
                 for pg, name in c10d._world.pg_names.items()}
     except Exception:  # noqa: BLE001
         return {}
+
+
+COMPILING = (os.sep + os.path.join("_dynamo", "convert_frame.py"), os.sep + os.path.join("_inductor", "compile_fx.py"))
+
+
+def compiling(frame) -> bool:
+    """Whether a thread whose innermost frame is ``frame`` is inside a torch.compile: a frame of
+    dynamo's frame conversion or inductor's compile_fx (a compiled graph running has neither)."""
+    while frame is not None:
+        if frame.f_code.co_filename.endswith(COMPILING):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _peer_and_group(known: dict, peer, group, group_peer) -> tuple:
+    """(the global peer, the group's global ranks) of a point-to-point call; known caches each group's ranks."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    g = group if group is not None else c10d._get_default_group()
+    ranks = known.get(g)
+    if ranks is None:
+        ranks = known[g] = group_table().get(c10d._world.pg_names.get(g, ""), [])
+    if peer is None and group_peer is not None:
+        peer = dist.get_global_rank(g, group_peer)
+    return peer, ranks
 
 
 RECORD: Record | None = None
@@ -235,15 +280,6 @@ def install(rank: int) -> Record:
 
     known: dict = {}  # group -> its global ranks (groups live as long as the job)
 
-    def peer_and_group(peer, group, group_peer):
-        g = group if group is not None else c10d._get_default_group()
-        ranks = known.get(g)
-        if ranks is None:
-            ranks = known[g] = group_table().get(c10d._world.pg_names.get(g, ""), [])
-        if peer is None and group_peer is not None:
-            peer = dist.get_global_rank(g, group_peer)
-        return peer, ranks
-
     def wrap(name: str, op: str, blocking: bool, peer_kw: str, group_kw: str):
         original = getattr(c10d, name)
 
@@ -253,13 +289,16 @@ def install(rank: int) -> Record:
             try:
                 peer = args[0] if args else kw.get(peer_kw)
                 group = args[1] if len(args) > 1 else kw.get("group")
-                p, ranks = peer_and_group(peer, group, kw.get(group_kw))
+                p, ranks = _peer_and_group(known, peer, group, kw.get(group_kw))
                 entry = record.enter(op, tensor, p, ranks)
             except Exception:  # noqa: BLE001 - the record never stops the call
                 entry = None
             inside.on = True
             try:
                 result = original(tensor, *args, **kw)
+            except BaseException:
+                record.failed(entry)
+                raise
             finally:
                 inside.on = False
             if entry is not None:

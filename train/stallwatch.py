@@ -4,26 +4,29 @@ record collected, the diagnosis written, the job ended.
     python -c "from simcluster.train.stallwatch import GRACE_S, POLL_S; print(GRACE_S, POLL_S)"
 
 Each rank of a job (the built-in trainer, train/trainer.py; your code, through the instruments,
-launcher/instrument/rank.py) starts one daemon thread, ``Watch``. Once the rank's default process
-group exists it opens its own client of that group's store (a connection of its own: a
-blocking store call of the rank never holds it) and, every second, publishes when it last made
-progress: a collective completed (Flight Recorder's count), a point-to-point call completed
-(train/commrecord.py) or a step ended (``note_step``). Rank 0 also watches: once every rank has
-published, and no rank has made progress for ``stall_s`` seconds, it sets DUMP. A rank publishes
-from its first completed call or step on, so the clock starts once every rank has completed one:
-a start-up, however long (256 ranks importing and building on 2 cores), is over by then, since
-the first collective completes only when its slowest rank reaches it. A hang before every rank's
-first completed call is left to the process group's timeout. Every
-rank then writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler: every thread's Python stack) and
-writes its Flight Recorder dump where the environment names one (train/flightrec.py: as NCCL's
-watchdog would on a timeout), publishes its record (commrecord.Record.snapshot with its step and
-its main thread's top frame);
-rank 0 waits for them (at most COLLECT_S), writes ``RUN_DIR/hang.json`` (the diagnosis,
-simcluster/core/hang_diagnosis.py, and every record), prints the diagnosis, sets EXIT, and every rank exits
-with EXIT_HANG (4). Once a rank has seen the stall declared, an error its main thread meets (a peer
-that left first closed its socket) ends it with EXIT_HANG too, quietly: ``declared``.
+launcher/instrument/rank.py) starts one daemon thread, ``Watch``. Once the default process group
+exists it opens its own client of the group's store (a blocking store call of the rank never holds
+it) and every second publishes when the rank last made progress (a collective completed: Flight
+Recorder's count; a send/recv completed: train/commrecord.py; a step ended: ``note_step``; a
+torch.compile under way: commrecord.compiling) and since when it waits in communication (a
+collective enqueued and not completed, a send/recv entered and not completed). A rank publishes
+from its first completed call or step on, so the clock starts once every rank has completed one (a
+start-up, however long, is over by then); a hang before that is left to the process group's timeout.
+
+A hang is a rank waiting in communication while no rank progresses: rank 0 declares it once a rank
+waits and no rank progressed for ``stall_s``, counted from the later of the last progress and the
+longest wait's start. Every rank outside communication that long (compiling, loading, saving,
+sleeping between steps) is no hang: rank 0 asks what each does, prints it once as a note
+(``[simcluster] note: ...``) and the job goes on. The signals go through one counter every rank
+reads once a beat (ASK: +1 asks for a note, +DECLARE declares the hang). Declared, every rank
+writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler), its Flight Recorder dump where the
+environment names one (train/flightrec.py: as NCCL's watchdog would on a timeout), and publishes its record
+(commrecord.Record.snapshot, its step, its main thread's top frame); rank 0 waits for them (at most
+COLLECT_S), writes ``RUN_DIR/hang.json`` (simcluster/core/hang_diagnosis.py's diagnosis and every record),
+prints the diagnosis, sets EXIT, and every rank exits EXIT_HANG (4); an error a rank's main thread
+meets after that (a peer left first) ends it with EXIT_HANG too, quietly (``declared``).
 ``destroy_process_group`` (or the interpreter's exit) stops the watch and waits for its thread, so
-its store client is closed there, before the interpreter's teardown.
+its store client is closed before the interpreter's teardown; its last word is that it waits no more.
 """
 from __future__ import annotations
 
@@ -36,10 +39,10 @@ import threading
 import time
 from datetime import timedelta
 
-from simcluster.core.hang import EXIT_HANG, HANG_FILE, STACKS_DIR
+from simcluster.core.hang import EXIT_HANG, HANG_FILE, STACKS_DIR, stall_limit
 from simcluster.train import commrecord
+from simcluster.core.hang_diagnosis import diagnose, quiet_note
 from simcluster.train.flightrec import write_dump
-from simcluster.core.hang_diagnosis import diagnose
 
 PREFIX = "simcluster/stall/"
 DUMP, EXIT, DUMPED = PREFIX + "dump", PREFIX + "exit", PREFIX + "dumped"
@@ -47,9 +50,19 @@ GRACE_S = 30.0  # with the watch on, the trainer's process-group timeout is at l
 COLLECT_S = 20.0  # rank 0 waits this long at most for every rank's record (the first snapshot symbolizes up to 2000 Flight Recorder stacks: about 1.4 s of CPU per rank)
 POLL_S = 1.0
 EXIT_LAG_S = 1.5  # rank 0 exits this long after EXIT is set (the others poll for it every 0.2 s)
+ASK = PREFIX + "ask"  # the signal counter every rank reads once a beat (see the module's docstring)
+DECLARE = 1 << 40  # added to ASK when the hang is declared (notes add 1)
+NOTE_WAIT_S = 3.0  # rank 0 waits this long at most for every rank's answer to a note's question
 
 STEPS = [0]  # steps this process ended (note_step)
 WATCH: "Watch | None" = None
+
+
+def group_timeout_s(stall_s: float | None, timeout_s: float) -> float:
+    """The process group's timeout (s): the job's, raised to the stall limit + GRACE_S with the watch on,
+    so that the diagnosis comes first (a --stall-s above --timeout-s raises the timeout with it)."""
+    stall = stall_limit(stall_s, timeout_s)
+    return max(float(timeout_s), stall + GRACE_S) if stall else float(timeout_s)
 
 
 def declared() -> bool:
@@ -123,6 +136,10 @@ class Watch(threading.Thread):
         self.store = None
         self.world = 1
         self.fingerprint = None
+        self.last_t = self.wait_since = 0.0  # UNIX times: the last progress (0: none yet), the wait's start (0: none)
+        self.published: tuple | None = None
+        self.answered = 0  # the last note question answered
+        self.noted = 0.0  # the last progress time a note was printed for (rank 0)
         self.main = threading.main_thread()
 
     def _connect(self) -> bool:
@@ -162,6 +179,8 @@ class Watch(threading.Thread):
             while not self.finished:
                 self._beat()
                 self.wake.wait(POLL_S)
+            if not self.declared and self.last_t:  # a rank that leaves waits no more
+                self.store.set(f"{PREFIX}progress/{self.rank}", f"{time.time()!r} 0.0")
         except Exception as e:  # noqa: BLE001 - the watch never stops the rank; a store gone ends it
             if not self.finished and not isinstance(e, (ConnectionError, OSError, RuntimeError)):
                 print(f"[simcluster] stall watch stopped: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
@@ -169,23 +188,63 @@ class Watch(threading.Thread):
             self.store = None  # the client closed here, in this thread
 
     def _beat(self) -> None:
-        progress = (STEPS[0], commrecord.RECORD.poll() if commrecord.RECORD else 0, commrecord.fr_completed())
+        now = time.time()
+        record = commrecord.RECORD
+        completed, queued = commrecord.fr_status()
+        progress = (STEPS[0], record.poll() if record else 0, completed)
         if progress != self.fingerprint and any(progress):  # from its first completed call or step on
-            self.fingerprint = progress
-            self.store.set(f"{PREFIX}progress/{self.rank}", repr(time.time()))
-        if self.rank == 0 and not self.store.check([DUMP]):
-            self._watch()
-        if self.store.check([DUMP]):
+            self.fingerprint, self.last_t = progress, now
+        elif self.last_t and commrecord.compiling(sys._current_frames().get(self.main.ident)):
+            self.last_t = now
+        waiting = queued > 0 or bool(record and record.open > 0)
+        self.wait_since = (self.wait_since or now) if waiting else 0.0
+        if self.last_t and (self.last_t, self.wait_since) != self.published:
+            self.published = (self.last_t, self.wait_since)
+            self.store.set(f"{PREFIX}progress/{self.rank}", f"{self.last_t!r} {self.wait_since!r}")
+        signal = self.store.add(ASK, 0)
+        if self.rank == 0 and signal < DECLARE:
+            signal = self._watch(signal)
+        if signal >= DECLARE:
             self._dump()
+        elif signal > self.answered:
+            self._answer(signal)
 
-    def _watch(self) -> None:
+    def _watch(self, signal: int) -> int:
+        """Rank 0: declare the hang, or print a note, from every rank's published state; returns ASK's value."""
         keys = [f"{PREFIX}progress/{r}" for r in range(self.world)]
         if not self.store.check(keys):
-            return
-        last = max(float(v.decode()) for v in self.store.multi_get(keys))
-        idle = time.time() - last
-        if idle >= self.stall_s:
-            self.store.set(DUMP, json.dumps({"idle_s": round(idle, 1), "t": time.time()}))
+            return signal
+        states = [tuple(float(x) for x in v.decode().split()) for v in self.store.multi_get(keys)]
+        last = max(s[0] for s in states)
+        waits = [s[1] for s in states if len(s) > 1 and s[1]]
+        now = time.time()
+        if waits and now - max(last, min(waits)) >= self.stall_s:
+            idle = now - max(last, min(waits))
+            self.store.set(DUMP, json.dumps({"idle_s": round(idle, 1), "t": now}))
+            return self.store.add(ASK, DECLARE)
+        if not waits and now - last >= self.stall_s and self.noted != last:
+            self.noted = last
+            signal = self.store.add(ASK, 1)
+            self._note(signal, now - last)
+        return signal
+
+    def _doing(self) -> str:
+        frame = sys._current_frames().get(self.main.ident)
+        return ("compiling (torch.compile) " if commrecord.compiling(frame) else "") + "at " + self._top()
+
+    def _answer(self, question: int) -> None:
+        self.answered = question
+        self.store.set(f"{PREFIX}doing/{question}/{self.rank}", self._doing())
+
+    def _note(self, question: int, quiet_s: float) -> None:
+        """Rank 0: every rank's answer to question (at most NOTE_WAIT_S), printed as one note."""
+        self._answer(question)
+        keys = {r: f"{PREFIX}doing/{question}/{r}" for r in range(self.world)}
+        deadline = time.monotonic() + NOTE_WAIT_S
+        while time.monotonic() < deadline and not self.store.check(list(keys.values())):
+            self.wake.wait(0.2)
+        doing = {r: self.store.get(k).decode() for r, k in keys.items() if self.store.check([k])}
+        print(f"[simcluster] {quiet_note(doing, self.world, quiet_s, self.stall_s)}", file=sys.stderr, flush=True)
 
     def _top(self) -> str:
         frame = sys._current_frames().get(self.main.ident)

@@ -53,8 +53,7 @@ def init_distributed(cfg: Config) -> tuple[int, int, int]:
     Returns (rank, local_rank, world_size).
     """
     # with the stall watch on, a collective's timeout leaves it time to collect and name the hang first
-    stall = hang.stall_limit(cfg.stall_s, cfg.timeout_s)
-    timeout = timedelta(seconds=max(cfg.timeout_s, stall + stallwatch.GRACE_S) if stall else cfg.timeout_s)
+    timeout = timedelta(seconds=stallwatch.group_timeout_s(cfg.stall_s, cfg.timeout_s))
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     device.bind(cfg.device, local_rank)  # cuda: this rank's GPU, before the group exists
     bound = device.process_group_device(cfg.device, local_rank)

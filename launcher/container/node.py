@@ -59,6 +59,7 @@ from simcluster.train import forkrun
 from simcluster.train.forked_rank import RANK_HOOK
 from simcluster.launcher.container.heartbeat import Heartbeat, report, wait_gone
 from simcluster.launcher.container import workdir
+from simcluster.launcher.container.compile_cache import cache_env
 from simcluster.launcher.container.ranks import frozen
 from simcluster.launcher.instrument.rank import boot
 from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
@@ -201,7 +202,7 @@ def node_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def ranks_env(args: argparse.Namespace) -> dict:
+def ranks_env(args: argparse.Namespace, name: str) -> dict:
     """The ranks' environment: this one, torchrun's line prefix, gloo's lazy pairs, and the instruments
     for your code (not the built-in trainer); the working directory made and your code linked in."""
     if args.workdir:  # your code's ranks: a cluster's shared working directory, in the run folder
@@ -213,6 +214,7 @@ def ranks_env(args: argparse.Namespace) -> dict:
     # gloo's pairs made on first use, not a full mesh at each group's creation (a world of N ranks: N-1
     # connections a rank, through the rendezvous' store); a user's own setting wins
     env.setdefault("TORCH_GLOO_LAZY_INIT", "1")
+    cache_env(env, args.run_dir, name)  # torch.compile's code where it can be loaded (/tmp is noexec)
     if args.script or args.module != TRAINER_MODULE:
         instrument_env(env)
     return env
@@ -232,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         report(args.rdzv_endpoint, name, args.node_rank, args.nproc_per_node, EXIT_CONFIG)
         return EXIT_CONFIG
 
-    env = ranks_env(args)
+    env = ranks_env(args, name)
     cmd = torchrun_command(args, name, train_argv)
     agent = None
     if not args.torchrun:  # one import per node, shared with the heartbeat: the agent forked from here, not a

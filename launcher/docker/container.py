@@ -95,13 +95,28 @@ def log_text(container, tail: int | str = "all") -> str:
     return ""
 
 
-def log_lines(container):
-    """The container's log from the start, following, as text lines (stdout and stderr)."""
+def log_lines(container, timestamps: bool = False):
+    """The container's log from the start, following, as text lines (stdout and stderr); with
+    timestamps, each line starts with the time the container wrote it (RFC 3339, nanoseconds, UTC)
+    and a space, Docker's own stamp (``log_time`` reads it)."""
     buf = b""
-    for chunk in container.logs(stream=True, follow=True):
+    for chunk in container.logs(stream=True, follow=True, timestamps=timestamps):
         buf += chunk
         *lines, buf = buf.split(b"\n")
         for line in lines:
             yield line.decode("utf-8", "replace")
     if buf:
         yield buf.decode("utf-8", "replace")
+
+
+def log_time(line: str) -> tuple[float | None, str]:
+    """(UNIX time, text) of a line of ``log_lines(..., timestamps=True)``; (None, line) when it has no stamp."""
+    import datetime
+
+    stamp, _, text = line.partition(" ")
+    day, _, frac = stamp.rstrip("Z").partition(".")
+    try:
+        t = datetime.datetime.fromisoformat(day).replace(tzinfo=datetime.timezone.utc).timestamp()
+    except ValueError:
+        return None, line
+    return t + float(f"0.{frac or 0}"), text

@@ -49,7 +49,8 @@ class Instruments:
     simulated_gpus: each rank sees one GPU of its node, tensors on the CPU (on by default).
     gpu: the simulated GPU's model, a name of simcluster/core/hardware.py's GPU_NAMES.
     gpu_memory: the simulated GPU's memory in bytes (None: the model's; --gpu-memory).
-    stall_s: seconds without progress on any rank that end the job as a hang (0: off; train/stallwatch.py).
+    stall_s: seconds a rank waits in communication with no rank progressing that end the job as a hang
+        (0: off; train/stallwatch.py).
     check_collectives: torch's TORCH_DISTRIBUTED_DEBUG=DETAIL (each collective checked across its group).
     stall_given: --stall-s was given (not its default): an engine whose ranks get no instruments refuses
         it (launcher/engines/checks.py) rather than ignore it; not carried into the ranks.

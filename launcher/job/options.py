@@ -47,7 +47,7 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     """
     from simcluster.core.config import parse_steps
 
-    from simcluster.core.preflight_values import RULES, stall_errors
+    from simcluster.core.preflight_values import RULES
     from simcluster.core.hang import stall_limit
 
     if cfg.traffic not in (0, 1):
@@ -57,8 +57,6 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
     ok, need, fix = RULES["stall_s"]
     if not ok(cfg.stall_s):
         raise ConfigError(f"--stall-s: must be {need}, got {cfg.stall_s}; {fix}")
-    if errors := stall_errors(cfg):
-        raise ConfigError("--" + errors[0].replace("_", "-", 1))
     last = req.total_steps or 10**7
     steps = set(parse_steps(cfg.trace_steps, last))
     if cfg.profile_step:

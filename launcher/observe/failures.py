@@ -23,6 +23,9 @@ Rules (``Stream.tracebacks`` and the summary's FAILED lines follow them):
   stays the last line.
 - A rank with no complete Python traceback is reported by its last ``terminate called ...`` line
   (C++ std::terminate), if it printed one, joined with the ``what():`` line that follows it.
+- ``failure_hint`` adds a fix where the cause is known: a module missing from the image, or
+  torch.compile failing (its compiled code on a noexec folder, triton asking for a real GPU, no
+  C++ compiler; otherwise how to run without compiling).
 - PEER_FAILED / PEER_TIMEOUT tell, from the exception line, a rank that only saw a peer die (its
   connection closed) or timed out waiting for one; the summary names those after the cause.
 """
@@ -60,6 +63,37 @@ def missing_module_hint(line: str) -> str | None:
                 f"{CUDA_WHEEL_ONLY[name]} to your --requirements file (it installs on CPU; a kernel it launches "
                 f"on the simulated GPU is refused)")
     return f"{name}: not in the image; add the package that provides it to your --requirements file"
+
+
+COMPILE_FAILED = re.compile(r"InductorError|BackendCompilerFailed|torch\._dynamo\.exc\.")
+COMPILE_HINTS = (  # (what the exception line says, the hint): the first that matches
+    ("failed to map segment from shared object",
+     "torch.compile's inductor loads the code it builds from TORCHINDUCTOR_CACHE_DIR (and Triton from "
+     "TRITON_CACHE_DIR), which must allow running code: the cluster sets RUN_DIR/compile-cache/NODE/; a value your "
+     "--env or your program sets points at a noexec folder such as /tmp: drop it"),
+    ("libcuda.so cannot found",
+     "triton's NVIDIA driver was asked for a GPU: on the simulated GPUs inductor compiles CPU code, with "
+     "TORCHINDUCTOR_TRITON_DISABLE_DEVICE_DETECTION=1 (the instruments set it unless your environment sets it "
+     "otherwise); keep it 1, or run with --no-simulated-gpus"),
+    ("C++ compiler", "inductor builds CPU kernels with a C++ compiler (g++), which this image lacks: use the "
+                     "trainer image or one FROM it (--requirements), or a base image with g++"),
+)
+
+
+def compile_hint(line: str) -> str | None:
+    """The fix for a rank's exception line from torch.compile (inductor or dynamo): a known cause's, else
+    how to see whether the program runs without compiling; None for any other line."""
+    if not COMPILE_FAILED.search(line):
+        return None
+    known = next((hint for cause, hint in COMPILE_HINTS if cause in line), None)
+    return known or ("torch.compile failed; to see whether your program runs without it, turn its compile option "
+                     "off, or pass --env TORCHDYNAMO_DISABLE=1 (every torch.compile then runs eagerly)")
+
+
+def failure_hint(lines: list[str]) -> str | None:
+    """The hint of a rank's failure (its traceback's lines, the exception last): a missing module's
+    fix, a torch.compile failure's, or None."""
+    return missing_module_hint(lines[-1]) or compile_hint(lines[-1]) if lines else None
 
 
 class RankTrace:

@@ -22,7 +22,7 @@ import time
 
 from simcluster.launcher.docker.client import Client
 from simcluster.launcher.docker.compose_cli import compose
-from simcluster.launcher.docker.container import kill, log_lines
+from simcluster.launcher.docker.container import kill, log_lines, log_time
 from simcluster.launcher.docker.cluster import Events
 from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.container.layout import RDZV_HOST
@@ -38,11 +38,12 @@ HOST_CHECK_S = 2.0  # with rehearsal hosts (up --hosts), each host's engine is p
 
 def _pump(service: str, container, out: queue.Queue) -> None:
     try:
-        for line in log_lines(container):
-            out.put((service, line))
+        for line in log_lines(container, timestamps=True):
+            t, text = log_time(line)
+            out.put((service, text, t))
     except Exception as e:  # noqa: BLE001 - the container went away under the stream
-        out.put((service, f"(log stream ended: {e})"))
-    out.put((service, None))
+        out.put((service, f"(log stream ended: {e})", None))
+    out.put((service, None, None))
 
 
 class Stream:
@@ -70,7 +71,7 @@ class Stream:
         self.timed_out: float | None = None  # the --wall-timeout-s (s) once up has killed the run for it
         self.reasons: dict[str, str] = {}  # node -> why it stopped, from the rendezvous' report lines
         self.traces: dict[int, RankTrace] = {}  # rank -> its latest traceback or C++ abort, as it streams by
-        self.failed_at: dict[int, float] = {}  # rank -> time.monotonic() its first traceback or abort was complete
+        self.failed_at: dict[int, float] = {}  # rank -> UNIX time its container wrote its first complete traceback or abort
         self.placed: dict[str, str] = {}  # service -> the rehearsal host it runs on (up --hosts; else empty)
         self.lost_hosts: dict[str, list[str]] = {}  # host -> the services that went with it, once it stopped answering
         self._queue: queue.Queue | None = None
@@ -79,7 +80,8 @@ class Stream:
         print(text, flush=True)
         self.log.write(text + "\n")
 
-    def handle(self, service: str, line: str) -> None:
+    def handle(self, service: str, line: str, t: float | None = None) -> None:
+        """One line a container wrote (t: when, UNIX time, from Docker's stamp; else now)."""
         rank, text = split_rank(line)
         exited = EXITED.match(text) if service == RDZV_HOST else None
         if exited and exited.group(2):
@@ -95,7 +97,7 @@ class Stream:
             trace = self.traces.setdefault(rank, RankTrace())
             trace.feed(text)
             if rank not in self.failed_at and (trace.done is not None or trace.abort):
-                self.failed_at[rank] = time.monotonic()
+                self.failed_at[rank] = t if t is not None else time.time()
             if rank not in self.seen_ranks:  # torchrun prefixes every line of a rank with [rankR]:
                 self.seen_ranks[rank] = service
                 k = node_of(rank, self.launch.nproc_per_node)
@@ -157,13 +159,13 @@ class Stream:
         try:
             while open_streams or (watch and watch.pending):
                 try:
-                    service, line = q.get(timeout=1.0)
+                    service, line, t = q.get(timeout=1.0)
                     if line is None:
                         if service not in ended:  # abandon() ends a stream once, its pump may end it again
                             ended.add(service)
                             open_streams -= 1
                     else:
-                        self.handle(service, line)
+                        self.handle(service, line, t)
                 except queue.Empty:
                     pass
                 if watch and time.monotonic() - last_tick >= 1.0:
@@ -177,7 +179,7 @@ class Stream:
     def abandon(self, service: str) -> None:
         """Stop following service's log (its host is gone: the stream may never end by itself)."""
         if self._queue is not None:
-            self._queue.put((service, None))
+            self._queue.put((service, None, None))
 
     def host_lost(self, host: str) -> None:
         """A rehearsal host stopped answering: name it and the nodes that went with it, stop following them."""

@@ -169,7 +169,7 @@ class Config:
     timeout_s: float = 60.0
     """process-group and pipeline timeout (s): a lost, frozen or cut-off peer ends the job after this."""
     stall_s: float | None = None
-    """default 60 (off when --timeout-s is shorter, which ends a hang first). A stall: no rank completes a collective, a send or recv, or a step for this long (s), counted from every rank's first completed call: each rank's stack and communication record are collected, RUN_DIR/hang.json names where they disagree, the job exits 4 (0: off; else at least 5 s, the watch's resolution with room; at most timeout_s; the process-group timeout becomes at least stall_s + 30 s so that the diagnosis comes first). docs/faults.md."""
+    """default 60 (off when --timeout-s is shorter, which ends a hang first). A hang: a rank waits in a collective or a send/recv and no rank completes a call or a step (or compiles) for this long (s), counted from every rank's first completed call: each rank's stack and communication record are collected, RUN_DIR/hang.json names where they disagree, the job exits 4. Every rank outside communication that long (compiling, loading, saving, sleeping) is no hang: a note says what each does (0: off; else at least 5 s, the watch's resolution with room; the process-group timeout becomes at least stall_s + 30 s, above --timeout-s too, so that the diagnosis comes first). docs/faults.md."""
     threads: int = 0
     """torch intra-op threads per rank (0: OMP_NUM_THREADS or 1)."""
     gc_every: int = 50

@@ -14,6 +14,9 @@ thread's innermost frame outside torch) in, lines out. The cases, in the order t
 - no rank in any call: each rank's top frame (busy or stuck in Python);
 - ranks whose record never came (died, or stuck holding the interpreter's lock).
 
+``quiet_note`` words the other verdict: every rank outside communication for the stall's length (no
+hang, the job goes on), with what each rank does.
+
 The first line starts ``HANG at step S after N s:``; S is the first step not yet ended on the
 slowest rank (1-based), N the seconds without progress on any rank. While no rank has ended a step
 (a hang in step 1, or code with no optimizer step to count) it starts ``HANG before any step
@@ -187,6 +190,22 @@ def disagreement(records: dict, world_size: int, silent: str = SILENT) -> list[s
     if missing:
         lines.append(f"{_ranks(missing)} {silent}")
     return lines
+
+
+def quiet_note(doing: dict, world_size: int, quiet_s: float, stall_s: float) -> str:
+    """The note of a quiet spell that is no hang: no rank progressed for quiet_s seconds (at least the
+    watch's stall_s) and none waits in communication. doing: global rank -> what it does (``at x.py:9
+    (f)``, ``compiling (torch.compile) at ...``); ranks doing the same are joined."""
+    groups: dict[str, list[int]] = {}
+    for r, text in sorted(doing.items()):
+        groups.setdefault(text, []).append(int(r))
+    parts = [f"{_ranks(rs)} {text}" for text, rs in groups.items()]
+    silent = sorted(set(range(world_size)) - {int(r) for r in doing})
+    if silent:
+        parts.append(f"{_ranks(silent)} did not answer")
+    return (f"note: no rank progressed for {quiet_s:.0f} s and none waits in a collective or a send/recv, so this "
+            f"is no hang (--stall-s {stall_s:g} ends a job only while a rank waits in communication); the job goes "
+            f"on: " + "; ".join(parts))
 
 
 _FP = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), OpType=(\w+), "

@@ -52,15 +52,6 @@ AT_LEAST_ONE = ("steps", "stages_per_rank", "val_batches", "log_every", "seq_len
 MODEL_OVERRIDES = ("dim", "n_layers", "n_heads", "ffn_dim")
 
 
-def stall_errors(cfg: Config) -> list[str]:
-    """--stall-s against the job's own timeout (a stall longer than it would never be seen: the
-    process group's timeout or the lost-node verdict ends the job first)."""
-    if cfg.stall_s is not None and _finite(cfg.stall_s) and _finite(cfg.timeout_s) and cfg.stall_s > cfg.timeout_s:
-        return [f"stall_s: must be at most the job's timeout ({cfg.timeout_s:g} s), got {cfg.stall_s:g}; "
-                f"e.g. --stall-s {cfg.timeout_s:g}, or raise --timeout-s"]
-    return []
-
-
 def value_errors(cfg: Config) -> list[str]:
     """Every numeric field out of its range, as 'field: must be ..., got v; fix'. Empty when fine.
 
@@ -72,7 +63,6 @@ def value_errors(cfg: Config) -> list[str]:
         v = getattr(cfg, name)
         if not ok(v):
             errors.append(f"{name}: must be {need}, got {v}; {fix}")
-    errors += stall_errors(cfg)
     try:
         parse_steps(cfg.trace_steps, cfg.steps)
     except ConfigError as e:

@@ -22,11 +22,33 @@ from dataclasses import dataclass
 
 Series = list[tuple[int, float]]
 # The printed loss `up`, `report` and `sweep` read by default: "loss: 1.23", "loss=1.23", "Loss 1.23",
-# "step 3 | loss 1.23", "step 3/10 loss 1.23", "Step [3/10], Loss: 1.23", torchtitan's "step:  3  loss:  8.1"
-# and "loss: tensor(1.23)"; the step when "step N" comes before it (else the n-th match is step n). Not
-# "val_loss", "loss_scale" or "train/loss" (a key of another name).
-LOSS_REGEX = (r"(?i)(?:(?<![\w/])step\b[\s:=#\[(]*(?P<step>\d+)\b.*?)?(?<![\w./-])(?:train[ _])?loss\b[\s:=]*"
-              r"(?:tensor\()?(?P<value>[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|[-+]?nan|[-+]?inf)\b")
+# "step 3 | loss 1.23", "step 3/10 loss 1.23", "Step [3/10], Loss: 1.23", torchtitan's "step:  3  loss:  8.1",
+# "loss: tensor(1.23)", a dict's "'loss': 1.23" and "'lm loss': tensor(5.12)"; the step when "step N" comes
+# before it (else the n-th match is step n). Not "val_loss", "loss_scale" or "train/loss" (a key of another
+# name), and not a validation line's loss (TrainingLoss: "val loss 2.1", "eval loss: 2.1", torchtitan's
+# "validate step: 10  loss: 7.8").
+LOSS_REGEX = (r"(?i)(?:(?<![\w/])step\b[\s:=#\[(]*(?P<step>\d+)\b.*?)?(?<![\w./-])(?P<metric>(?:train[ _])?loss)\b"
+              r"['\"]?[\s:=]*(?:tensor\(\[?)?(?P<value>[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|[-+]?nan|[-+]?inf)\b")
+EVAL_WORD = re.compile(r"(?i)\b(?:val|valid|validation|validate|validating|eval|evaluate|evaluating|evaluation|"
+                       r"test|testing|dev)\b")  # before a loss on its line: not the training loss
+
+
+class TrainingLoss:
+    """LOSS_REGEX as a pattern (``search``, ``groupindex``) that skips a validation line's loss: a
+    match whose loss word comes after a validation word on its line (EVAL_WORD: val, validation,
+    validate, eval, evaluation, test, dev...; ``val_loss``'s ``val`` is no word of its own);
+    a later match on the line is tried next."""
+
+    pattern = re.compile(LOSS_REGEX)
+    groupindex = pattern.groupindex
+
+    def search(self, text: str):
+        for m in self.pattern.finditer(text):
+            if not EVAL_WORD.search(text, 0, m.start("metric")):
+                return m
+        return None
+
+
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # terminal colours (torchtitan's log lines carry them)
 
 
@@ -269,7 +291,7 @@ def series_from_lines(lines: list[str], pattern: re.Pattern) -> Series:
 
 def series_from_rank_lines(lines: list[tuple[int, str]], pattern: re.Pattern | None = None) -> tuple[int | None, Series]:
     """(rank, its series) of what the ranks printed ((rank, text) pairs in order, runlog.rank_lines):
-    the lines of the highest rank that printed a match of ``pattern`` (default LOSS_REGEX), terminal
+    the lines of the highest rank that printed a match of ``pattern`` (default TrainingLoss), terminal
     colour codes taken off, read by ``series_from_lines``; (None, []) when no line matches. One rank's
     lines, so that a loss every rank prints is counted once a step; the highest, because under
     pipelining the loss lives on the last stage (pp outermost: its ranks are the highest) while the
@@ -278,7 +300,7 @@ def series_from_rank_lines(lines: list[tuple[int, str]], pattern: re.Pattern | N
     Raises:
         ValueError: a matched value or step is not a number (series_from_lines').
     """
-    pattern = pattern or re.compile(LOSS_REGEX)
+    pattern = pattern or TrainingLoss()
     clean = [(rank, ANSI.sub("", text)) for rank, text in lines]
     rank = max((r for r, text in clean if pattern.search(text)), default=None)
     if rank is None:

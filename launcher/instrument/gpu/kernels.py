@@ -6,7 +6,12 @@ to turn it off: CUDA graphs, float8 matmuls, Triton kernels, and flash-attn (a s
 A CUDA kernel has no CPU twin, so each is refused with a RuntimeError, never run half-way:
 ``torch.cuda.CUDAGraph``/``graph``/``make_graphed_callables`` (CUDA graphs), ``torch._scaled_mm``
 (float8 matmul on FP8 tensor cores), a Triton kernel launched (``triton.runtime.jit.JITFunction``).
-flash-attn installs only with CUDA: when the rank's code imports ``flash_attn`` and no real
+torch.compile stays on inductor's CPU path: the simulated GPU's tensors are CPU tensors, but with
+triton installed inductor would ask triton's NVIDIA driver for its hash because
+``torch.cuda.is_available()`` is True, and the driver finds no libcuda (``AssertionError: libcuda.so
+cannot found!``); so triton's device detection is off in the rank and in inductor's compile workers
+(``TORCHINDUCTOR_TRITON_DISABLE_DEVICE_DETECTION=1``, inductor's own switch; a value the program's
+environment sets wins). flash-attn installs only with CUDA: when the rank's code imports ``flash_attn`` and no real
 package is found, a stand-in module imports (every attribute, every submodule), and its first
 call raises, naming the function, where the program called it, and the portable path. To
 ``importlib.metadata`` the stand-in is an installed distribution (``flash_attn``, version
@@ -18,12 +23,14 @@ import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import os
 import pathlib
 import re
 import sys
 import traceback
 import types
 
+NO_TRITON_DEVICES = "TORCHINDUCTOR_TRITON_DISABLE_DEVICE_DETECTION"  # inductor's switch (torch/_inductor/config.py)
 STANDIN = ("flash_attn", "flash_attn_interface", "flash_attn_2_cuda")  # top-level names a CUDA-only flash-attn provides
 STANDIN_VERSION = "2.8.3+simcluster.standin"  # flash-attn's last 2.x release, marked as the stand-in
 
@@ -159,3 +166,15 @@ def install_kernels(torch) -> None:
         if hasattr(jit, "JITFunction"):
             _wrap(jit.JITFunction, "run", run)
     when_imported("triton.runtime.jit", on_triton)
+    install_cpu_compile()
+
+
+def install_cpu_compile() -> None:
+    """Keep torch.compile on inductor's CPU path with triton installed (see the module's docstring):
+    inductor's switch set in this rank's environment (its compile workers inherit it) and in its
+    config once imported; a value the program's environment already holds is left as it is."""
+    from simcluster.launcher.instrument.lazy import when_imported
+
+    os.environ.setdefault(NO_TRITON_DEVICES, "1")
+    if os.environ[NO_TRITON_DEVICES] == "1":
+        when_imported("torch._inductor.config", lambda config: setattr(config, "triton_disable_device_detection", True))
