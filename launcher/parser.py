@@ -14,7 +14,7 @@ import os
 import sys
 
 from simcluster.launcher.job.fields import FIELDS, flag
-from simcluster.launcher.job.sections import (COMPARE_RUN, COMPARE_TRAINER, SWEEP_COMPARE, CompareOptions,
+from simcluster.launcher.job.sections import (COMPARE_RUN, COMPARE_TRAINER, FULL_SIZE_JOB, SWEEP_COMPARE, CompareOptions,
                                               EngineOptions, GenerateOptions, JobOptions, NodeOptions,
                                               TrainerOptions, UpOptions, specs)
 from simcluster.train.cli import add_config_args, field_docs
@@ -156,6 +156,16 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     pl.add_argument("--world-size", type=int, default=None, metavar="N", help="ranks for --search")
     pl.add_argument("--memory-per-rank", type=float, default=None, metavar="GB",
                     help="mark (search) or warn about (plan) ranks needing more than GB (1e9 bytes)")
+    fs = pl.add_argument_group("full size (your program at its real size, nothing computed: launcher/fullsize.py)")
+    fs.add_argument("--full-size", action="store_true", help="run your --script/--module (its arguments after --) "
+                    "under torch's FakeTensorMode and fake process group, one host process a rank run; per rank "
+                    "peak allocated/reserved memory (CUDA caching allocator model), fits/OOM on --gpu, step time, "
+                    "tokens/s")
+    fs.add_argument("--ranks", default=None, metavar="R,R|all", help="full size: the ranks to run (default the "
+                    "first and the last; each other rank is stood for by the run rank below it)")
+    fs.add_argument("--python", default=None, metavar="EXE", help="full size: the interpreter that has your code's "
+                    "requirements (default this one), e.g. .venv/bin/python")
+    add_section(pl, JobOptions, only=FULL_SIZE_JOB, typed=True, title="your program (full size)")
     pj = sub.add_parser("project", help="from a run measured here (--traffic 1 --trace-steps S), the same job's "
                         "step time on other hardware, with its parts (needs torch)")
     pj.add_argument("run_dir", metavar="RUN_DIR", help="the run folder of the built-in trainer")

@@ -147,7 +147,8 @@ def test_the_import_graph_has_no_cycle_and_train_imports_nothing_of_launcher():
 FLOORS = (
     ("launcher/__main__.py", "launcher/cli.py", "launcher/parser.py"),  # the door: the command line
     ("launcher/testing",),  # the pytest plugin: the API's fixture
-    ("launcher/api.py", "launcher/compare.py", "launcher/compare_read.py", "launcher/sweep.py"),  # the Python API
+    ("launcher/api.py", "launcher/compare.py", "launcher/compare_read.py", "launcher/sweep.py",
+     "launcher/fullsize.py"),  # the Python API
     ("launcher/engines",),  # one class per engine: render, up, status, logs, down; attach, nodes, hosts
     ("launcher/drills",),  # faults and shaping, asking the Engine they are handed
     ("launcher/observe",),  # following a run, its summary, its report
