@@ -1,7 +1,7 @@
 """`launcher plan --full-size`: your program at its real size, nothing computed, one host process a
 distinct rank; its memory as the GPU's caching allocator would report it, its step time and tokens/s.
 
-    python -m launcher plan --full-size --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 --gpu h100-96g -- --steps 2
+    python -m launcher plan --full-size --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 --gpu h100-96g -- --steps 1 --dim 256 --layers 2
     python -m launcher plan --full-size --module torchtitan.train --code DIR --nodes 1 --nproc-per-node 8 \
         --gpu h100-96g --env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True --json -- --model.flavor 8B ...
 
@@ -82,9 +82,12 @@ def run(args: argparse.Namespace) -> int:
     ranks = _which_ranks(args.ranks, world)
     conf = env.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
     expandable = "expandable_segments:true" in conf.replace(" ", "").lower()
+    if args.trace_dir:
+        os.makedirs(args.trace_dir, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="simcluster-fullsize-") as tmp:
+        where = os.path.abspath(args.trace_dir or tmp)
         with ThreadPoolExecutor(max_workers=2) as pool:
-            outs = list(pool.map(lambda r: _one_rank(args, r, world, per, env, tmp), ranks))
+            outs = list(pool.map(lambda r: _one_rank(args, r, world, per, env, where), ranks))
         return _report(args, outs, ranks, world, device, expandable)
 
 

@@ -165,6 +165,8 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                     "first and the last; each other rank is stood for by the run rank below it)")
     fs.add_argument("--python", default=None, metavar="EXE", help="full size: the interpreter that has your code's "
                     "requirements (default this one), e.g. .venv/bin/python")
+    fs.add_argument("--trace-dir", default=None, metavar="DIR", help="full size: keep each rank's trace "
+                    "(trace-R.json: allocations, frees, ops, collectives) and log (log-R.txt) in DIR")
     add_section(pl, JobOptions, only=FULL_SIZE_JOB, typed=True, title="your program (full size)")
     pj = sub.add_parser("project", help="from a run measured here (--traffic 1 --trace-steps S), the same job's "
                         "step time on other hardware, with its parts (needs torch)")

@@ -1,6 +1,6 @@
 """A small FSDP2 training script written for GPUs (cuda, nccl) that `launcher plan --full-size` runs at its size.
 
-    python -m launcher plan --full-size --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 --gpu h100-96g -- --steps 2
+    python -m launcher plan --full-size --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 --gpu h100-96g -- --steps 1 --dim 256 --layers 2
 
 Runs as is under torchrun on GPUs: `torchrun --nproc-per-node 2 examples/fullsize/tiny.py --steps 2`.
 """

@@ -29,7 +29,7 @@ MiB = 1 << 20
 CUDA_CONTEXT = 500 * MiB
 NCCL_PER_GROUP = 2 * 32 * 4 * MiB
 CUBLAS_WORKSPACE = 32 * MiB
-MATMUL_EFFICIENCY = 0.40
+MATMUL_EFFICIENCY = 0.50
 BANDWIDTH_EFFICIENCY = 0.7
 NEEDS = ("bf16_flops", "flops", "memory", "memory_bw", "intra_bw", "inter_bw", "ranks_per_node")
 

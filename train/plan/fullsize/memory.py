@@ -1,7 +1,7 @@
 """A full-size rank's memory as the GPU reports it: its trace replayed through the caching allocator
 model, the cuBLAS workspace first; the CUDA context and NCCL's buffers added for the verdict.
 
-    python -m pytest -q -n 0 tests/test_fullsize.py -k memory
+    python -m pytest -q -n 0 tests/test_fullsize.py -k tiny_run
 
 Peak allocated and peak reserved are torch.cuda.max_memory_allocated / max_memory_reserved's
 figures (the allocator's own); ``device_peak`` adds what torch does not see (device.py's sources)

@@ -1,7 +1,7 @@
 """The recorder of a full-size run: every allocation and free of the device's tensors, in order, each
 op's FLOPs and bytes, each collective's kind, bytes and group, and the phase they happened in.
 
-    python -m pytest -q -n 0 tests/test_fullsize.py -k record
+    python -m pytest -q -n 0 tests/test_fullsize.py -k tiny_run
 
 A TorchDispatchMode entered above torch's FakeTensorMode (so it sees every op first): an op's outputs
 whose untyped storage is new are allocations (a weak reference's callback, when the storage object

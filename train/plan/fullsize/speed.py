@@ -1,6 +1,6 @@
 """A full-size rank's step time on a --gpu model, from its own recorded ops and collectives.
 
-    python -m pytest -q -n 0 tests/test_fullsize.py -k speed
+    python -m pytest -q -n 0 tests/test_fullsize.py -k tiny_run
 
 Method (docs/plan.md, "Full size"): the last complete step of the trace (the ops between the
 last two optimizer steps). Each op takes max(FLOPs / (tensor-core peak x MATMUL_EFFICIENCY),
@@ -63,14 +63,15 @@ def collective_s(kind: str, nbytes: int, ranks: tuple, device: Device) -> float:
     return factor * (g - 1) / g * nbytes / bw + (g - 1) * device.latency_s
 
 
-def op_s(flops: int, nbytes: int, fp32: bool, device: Device) -> float:
+def op_s(flops: int, nbytes: int, fp32: bool, device: Device, efficiency: float = MATMUL_EFFICIENCY) -> float:
     """Seconds of one op on ``device``: the slower of its FLOPs and its bytes at their efficiencies."""
     peak = device.fp32_flops if fp32 else device.bf16_flops
-    return max(flops / (peak * MATMUL_EFFICIENCY), nbytes / (device.memory_bw * BANDWIDTH_EFFICIENCY))
+    return max(flops / (peak * efficiency), nbytes / (device.memory_bw * BANDWIDTH_EFFICIENCY))
 
 
-def speed(trace: Trace, device: Device) -> Speed:
-    """The step time of ``trace``'s last complete step on ``device``.
+def speed(trace: Trace, device: Device, efficiency: float = MATMUL_EFFICIENCY) -> Speed:
+    """The step time of ``trace``'s last complete step on ``device`` (``efficiency``: the matmuls'
+    fraction of the tensor-core peak; bench/fullsize.py fits it).
 
     Raises:
         ValueError: the trace holds no complete step (the program made no optimizer step).
@@ -85,7 +86,7 @@ def speed(trace: Trace, device: Device) -> Speed:
     for e in trace.events:
         kind = e[0]
         if kind == "op" and in_step[e[3]]:
-            compute += op_s(e[1], e[2], bool(e[4]) if len(e) > 4 else False, device)
+            compute += op_s(e[1], e[2], bool(e[4]) if len(e) > 4 else False, device, efficiency)
             flops += e[1]
         elif kind == "c" and in_step[e[5]]:
             t = collective_s(e[1], e[2], tuple(e[4]), device)

@@ -1,6 +1,6 @@
 """A full-size rank's trace on disk: the recorder's events, phases, placeholders, JSON.
 
-    python -c "from simcluster.train.plan.fullsize.trace import read; help(read)"
+    python -c "from simcluster.train.plan.fullsize.trace import read; print(read.__doc__)"
 
 Format (one JSON object): ``rank``, ``world_size``, ``seconds`` (the run's wall time here),
 ``steps`` (optimizer steps seen), ``phases`` (names), ``events`` (lists, see record.Recorder),
