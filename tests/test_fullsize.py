@@ -113,11 +113,13 @@ def test_tiny_run_records_the_scripts_own_sizes(tiny_run):
             a.free(blocks.pop(e[1]))
             sizes.pop(e[1], None)
         if e[0] in ("a", "r") and e[2]:
-            blocks[e[1]], sizes[e[1]] = a.malloc(e[2]), e[2]
+            blocks[e[1]], sizes[e[1]] = a.malloc(e[2], e[4]), e[2]
         if e[0] in ("a", "f", "r"):  # a block keeps an unsplit remainder of at most 1 MiB (large pool)
             assert a.allocated == sum(b.size for b in blocks.values())
             assert all(0 <= blocks[k].size - round_size(n) <= MiB for k, n in sizes.items())
     assert live_bytes(t.events) == sum(sizes.values())
+    streams = {e[4] for e in t.events if e[0] == "a" and e[2] == layer * 4}  # a layer's flat fp32 buffers:
+    assert streams == {0, 1}  # reduce-scatter inputs on the default stream, all-gather outputs on FSDP's copy-in one
     m = replay(t, constants("h100-96g"))
     assert m.peak_allocated == a.peak_allocated + CUBLAS_WORKSPACE
     shard = 4 * layer // 2 * 4  # a rank's fp32 parameters: 4 layers over 2 ranks

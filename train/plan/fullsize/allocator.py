@@ -18,12 +18,14 @@ project's own code on those rules):
 With ``expandable_segments:True`` (PYTORCH_CUDA_ALLOC_CONF), each pool is one segment of address
 space that grows at its end by pages of 2 MiB (small) or 20 MiB (large) when no free block holds a
 request, the free block at its end growing with it; any block splits when 512 bytes or more remain.
-Streams are not modelled (one stream: a block freed on one stream is reusable by any).
+Each stream has its own pools (a block freed returns to the pool of the stream it was allocated
+on, and serves only that stream's requests); ``stream`` is an index the caller gives (0: the default).
 Reserved is the bytes of segments (mapped pages); allocated the bytes of allocated blocks (rounded).
 """
 from __future__ import annotations
 
 import bisect
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 MIN_BLOCK = 512
@@ -56,12 +58,16 @@ class Block:
     offset: int
     size: int
     small: bool
+    stream: int = 0
     free: bool = True
     prev: "Block | None" = None
     next: "Block | None" = None
 
     def key(self):
         return (self.size, self.seg, self.offset)
+
+    def pool(self):
+        return (self.stream, self.small)
 
 
 class OutOfMemory(Exception):
@@ -87,28 +93,28 @@ class Allocator:
     peak_reserved: int = 0
     mallocs: int = 0
     retries: int = 0
-    _free: dict = field(default_factory=lambda: {True: [], False: []})  # small? -> sorted keys
+    _free: dict = field(default_factory=lambda: defaultdict(list))  # (stream, small?) -> sorted keys
     _by_key: dict = field(default_factory=dict)
     _segments: dict = field(default_factory=dict)  # seg -> [size, first block]
-    _ends: dict = field(default_factory=dict)  # expandable: small? -> (seg, mapped bytes)
+    _ends: dict = field(default_factory=dict)  # expandable: (stream, small?) -> (seg, mapped bytes)
 
     # -- free lists
     def _add_free(self, b: Block) -> None:
-        bisect.insort(self._free[b.small], b.key())
+        bisect.insort(self._free[b.pool()], b.key())
         self._by_key[b.key()] = b
 
     def _drop_free(self, b: Block) -> None:
-        keys = self._free[b.small]
+        keys = self._free[b.pool()]
         del keys[bisect.bisect_left(keys, b.key())]
         del self._by_key[b.key()]
 
-    def _best_fit(self, n: int, small: bool) -> Block | None:
-        keys = self._free[small]
+    def _best_fit(self, n: int, pool: tuple) -> Block | None:
+        keys = self._free[pool]
         i = bisect.bisect_left(keys, (n, -1, -1))
         return self._by_key[keys[i]] if i < len(keys) else None
 
     # -- segments
-    def _new_segment(self, n: int, small: bool) -> Block:
+    def _new_segment(self, n: int, small: bool, stream: int) -> Block:
         size = allocation_size(n)
         if self.capacity is not None and self.reserved + size > self.capacity:
             self.retries += 1
@@ -116,16 +122,16 @@ class Allocator:
             if self.reserved + size > self.capacity:
                 raise OutOfMemory(size, self.reserved, self.capacity)
         seg = len(self._segments) + 1 + max(self._segments, default=0)
-        b = Block(seg, 0, size, small)
+        b = Block(seg, 0, size, small, stream)
         self._segments[seg] = [size, b]
         self.reserved += size
         self.mallocs += 1
         return b
 
-    def _grow(self, n: int, small: bool) -> Block:
+    def _grow(self, n: int, small: bool, stream: int) -> Block:
         """expandable: the free block at the end of the pool's segment, grown to hold n."""
         page = SMALL_BUFFER if small else LARGE_BUFFER
-        seg, mapped = self._ends.get(small, (None, 0))
+        seg, mapped = self._ends.get((stream, small), (None, 0))
         if seg is None:
             seg = len(self._segments) + 1 + max(self._segments, default=0)
             self._segments[seg] = [0, None]
@@ -146,13 +152,13 @@ class Allocator:
             raise OutOfMemory(grow, self.reserved, self.capacity)
         self.reserved += grow
         self.mallocs += 1 if grow else 0
-        self._ends[small] = (seg, new_mapped)
+        self._ends[(stream, small)] = (seg, new_mapped)
         self._segments[seg][0] = new_mapped
         if last is None:
             tail = self._segments[seg][1]
             while tail is not None and tail.next is not None:
                 tail = tail.next
-            last = Block(seg, start, new_mapped - start, small, prev=tail)
+            last = Block(seg, start, new_mapped - start, small, stream, prev=tail)
             if tail is None:
                 self._segments[seg][1] = last
             else:
@@ -174,20 +180,20 @@ class Allocator:
         return gone
 
     # -- the two calls
-    def malloc(self, nbytes: int) -> Block:
-        """Allocate nbytes; the Block handed out. Raises OutOfMemory past the capacity."""
+    def malloc(self, nbytes: int, stream: int = 0) -> Block:
+        """Allocate nbytes on ``stream``; the Block handed out. Raises OutOfMemory past the capacity."""
         n = round_size(nbytes)
         small = n <= SMALL_SIZE
-        b = self._best_fit(n, small)
+        b = self._best_fit(n, (stream, small))
         if b is not None:
             self._drop_free(b)
         elif self.expandable:
-            b = self._grow(n, small)
+            b = self._grow(n, small, stream)
         else:
-            b = self._new_segment(n, small)
+            b = self._new_segment(n, small, stream)
         rest = b.size - n
         if rest >= MIN_BLOCK if (small or self.expandable) else rest > SMALL_SIZE:
-            tail = Block(b.seg, b.offset + n, rest, small, prev=b, next=b.next)
+            tail = Block(b.seg, b.offset + n, rest, small, b.stream, prev=b, next=b.next)
             if b.next is not None:
                 b.next.prev = tail
             b.next, b.size = tail, n

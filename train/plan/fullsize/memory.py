@@ -60,15 +60,16 @@ def replay(trace: Trace, device: Device, expandable: bool = False) -> Memory:
                 if b is not None:
                     alloc.free(b)
             if kind in ("a", "r") and e[2] > 0:
-                live[e[1]] = alloc.malloc(e[2])
+                live[e[1]] = alloc.malloc(e[2], e[4] if len(e) > 4 else 0)
         except OutOfMemory as oom:
             oom_by = oom.reserved + oom.needed - oom.capacity
-            oom_phase = trace.phases[e[-1]]
+            oom_phase = trace.phases[e[2] if kind == "f" else e[3]]
             break
+        ph = e[2] if kind == "f" else e[3]
         if alloc.allocated > peak_a[0]:
-            peak_a = (alloc.allocated, e[-1])
+            peak_a = (alloc.allocated, ph)
         if alloc.reserved > peak_r[0]:
-            peak_r = (alloc.reserved, e[-1])
+            peak_r = (alloc.reserved, ph)
     names = trace.phases
     return Memory(alloc.peak_allocated, alloc.peak_reserved, names[peak_a[1]] if names else "",
                   names[peak_r[1]] if names else "", outside, groups, alloc.peak_reserved + outside,

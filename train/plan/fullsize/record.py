@@ -49,8 +49,8 @@ _TORCH_NAMESPACES = {"aten", "prim", "prims", "c10d", "_c10d_functional", "_c10d
 
 class Recorder(TorchDispatchMode):
     """Records, in ``self.events`` (a list of tuples, in program order):
-    ``("a", sid, bytes, phase)`` an allocation, ``("f", sid, phase)`` a free, ``("r", sid, bytes, phase)``
-    a storage resized to bytes (0: freed), ``("op", flops, bytes, phase, fp32, name)`` a compute op (flops
+    ``("a", sid, bytes, phase, stream)`` an allocation on a stream (0: the default), ``("f", sid, phase)``
+    a free, ``("r", sid, bytes, phase, stream)`` a storage resized to bytes (0: freed), ``("op", flops, bytes, phase, fp32, name)`` a compute op (flops
     already halved for a causal attention; fp32 1 when its first input is float32; name the aten op's), ``("c", kind, bytes,
     group_size, group_ranks, phase)`` a collective, ``("tok", n, phase)`` an embedding lookup of n
     indices in a forward (the tokens of a microbatch).
@@ -66,6 +66,7 @@ class Recorder(TorchDispatchMode):
         self._next = 0
         self.placeholders: dict[str, int] = {}
         self.custom: set[str] = set()
+        self._streams: list = [torch.cpu.current_stream()]  # index 0: the default stream
         self.steps = 0
         self.microbatch = 0
         self.tracker = ModTracker()
@@ -97,6 +98,16 @@ class Recorder(TorchDispatchMode):
             self.steps += 1
         self.microbatch = 0
 
+    def _stream(self) -> int:
+        """The index of the current stream (torch.cpu's: the simulated GPU's tensors are CPU tensors, and
+        FSDP selects its all-gather and reduce-scatter streams through torch.cpu.stream); 0 the default."""
+        s = torch.cpu.current_stream()
+        for i, known in enumerate(self._streams):
+            if known is s:
+                return i
+        self._streams.append(s)
+        return len(self._streams) - 1
+
     # -- storages
     def _track(self, t: torch.Tensor, ph: int) -> None:
         if t.device.type == "meta":  # no device memory (a model built on the meta device)
@@ -114,7 +125,7 @@ class Recorder(TorchDispatchMode):
         sid = self._next
         self._next += 1
         self._ids[key] = sid
-        self.events.append(("a", sid, st.nbytes(), ph))
+        self.events.append(("a", sid, st.nbytes(), ph, self._stream()))
 
         def gone(_ref, key=key, sid=sid, events=self.events, ids=self._ids, rec=self):
             ids.pop(key, None)
@@ -130,7 +141,7 @@ class Recorder(TorchDispatchMode):
             out = orig(st, size)
             sid = rec._ids.get(id(st))
             if sid is not None:
-                rec.events.append(("r", sid, st.nbytes(), rec.phase()))
+                rec.events.append(("r", sid, st.nbytes(), rec.phase(), rec._stream()))
             return out
 
         torch.UntypedStorage.resize_ = resize_

@@ -20,8 +20,8 @@ UNSEEN = (f"the CUDA context: not allocated by torch; estimated {CUDA_CONTEXT >>
           f"NCCL's buffers: estimated {NCCL_PER_GROUP >> 20} MiB a process group (device.py's source)",
           f"cuBLAS's workspace: {CUBLAS_WORKSPACE >> 20} MiB, torch's default on Hopper, replayed first",
           "workspaces inside a kernel (FlashAttention's, a custom CUDA or Triton kernel's): size unknown",
-          "streams: FSDP's all-gather and reduce-scatter streams share one pool in the replay (torch keeps a pool "
-          "a stream): reserved may be under the GPU's",
+          "streams: a block's reuse waits for no event here (on a GPU, record_stream and events may hold a freed "
+          "block longer): reserved may be under the GPU's",
           "a pipeline schedule's bubble: not in the step time")
 
 
