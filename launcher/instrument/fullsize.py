@@ -142,9 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("args", nargs=argparse.REMAINDER)
     a = ap.parse_args(argv)
     prog_args = a.args[1:] if a.args[:1] == ["--"] else a.args
+    from simcluster.train.layout import node_of
     os.environ.update(RANK=str(a.rank), WORLD_SIZE=str(a.world_size), LOCAL_RANK=str(a.rank % a.local_world_size),
                       LOCAL_WORLD_SIZE=str(a.local_world_size), MASTER_ADDR=os.environ.get("MASTER_ADDR", "127.0.0.1"),
-                      MASTER_PORT=os.environ.get("MASTER_PORT", "29500"), GROUP_RANK=str(a.rank // a.local_world_size))
+                      MASTER_PORT=os.environ.get("MASTER_PORT", "29500"), GROUP_RANK=str(node_of(a.rank, a.local_world_size)))
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 

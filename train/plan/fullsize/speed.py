@@ -7,7 +7,7 @@ last two optimizer steps). Each op takes max(FLOPs / (tensor-core peak x MATMUL_
 bytes / (memory bandwidth x BANDWIDTH_EFFICIENCY)); an op whose first input is float32 runs at the
 FP32 peak (torch's default: no TF32 for matmuls). Each collective takes the ring's time on its
 group's link: NVLink when every rank of the group is on one host (ranks_per_node GPUs a host, rank
-r on host r // ranks_per_node), else each GPU's network port; all-gather (g-1)/g x output bytes,
+r on host layout.node_of(r, ranks_per_node)), else each GPU's network port; all-gather (g-1)/g x output bytes,
 reduce-scatter (g-1)/g x input bytes, all-reduce twice that, plus (g-1) latencies. FSDP and DDP
 overlap communication with compute on their own CUDA streams: the step is max(compute,
 communication) plus the first collective of the step (nothing to hide it behind). Tokens are the
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from simcluster.train.layout import node_of
 from simcluster.train.plan.fullsize.device import BANDWIDTH_EFFICIENCY, MATMUL_EFFICIENCY, Device
 from simcluster.train.plan.fullsize.trace import Trace
 
@@ -55,7 +56,7 @@ def collective_s(kind: str, nbytes: int, ranks: tuple, device: Device) -> float:
     g = len(ranks)
     if g <= 1:
         return 0.0
-    one_host = len({r // device.ranks_per_node for r in ranks}) == 1
+    one_host = len({node_of(r, device.ranks_per_node) for r in ranks}) == 1
     bw = device.intra_bw if one_host else device.inter_bw
     if kind in POINT:
         return nbytes / bw + device.latency_s
