@@ -147,7 +147,7 @@ def _failure(rank: int, error: str) -> str:
     """The message for a program that failed under the fake mode: its own line and what to do."""
     lines = error.strip().splitlines()
     own = [ln.strip() for ln in lines if ln.strip().startswith("File ") and "/torch/" not in ln
-           and "simcluster" not in ln and "<frozen" not in ln]
+           and "instrument/fullsize.py" not in ln and "plan/fullsize/" not in ln and "<frozen" not in ln]
     where = own[-1] if own else "(no line of your program in the traceback)"
     return (f"full_size: rank {rank}'s program failed under the fake mode at {where}: {lines[-1]}\n"
             f"A full-size run has tensors without data: a part that reads or writes their values (a checkpoint "

@@ -95,6 +95,23 @@ def _mesh_outside_fake(torch) -> None:
             mod.init_device_mesh = wrapped
 
 
+def _host_data_real(torch) -> None:
+    """torch.frombuffer and torch.from_numpy make host tensors of data the program read (a batch's
+    bytes): made outside the fake mode, they hold their values (host memory, not the device's)."""
+    import functools
+
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    def real(fn):
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with _disable_current_modes():
+                return fn(*args, **kwargs)
+        return wrapper
+
+    torch.frombuffer, torch.from_numpy = real(torch.frombuffer), real(torch.from_numpy)
+
+
 def _optimizers_as_on_gpus(torch) -> None:
     """torch's optimizers pick their foreach (multi-tensor) implementation by default when every
     tensor is on a GPU; the simulated GPU's tensors are CPU tensors, so the choice is made as on GPUs."""
@@ -166,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     _fake_backend(torch)
     _same_tensor_swap(torch)
     _optimizers_as_on_gpus(torch)
+    _host_data_real(torch)
     _sdpa_as_on_gpus(torch)
     rec = Recorder()
     started = time.monotonic()
@@ -184,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 error = f"the program exited with {e.code}"
         except Exception as e:  # the program's own failure under the fake mode: reported with its line
             import traceback
-            error = "".join(traceback.format_exception(e)[-30:])
+            error = "".join(traceback.format_exception(e))
     write(a.out, rec, rank=a.rank, world_size=a.world_size, seconds=time.monotonic() - started, error=error)
     sys.stdout.flush()
     os._exit(0)  # no interpreter teardown: fake groups and fake tensors need none

@@ -222,10 +222,10 @@ class Recorder(TorchDispatchMode):
 
 
 def _program_line() -> str:
-    """file:line of the innermost frame outside torch and this project (the program's own line)."""
+    """file:line of the innermost frame outside torch and the full-size plan's own files (the program's line)."""
     for fs in reversed(traceback.extract_stack()):
         f = fs.filename
-        if "/torch/" not in f and "/simcluster/" not in f and "/plan/fullsize/" not in f and "<" not in f:
+        if "/torch/" not in f and "instrument/fullsize.py" not in f and "/plan/fullsize/" not in f and "<" not in f:
             return f"{fs.filename}:{fs.lineno} ({fs.line})"
     return "unknown line"
 
