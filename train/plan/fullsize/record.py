@@ -13,7 +13,8 @@ bytes of an op are its tensors' bytes in and out. A ``.item()`` (aten._local_sca
 tensor, which FakeTensorMode cannot answer, is answered 1 (a flag False) here and its line in the program recorded.
 The phase is torch's ModTracker's deepest module, forward or backward, and the microbatch (the n-th
 forward of the outermost module since the last optimizer step), and the step (optimizer steps, counted
-by torch's global optimizer step hook).
+by torch's global optimizer step hook); outside every module, the module phase it comes after (the
+loss after the output layer's forward, the optimizer after the first layer's backward).
 """
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ class Recorder(TorchDispatchMode):
         self._streams: list = [torch.cpu.current_stream()]  # index 0: the default stream
         self.steps = 0
         self.microbatch = 0
+        self._last = ""  # the last module phase seen: where an "outside the model" phase comes after
         self.tracker = ModTracker()
         self._orig_resize = None
         self._hook = None
@@ -79,9 +81,11 @@ class Recorder(TorchDispatchMode):
         parents = self.tracker.parents
         deepest = max(parents, key=lambda p: (p.count(".") + (p != "Global"), len(p))) if parents else "Global"
         if deepest == "Global":
-            name = f"step {self.steps + 1}, outside the model"
+            after = f", after the {self._last}" if self._last else ""
+            name = f"step {self.steps + 1}, outside the model{after}"
         else:
             way = "backward" if self.tracker.is_bw else "forward"
+            self._last = f"{way} of {deepest}"
             name = f"step {self.steps + 1}, microbatch {max(self.microbatch, 1)}, {way} {deepest}"
         i = self._phase_index.get(name)
         if i is None:
