@@ -2,6 +2,7 @@
 distinct rank; its memory as the GPU's caching allocator would report it, its step time and tokens/s.
 
     python -m launcher plan --full-size --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 --gpu h100-96g -- --steps 1 --dim 256 --layers 2
+    python -m launcher plan --full-size --search --knob batch=4,8,16 --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 --gpu h100-96g -- --steps 1 --dim 256 --layers 2
     python -m launcher plan --full-size --module torchtitan.train --code DIR --nodes 1 --nproc-per-node 8 \
         --gpu h100-96g --env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True --json -- --model.flavor 8B ...
 
@@ -10,13 +11,15 @@ containers: a rank of the full-size run needs no peer (torch's fake process grou
 collective alone), so one process stands for a rank without the others, and the host's interpreter
 (``--python``, e.g. a virtual environment holding your code's requirements) starts in a second
 where a container would first need an image with them. Which ranks run (``--ranks``, default: the
-first and the last rank): the others are stood for by the run rank they are assumed identical to
-(dp and tp peers of one pipeline stage: the first rank stands for the ranks before the last node's
-... as printed; ``--ranks all`` runs every one). Ranks run two at a time.
+first and the last rank): every other rank is stood for by the run rank at or below it, assumed
+identical to it (dp and tp peers of one pipeline stage are; the table prints which rank stands for
+which; ``--ranks all`` runs every one). Ranks run two at a time. ``--search --knob NAME=V1,V2,...``
+plans the program once a value of its own flag ``--NAME`` and names the largest that fits.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -75,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
             needs, a program that failed under the fake mode (its line and how to skip that part).
     """
     from simcluster.train.plan.fullsize.device import constants
+    from simcluster.train.plan.fullsize.report import to_text
 
     world, per = _check(args)
     device = constants(args.gpu or "h100-96g")
@@ -82,23 +86,84 @@ def run(args: argparse.Namespace) -> int:
     ranks = _which_ranks(args.ranks, world)
     conf = env.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
     expandable = "expandable_segments:true" in conf.replace(" ", "").lower()
+    knob = _knob(args)
     if args.trace_dir:
         os.makedirs(args.trace_dir, exist_ok=True)
+    argv = list(args.job_argv or ())
+    if knob is None:
+        data = _plan_once(args, argv, ranks, world, per, env, device, expandable)
+        print(json.dumps(data, indent=1) if args.json else to_text(data))
+        return 0
+    flag, values = knob
+    found = []
+    for v in values:
+        print(f"[full-size] search: {flag} {v}", file=sys.stderr, flush=True)
+        data = _plan_once(args, _with_flag(argv, flag, v), ranks, world, per, env, device, expandable)
+        found.append({"value": v, "fits": all(r["fits"] for r in data["ranks"]),
+                      "device_peak_gib": max(r["device_peak_gib"] for r in data["ranks"]),
+                      "tokens_per_s": min((r["tokens_per_s"] or 0) for r in data["ranks"]) or None,
+                      "step_s": max((r["step_s"] or 0) for r in data["ranks"]) or None,
+                      "oom_by_gib": max(r["oom_by_gib"] for r in data["ranks"]), "plan": data})
+    best = [f["value"] for f in found if f["fits"]]
+    out = {"knob": flag, "candidates": found, "largest_fitting": best[-1] if best else None}
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"search over {flag} on {device.name} ({device.memory / 2**30:.2f} GiB a GPU):")
+        for f in found:
+            tps = f"{f['tokens_per_s']:,.0f} tokens/s a GPU" if f["tokens_per_s"] else \
+                f"step {f['step_s']:.4f} s" if f["step_s"] else "no step timed"
+            print(f"  {flag} {f['value']:<8} device peak {f['device_peak_gib']:>7.2f} GiB  "
+                  f"{'fits' if f['fits'] else 'OOM by ' + format(f['oom_by_gib'], '.2f') + ' GiB':<18}  {tps}")
+        print(f"largest that fits: {flag} {out['largest_fitting']}" if best else "none fits")
+    return 0
+
+
+def _knob(args) -> tuple[str, list[str]] | None:
+    """--search --knob NAME=V1,V2,...: the program's flag --NAME and its values, in the order given."""
+    if not args.search and not args.knob:
+        return None
+    text = args.knob or ""
+    name, eq, values = text.partition("=")
+    vals = [v for v in values.split(",") if v]
+    if not (args.search and eq and name and not name.startswith("-") and vals):
+        raise ConfigError(f"knob: --full-size --search needs --knob NAME=V1,V2,... (your program's own flag --NAME, "
+                          f"without its dashes, and the values to try, smallest first), got {text or 'none'!r}; "
+                          f"e.g. --search --knob training.local-batch-size=1,2,4")
+    return f"--{name}", vals
+
+
+def _with_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    """argv with ``flag`` set to ``value`` (its ``--flag V`` or ``--flag=V`` replaced, else appended)."""
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == flag:
+            i += 2
+            continue
+        if not a.startswith(flag + "="):
+            out.append(a)
+        i += 1
+    return [*out, flag, value]
+
+
+def _plan_once(args, argv: list[str], ranks, world: int, per: int, env: dict, device, expandable: bool) -> dict:
+    """One full-size plan of the program with ``argv``: the ranks run, replayed, timed (to_dict's data)."""
     with tempfile.TemporaryDirectory(prefix="simcluster-fullsize-") as tmp:
         where = os.path.abspath(args.trace_dir or tmp)
         with ThreadPoolExecutor(max_workers=2) as pool:
-            outs = list(pool.map(lambda r: _one_rank(args, r, world, per, env, where), ranks))
-        return _report(args, outs, ranks, world, device, expandable)
+            outs = list(pool.map(lambda r: _one_rank(args, argv, r, world, per, env, where), ranks))
+        return _collect(outs, ranks, world, device, expandable)
 
 
-def _one_rank(args, rank: int, world: int, per: int, env: dict, tmp: str) -> str:
+def _one_rank(args, argv: list[str], rank: int, world: int, per: int, env: dict, tmp: str) -> str:
     """Start one rank's process, wait for it; the path of its trace."""
     out = os.path.join(tmp, f"trace-{rank}.json")
     what = ["--script", os.path.abspath(os.path.join(args.code or ".", args.script))] if args.script else \
         ["--module", args.module]
     cmd = [args.python or sys.executable, "-m", "simcluster.launcher.instrument.fullsize", "--rank", str(rank),
            "--world-size", str(world), "--local-world-size", str(per), "--gpu", args.gpu or "h100-96g",
-           "--out", out, *what, "--", *(args.job_argv or ())]
+           "--out", out, *what, "--", *argv]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     penv = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     print(f"[full-size] rank {rank}: {shlex.join(cmd[1:6])} ...", file=sys.stderr, flush=True)
@@ -113,12 +178,10 @@ def _one_rank(args, rank: int, world: int, per: int, env: dict, tmp: str) -> str
     return out
 
 
-def _report(args, outs: list[str], ranks: list[int], world: int, device, expandable: bool) -> int:
-    """Read the traces, replay, time, print."""
-    import json
-
+def _collect(outs: list[str], ranks: list[int], world: int, device, expandable: bool) -> dict:
+    """Read the traces, replay, time: to_dict's data."""
     from simcluster.train.plan.fullsize.memory import replay
-    from simcluster.train.plan.fullsize.report import RankResult, to_dict, to_text
+    from simcluster.train.plan.fullsize.report import RankResult, to_dict
     from simcluster.train.plan.fullsize.speed import speed
     from simcluster.train.plan.fullsize.trace import read
 
@@ -131,9 +194,7 @@ def _report(args, outs: list[str], ranks: list[int], world: int, device, expanda
         stands = [r for r in range(world) if _stood_for_by(r, ranks) == rank]
         results.append(RankResult(rank, tuple(stands), replay(trace, device, expandable),
                                   speed(trace, device) if trace.steps else None, trace.seconds, trace.custom))
-    data = to_dict(results, device, expandable, placeholders)
-    print(json.dumps(data, indent=1) if args.json else to_text(data))
-    return 0
+    return to_dict(results, device, expandable, placeholders)
 
 
 def _stood_for_by(rank: int, ranks: list[int]) -> int:

@@ -165,6 +165,9 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                     "first and the last; each other rank is stood for by the run rank below it)")
     fs.add_argument("--python", default=None, metavar="EXE", help="full size: the interpreter that has your code's "
                     "requirements (default this one), e.g. .venv/bin/python")
+    fs.add_argument("--knob", default=None, metavar="NAME=V1,V2", help="full size, with --search: your program's "
+                    "own flag --NAME (no dashes here) and the values to try, smallest first (e.g. --knob "
+                    "training.local-batch-size=1,2,4); the largest that fits is named")
     fs.add_argument("--trace-dir", default=None, metavar="DIR", help="full size: keep each rank's trace "
                     "(trace-R.json: allocations, frees, ops, collectives) and log (log-R.txt) in DIR")
     add_section(pl, JobOptions, only=FULL_SIZE_JOB, typed=True, title="your program (full size)")

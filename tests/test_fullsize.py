@@ -146,3 +146,17 @@ def test_full_size_bad_input_exits_2(tmp_path):
     assert p.returncode == 2 and "bf16_flops" in p.stderr and "--gpu h100-96g" in p.stderr
     p = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--script FILE or --module NAME" in p.stderr
+
+
+def test_search_names_the_largest_batch_that_fits():
+    """--search --knob over the script's own --batch: 512 sequences of 8,192 tokens OOM on h100-96g,
+    at a phase of the model, by a named amount; 1 fits and is the largest that does."""
+    cmd = [sys.executable, "-m", "launcher", "plan", "--full-size", "--search", "--knob", "batch=1,512", "--script",
+           "examples/fullsize/tiny.py", "--nodes", "1", "--nproc-per-node", "2", "--ranks", "0", "--gpu", "h100-96g",
+           "--json", "--", "--steps", "1", "--layers", "2", "--seq", "8192"]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    data = json.loads(p.stdout)
+    assert [c["fits"] for c in data["candidates"]] == [True, False] and data["largest_fitting"] == "1"
+    oom = data["candidates"][1]
+    assert oom["oom_by_gib"] > 0 and "FSDPSequential" in oom["plan"]["ranks"][0]["phase"]
