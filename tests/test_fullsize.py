@@ -148,6 +148,18 @@ def test_full_size_bad_input_exits_2(tmp_path):
     assert p.returncode == 2 and "--script FILE or --module NAME" in p.stderr
 
 
+def test_a_checkpoint_save_is_refused_naming_the_line(tmp_path):
+    """A program that saves its fake tensors: exit 2 naming its own line and the switch to skip it;
+    nothing written."""
+    out = tmp_path / "model.pt"
+    cmd = [sys.executable, "-m", "launcher", "plan", "--full-size", "--script", "examples/fullsize/tiny.py",
+           "--nodes", "1", "--nproc-per-node", "2", "--ranks", "0", "--", "--steps", "1", "--dim", "256", "--layers",
+           "1", "--save", str(out)]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2 and "examples/fullsize/tiny.py\", line 42" in p.stderr, p.stderr[-2000:]
+    assert "torch.save of tensors without data" in p.stderr and "switch" in p.stderr and not out.exists()
+
+
 def test_search_names_the_largest_batch_that_fits():
     """--search --knob over the script's own --batch: 512 sequences of 8,192 tokens OOM on h100-96g,
     at a phase of the model, by a named amount; 1 fits and is the largest that does."""

@@ -18,6 +18,7 @@ p.add_argument("--layers", type=int, default=4)
 p.add_argument("--batch", type=int, default=8)
 p.add_argument("--seq", type=int, default=256)
 p.add_argument("--print-loss", action="store_true")
+p.add_argument("--save", default=None, metavar="PATH", help="torch.save the model's state dict at the end")
 a = p.parse_args()
 
 dist.init_process_group("nccl")
@@ -37,4 +38,6 @@ for step in range(a.steps):
     opt.zero_grad()
     if a.print_loss:
         print(f"step {step} loss {loss.item():.4f}")
+if a.save:
+    torch.save(model.state_dict(), a.save)
 dist.destroy_process_group()
