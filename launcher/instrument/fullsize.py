@@ -166,6 +166,43 @@ def _sdpa_as_on_gpus(torch) -> None:
     F.scaled_dot_product_attention = sdpa
 
 
+def _install(torch, local_world_size: int, local_rank: int, gpu: str) -> None:
+    """The simulated GPU (without its memory tracker: the recorder counts), the fake backend, and the
+    changes above that make a CPU process take a GPU's paths."""
+    from simcluster.launcher.instrument.gpu.device import install_device
+    from simcluster.launcher.instrument.gpu.dist import install_mesh
+    from simcluster.launcher.instrument.gpu.kernels import install_kernels, install_standins
+    from simcluster.launcher.instrument.gpu.tensors import install_tensors
+
+    install_device(torch, local_world_size, local_rank, gpu)
+    install_tensors(torch)
+    install_kernels(torch)
+    install_standins()
+    import torch.distributed.device_mesh  # noqa: F401  (the "cuda" mesh, built on the CPU)
+    install_mesh(torch)
+    for change in (_mesh_outside_fake, _fake_backend, _same_tensor_swap, _optimizers_as_on_gpus, _host_data_real,
+                   _no_fake_saves, _sdpa_as_on_gpus):
+        change(torch)
+
+
+def _run_program(script: str | None, module: str | None) -> str | None:
+    """Run the program as __main__; its failure (a traceback, or a non-zero exit) or None."""
+    try:
+        if script:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+            runpy.run_path(script, run_name="__main__")
+        else:
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            return f"the program exited with {e.code}"
+    except Exception as e:  # the program's own failure under the fake mode: reported with its line
+        import traceback
+        return "".join(traceback.format_exception(e))
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the program of --script/--module with its arguments, write the trace to --out."""
     ap = argparse.ArgumentParser(prog="simcluster.launcher.instrument.fullsize")
@@ -181,50 +218,22 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     prog_args = a.args[1:] if a.args[:1] == ["--"] else a.args
     from simcluster.train.layout import node_of
-    os.environ.update(RANK=str(a.rank), WORLD_SIZE=str(a.world_size), LOCAL_RANK=str(a.rank % a.local_world_size),
+    local = a.rank % a.local_world_size
+    os.environ.update(RANK=str(a.rank), WORLD_SIZE=str(a.world_size), LOCAL_RANK=str(local),
                       LOCAL_WORLD_SIZE=str(a.local_world_size), MASTER_ADDR=os.environ.get("MASTER_ADDR", "127.0.0.1"),
                       MASTER_PORT=os.environ.get("MASTER_PORT", "29500"), GROUP_RANK=str(node_of(a.rank, a.local_world_size)))
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from simcluster.launcher.instrument.gpu.device import install_device
-    from simcluster.launcher.instrument.gpu.dist import install_mesh
-    from simcluster.launcher.instrument.gpu.kernels import install_kernels, install_standins
-    from simcluster.launcher.instrument.gpu.tensors import install_tensors
     from simcluster.train.plan.fullsize.record import Recorder
     from simcluster.train.plan.fullsize.trace import write
 
-    install_device(torch, a.local_world_size, a.rank % a.local_world_size, a.gpu)
-    install_tensors(torch)
-    install_kernels(torch)
-    install_standins()
-    import torch.distributed.device_mesh  # noqa: F401  (the "cuda" mesh, built on the CPU)
-    install_mesh(torch)
-    _mesh_outside_fake(torch)
-    _fake_backend(torch)
-    _same_tensor_swap(torch)
-    _optimizers_as_on_gpus(torch)
-    _host_data_real(torch)
-    _no_fake_saves(torch)
-    _sdpa_as_on_gpus(torch)
+    _install(torch, a.local_world_size, local, a.gpu)
     rec = Recorder()
     started = time.monotonic()
     sys.argv = [a.script or a.module, *prog_args]
-    error = None
     with FakeTensorMode(allow_non_fake_inputs=True), rec:
-        try:
-            if a.script:
-                sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
-                runpy.run_path(a.script, run_name="__main__")
-            else:
-                sys.path.insert(0, os.getcwd())
-                runpy.run_module(a.module, run_name="__main__", alter_sys=True)
-        except SystemExit as e:
-            if e.code not in (None, 0):
-                error = f"the program exited with {e.code}"
-        except Exception as e:  # the program's own failure under the fake mode: reported with its line
-            import traceback
-            error = "".join(traceback.format_exception(e))
+        error = _run_program(a.script, a.module)
     write(a.out, rec, rank=a.rank, world_size=a.world_size, seconds=time.monotonic() - started, error=error)
     sys.stdout.flush()
     os._exit(0)  # no interpreter teardown: fake groups and fake tensors need none
