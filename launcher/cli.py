@@ -175,10 +175,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         from simcluster.launcher.fullsize import run as full_size
 
         return full_size(args)
-    if args.script or args.module or args.job_argv:
-        raise ConfigError("plan: --script/--module and arguments after -- are read by --full-size only; add "
-                          "--full-size, e.g. python -m launcher plan --full-size --script train.py --nodes 1 "
-                          "--nproc-per-node 8 --gpu h100-96g -- ARGS")
+    only_full = [f"--{k.replace('_', '-')}" for k in ("script", "module", "code", "nodes", "nproc_per_node", "gpu",
+                                                         "requirements", "env", "ranks", "python", "knob", "trace_dir")
+                 if getattr(args, k, None)]
+    if only_full or args.job_argv:
+        raise ConfigError(f"plan: {', '.join(only_full or ['arguments after --'])} read by --full-size only; add "
+                          f"--full-size, e.g. python -m launcher plan --full-size --script train.py --nodes 1 "
+                          f"--nproc-per-node 8 --gpu h100-96g -- ARGS")
     try:
         from simcluster.train.plan.command import run
     except ImportError as e:

@@ -148,6 +148,12 @@ def test_full_size_bad_input_exits_2(tmp_path):
     assert p.returncode == 2 and "bf16_flops" in p.stderr and "--gpu h100-96g" in p.stderr
     p = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and "--script FILE or --module NAME" in p.stderr
+    p = subprocess.run([*base[:4], "--mesh", "2x1x1", "--ranks", "0"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)  # a full-size flag on the shapes' plan: refused, not ignored
+    assert p.returncode == 2 and "--ranks read by --full-size only" in p.stderr
+    p = subprocess.run([*base, "--script", "examples/fullsize/tiny.py", "--knob", "batch=1,2"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--search needs --knob NAME=V1,V2" in p.stderr
 
 
 def test_a_checkpoint_save_is_refused_naming_the_line(tmp_path):
