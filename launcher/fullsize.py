@@ -27,6 +27,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
+from simcluster.launcher.instrument.spec import DEFAULT_GPU
 from simcluster.launcher.job.env import env_pairs
 from simcluster.train.errors import ConfigError
 
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from simcluster.train.plan.fullsize.report import to_text
 
     world, per = _check(args)
-    device = constants(args.gpu or "h100-96g")
+    device = constants(args.gpu or DEFAULT_GPU)
     env = dict(env_pairs(tuple(args.env or ())))
     ranks = _which_ranks(args.ranks, world)
     conf = env.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
@@ -162,7 +163,7 @@ def _one_rank(args, argv: list[str], rank: int, world: int, per: int, env: dict,
     what = ["--script", os.path.abspath(os.path.join(args.code or ".", args.script))] if args.script else \
         ["--module", args.module]
     cmd = [args.python or sys.executable, "-m", "simcluster.launcher.instrument.fullsize", "--rank", str(rank),
-           "--world-size", str(world), "--local-world-size", str(per), "--gpu", args.gpu or "h100-96g",
+           "--world-size", str(world), "--local-world-size", str(per), "--gpu", args.gpu or DEFAULT_GPU,
            "--out", out, *what, "--", *argv]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     penv = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
