@@ -9,7 +9,7 @@ dies, is the free); ``UntypedStorage.resize_`` is wrapped (FSDP2 frees and re-ma
 parameters by resizing their storage, which no dispatch mode sees), as torch's own
 torch/distributed/_tools/mem_tracker.py does. FLOPs come from torch.utils.flop_counter's formulas
 (CPU flash attention counted by the CUDA kernel's formula, a causal mask halving the work done);
-bytes of an op are its tensors' bytes in and out. A ``.item()`` (aten._local_scalar_dense) on a fake
+bytes of an op are its tensors' bytes in and out (a DTensor's: its local tensor's). A ``.item()`` (aten._local_scalar_dense) on a fake
 tensor, which FakeTensorMode cannot answer, is answered 1 (a flag False) here and its line in the program recorded.
 The phase is torch's ModTracker's deepest module, forward or backward, and the microbatch (the n-th
 forward of the outermost module since the last optimizer step), and the step (optimizer steps, counted
@@ -27,7 +27,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from torch.distributed._tools.fake_collectives import CollectiveOp, collective_ops
 from torch.distributed._tools.mod_tracker import ModTracker
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.flop_counter import flop_registry
 
 aten = torch.ops.aten
@@ -185,6 +185,8 @@ class Recorder(TorchDispatchMode):
 
     def _op(self, func, out, args, kwargs, flat_out, ph) -> None:
         packet = func.overloadpacket
+        args, kwargs, out = tree_map(_local, (args, kwargs, out))  # a DTensor's op: its local shard's shapes
+        flat_out = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         flops = 0
         formula = flop_registry.get(_FLOP_ALIAS.get(packet, packet))
         if formula is not None:
@@ -223,6 +225,11 @@ class Recorder(TorchDispatchMode):
         frame = _program_line()
         self.placeholders[frame] = self.placeholders.get(frame, 0) + 1
         return False if t.dtype == torch.bool else 1 if not t.is_floating_point() else 1.0
+
+
+def _local(x):
+    """A DTensor's local tensor (its FLOPs and bytes are the rank's), anything else as is."""
+    return x._local_tensor if is_traceable_wrapper_subclass(x) and hasattr(x, "_local_tensor") else x
 
 
 def _program_line() -> str:

@@ -13,7 +13,9 @@ overlap communication with compute on their own CUDA streams: the step is max(co
 communication) plus the first collective of the step (nothing to hide it behind). Tokens are the
 indices the step's forward embeddings looked up. Not modelled: a pipeline schedule's bubble (its
 sends and receives are counted as communication; the output names the stages), kernel launch
-overheads, the optimizer step's host synchronisation.
+overheads, the optimizer step's host synchronisation. Tokens a GPU: the rank's tokens x dp / world,
+dp being the largest group of the step's reduce-scatters and all-reduces (FSDP's, DDP's, the loss's):
+the other ranks (tensor, context parallel) share a data-parallel rank's tokens, as torchtitan counts.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ RING = {"allgather_base": 1.0, "allgather": 1.0, "all_gather_into_tensor": 1.0, 
         "reduce_scatter": 1.0, "reduce_scatter_tensor": 1.0, "allreduce": 2.0, "all_reduce": 2.0,
         "alltoall_base": 1.0, "all_to_all_single": 1.0}
 POINT = ("send", "recv", "broadcast")
+GRADIENT = ("reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor", "allreduce", "all_reduce")
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ def speed(trace: Trace, device: Device, efficiency: float = MATMUL_EFFICIENCY) -
             comm += t
         elif kind == "tok" and in_step[e[2]]:
             tokens += e[1]
+    dp = max((e[3] for e in trace.events if e[0] == "c" and e[1] in GRADIENT and in_step[e[5]]), default=1)
+    tokens = tokens * dp // trace.world_size  # the ranks outside data parallelism (tp, cp) share their tokens
     step_s = max(compute, comm) + first
     return Speed(step_s, compute, comm, step_s - compute, flops, tokens,
                  tokens / step_s if tokens and step_s else None,
