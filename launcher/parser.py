@@ -149,7 +149,7 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
     add_config_args(pl)
     pl.add_argument("--json", action="store_true", help="print the plan as JSON (bytes, FLOPs) instead of the table")
     pl.add_argument("--hardware", default=None, metavar="NAME", help="predict the step time on h100-sxm-8x, "
-                    "a100-80g-8x or local (this machine, calibrated once and cached)")
+                    "a100-80g-8x, h100-96g, h200 or local (this machine, calibrated once and cached)")
     pl.add_argument("--recalibrate", action="store_true", help="measure the local hardware model again")
     pl.add_argument("--search", action="store_true", help="rank every mesh and schedule of --world-size by "
                     "predicted step time (default --hardware local)")
@@ -175,7 +175,8 @@ def build_parser(doc: str = "") -> argparse.ArgumentParser:
                         "step time on other hardware, with its parts (needs torch)")
     pj.add_argument("run_dir", metavar="RUN_DIR", help="the run folder of the built-in trainer")
     pj.add_argument("--hardware", default="local", metavar="NAME",
-                    help="h100-sxm-8x, a100-80g-8x or local (default local: this machine, calibrated once and cached)")
+                    help="h100-sxm-8x, a100-80g-8x, h100-96g, h200 or local (default local: this machine, calibrated once "
+                         "and cached)")
     pj.add_argument("--inter-node-bandwidth", default=None, metavar="RATE",
                     help="the target's network between nodes limited to RATE (tc units, as up's flag: 50mbit); "
                          "no effect where the job's ranks fit one node of the target (8 GPUs on the named ones)")
