@@ -14,6 +14,7 @@
     python -m launcher sweep --script FILE --nodes 2 --nproc-per-node 2 [--metric loss] [--rtol 1e-5] -- ARGS
     python -m launcher plan --mesh 2x2x2 --model small [--schedule 1f1b] [--microbatches N] [--hardware NAME] [--json]
     python -m launcher plan --search --world-size 8 --model small [--hardware local] [--memory-per-rank GB]
+    python -m launcher plan --full-size --script FILE --nodes N --nproc-per-node M --gpu h100-96g [--json] -- ARGS
     python -m launcher project RUN_DIR --hardware h100-sxm-8x [--inter-node-bandwidth 50mbit] [--json]
     python -m launcher diagnose DIR                # a hang's Flight Recorder dumps (DIR/flight-recorder) named
 
@@ -184,7 +185,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """The trainer's run, preflighted as `up` would, planned from its shapes (train/plan; torch is
-    imported there only)."""
+    imported there only); with --full-size, your program run at its real size (launcher/fullsize.py)."""
+    if args.full_size:
+        from simcluster.launcher.fullsize import run as full_size
+
+        return full_size(args)
+    only_full = [f"--{k.replace('_', '-')}" for k in ("script", "module", "code", "nodes", "nproc_per_node", "gpu",
+                                                         "requirements", "env", "ranks", "python", "knob", "trace_dir")
+                 if getattr(args, k, None)]
+    if only_full or args.job_argv:
+        raise ConfigError(f"plan: {', '.join(only_full or ['arguments after --'])} read by --full-size only; add "
+                          f"--full-size, e.g. python -m launcher plan --full-size --script train.py --nodes 1 "
+                          f"--nproc-per-node 8 --gpu h100-96g -- ARGS")
     try:
         from simcluster.train.plan.command import run
     except ImportError as e:

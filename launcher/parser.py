@@ -14,7 +14,7 @@ import os
 import sys
 
 from simcluster.launcher.job.fields import FIELDS, flag
-from simcluster.launcher.job.sections import (COMPARE_RUN, COMPARE_TRAINER, SWEEP_COMPARE, CompareOptions,
+from simcluster.launcher.job.sections import (COMPARE_RUN, COMPARE_TRAINER, FULL_SIZE_JOB, SWEEP_COMPARE, CompareOptions,
                                               EngineOptions, GenerateOptions, JobOptions, NodeOptions,
                                               TrainerOptions, UpOptions, specs)
 from simcluster.core.flags import add_config_args, field_docs
@@ -166,20 +166,36 @@ def _plan_args(pl: argparse.ArgumentParser) -> None:
     add_config_args(pl)
     pl.add_argument("--json", action="store_true", help="print the plan as JSON (bytes, FLOPs) instead of the table")
     pl.add_argument("--hardware", default=None, metavar="NAME", help="predict the step time on h100-sxm-8x, "
-                    "a100-80g-8x or local (this machine, calibrated once and cached)")
+                    "a100-80g-8x, h100-96g, h200 or local (this machine, calibrated once and cached)")
     pl.add_argument("--recalibrate", action="store_true", help="measure the local hardware model again")
     pl.add_argument("--search", action="store_true", help="rank every mesh and schedule of --world-size by "
                     "predicted step time (default --hardware local)")
     pl.add_argument("--world-size", type=int, default=None, metavar="N", help="ranks for --search")
     pl.add_argument("--memory-per-rank", type=float, default=None, metavar="GB",
                     help="mark (search) or warn about (plan) ranks needing more than GB (1e9 bytes)")
+    fs = pl.add_argument_group("full size (your program at its real size, nothing computed: launcher/fullsize.py)")
+    fs.add_argument("--full-size", action="store_true", help="run your --script/--module (its arguments after --) "
+                    "under torch's FakeTensorMode and fake process group, one host process a rank run; per rank "
+                    "peak allocated/reserved memory (CUDA caching allocator model), fits/OOM on --gpu, step time, "
+                    "tokens/s")
+    fs.add_argument("--ranks", default=None, metavar="R,R|all", help="full size: the ranks to run (default the "
+                    "first and the last; each other rank is stood for by the run rank below it)")
+    fs.add_argument("--python", default=None, metavar="EXE", help="full size: the interpreter that has your code's "
+                    "requirements (default this one), e.g. .venv/bin/python")
+    fs.add_argument("--knob", default=None, metavar="NAME=V1,V2", help="full size, with --search: your program's "
+                    "own flag --NAME (no dashes here) and the values to try, smallest first (e.g. --knob "
+                    "training.local-batch-size=1,2,4); the largest that fits is named")
+    fs.add_argument("--trace-dir", default=None, metavar="DIR", help="full size: keep each rank's trace "
+                    "(trace-R.json: allocations, frees, ops, collectives) and log (log-R.txt) in DIR")
+    add_section(pl, JobOptions, only=FULL_SIZE_JOB, typed=True, title="your program (full size)")
 
 
 def _project_args(pj: argparse.ArgumentParser) -> None:
     """`project`: a measured run's step on other hardware (train/plan/command.py)."""
     pj.add_argument("run_dir", metavar="RUN_DIR", help="the run folder of the built-in trainer")
     pj.add_argument("--hardware", default="local", metavar="NAME",
-                    help="h100-sxm-8x, a100-80g-8x or local (default local: this machine, calibrated once and cached)")
+                    help="h100-sxm-8x, a100-80g-8x, h100-96g, h200 or local (default local: this machine, calibrated once "
+                         "and cached)")
     pj.add_argument("--inter-node-bandwidth", default=None, metavar="RATE",
                     help="the target's network between nodes limited to RATE (tc units, as up's flag: 50mbit); "
                          "no effect where the job's ranks fit one node of the target (8 GPUs on the named ones)")

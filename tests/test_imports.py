@@ -149,6 +149,7 @@ CORE = "simcluster/core/"  # the floor both sides stand on: the facts launcher/ 
 # (docs/layout.md names them). Everything else launcher/ needs of the trainer's facts is simcluster/core/'s.
 TRAINER_DOORS = (
     "launcher/cli.py",  # `launcher plan` / `project`: the planner (train/plan/command.py)
+    "launcher/fullsize.py",  # `launcher plan --full-size`: the traces read and modelled (train/plan/fullsize/)
     "launcher/job/options.py",  # --memory-per-node: the planner's fit of each node's tensors (train/plan/fit.py)
     "launcher/job/entry.py",  # the built-in trainer's preflight before anything is launched (train/preflight.py)
     "launcher/container/node.py",  # the node wrapper starts the trainer's ranks (train/forkrun.py, forked_rank.py)
@@ -190,7 +191,8 @@ def test_launcher_imports_train_only_where_it_starts_or_reads_the_trainer():
 FLOORS = (
     ("launcher/__main__.py", "launcher/cli.py", "launcher/parser.py"),  # the door: the command line
     ("launcher/testing",),  # the pytest plugin: the API's fixture
-    ("launcher/api.py", "launcher/compare.py", "launcher/compare_read.py", "launcher/sweep.py"),  # the Python API
+    ("launcher/api.py", "launcher/compare.py", "launcher/compare_read.py", "launcher/sweep.py",
+     "launcher/fullsize.py"),  # the Python API
     ("launcher/engines",),  # one class per engine: render, up, status, logs, down; attach, nodes, hosts
     ("launcher/drills",),  # faults and shaping, asking the Engine they are handed
     ("launcher/observe",),  # following a run, its summary, its report

@@ -179,7 +179,7 @@ def test_hardware_models_step_time_and_search(capsys, tmp_path):
     assert tight and not any(c.fits for c in tight)  # a tiny rank holds ~10 MB: none fits 1 MB
     assert memory_of_rank(HARDWARE["h100-sxm-8x"], 8) == 80e9 and memory_of_rank(local, 8) == local.memory / 8
     assert main(["plan", "--mesh", "2x2x2", "--model", "tiny", "--hardware", "nvl72"]) == 2
-    assert "choose one of h100-sxm-8x, a100-80g-8x, local" in capsys.readouterr().err
+    assert "choose one of h100-sxm-8x, a100-80g-8x, h100-96g, h200, local" in capsys.readouterr().err
     assert main(["plan", "--search", "--world-size", "8", "--mesh", "2x2x2"]) == 2
     assert "drop --mesh" in capsys.readouterr().err
 
@@ -325,7 +325,7 @@ def test_project_refuses_folders_without_records(tmp_path, capsys):
     assert "lacks trace.json with a traced step after the first and traffic/rank-R.jsonl of that step" in err
     assert "--traffic 1 --trace-steps" in err
     assert main(["project", str(tmp_path), "--hardware", "tpu"]) == 2
-    assert "choose one of h100-sxm-8x, a100-80g-8x, local" in capsys.readouterr().err
+    assert "choose one of h100-sxm-8x, a100-80g-8x, h100-96g, h200, local" in capsys.readouterr().err
 
 
 def test_the_fake_pass_leaves_a_later_real_run_real(corpus, tmp_path):

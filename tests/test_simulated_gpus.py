@@ -154,7 +154,7 @@ def test_forked_ranks_draw_their_own_seeds():
 
 @pytest.mark.parametrize("args, problem", [
     (["--script", "examples/ddp.py", "--gpu", "b200"],
-     "gpu: must be one of h100-sxm, a100-80g, h100-sxm-8x, a100-80g-8x, got 'b200'"),
+     "gpu: must be one of h100-sxm, a100-80g, h100-sxm-8x, a100-80g-8x, h100-96g, h200, got 'b200'"),
     (["--script", "examples/ddp.py", "--no-cpu-bridges"],
      "--no-cpu-bridges: the simulated GPUs need the CPU bridges"),
     (["--script", "examples/ddp.py", "--gpu", "a100-80g", "--no-simulated-gpus", "--no-cpu-bridges"],

@@ -255,6 +255,7 @@ class CompareOptions:
 
 COMPARE_TRAINER = ("mesh", "run_dir", "timeout_s", "traffic", "trace_steps")  # the trainer's flags compare takes
 COMPARE_RUN = ("quiet",)  # and the run options (sweep too)
+FULL_SIZE_JOB = ("script", "module", "code", "nodes", "nproc_per_node", "gpu", "requirements", "env")  # plan --full-size
 SWEEP_COMPARE = ("metric", "metric_regex", "rtol")  # CompareOptions' fields sweep takes (its layouts are its own)
 
 

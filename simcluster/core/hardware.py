@@ -59,6 +59,13 @@ H100_DS = "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: FP32 67 TFLOPS, BF16
 DGX_H100_DS = "NVIDIA DGX H100 datasheet (8x H100 SXM, 8x ConnectX-7 400 Gb/s InfiniBand: one 50 GB/s port per GPU)"
 A100_DS = "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: FP32 19.5 TFLOPS, BF16 624 TFLOPS with sparsity, 80 GB HBM2e at 2,039 GB/s, NVLink 600 GB/s)"
 DGX_A100_DS = "NVIDIA DGX A100 datasheet (8x A100 80GB SXM, 8x ConnectX-6 200 Gb/s HDR InfiniBand: one 25 GB/s port per GPU)"
+TITAN_H100 = ("torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Hardware: Grand Teton, 8 H100 a host fully "
+              "connected with NVLink, each with 96GB HBM2e at 2.4 TB/s, 400 Gb/s RDMA a GPU, 500 W power limit")
+H100_96G = ("H100 SXM's compute (NVIDIA H100 datasheet: FP32 67 TFLOPS, BF16 989 TFLOPS dense, NVLink 900 GB/s) at "
+            "its 700 W rating: the 500 W cap's clocks are not published, the full-size plan's fitted kernel "
+            "efficiency carries them")
+H200_DS = ("NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: FP32 67 TFLOPS, BF16 1,979 TFLOPS with sparsity, 141 GB "
+           "HBM3e at 4.8 TB/s, NVLink 900 GB/s); hosts as torchtitan's H200 benchmark (8 a host, 400 Gb/s a GPU)")
 CUDA_NAMES = ("device names, compute capability, SM count and L2 as torch.cuda.get_device_properties reports them "
               "(NVIDIA CUDA C++ Programming Guide, compute capabilities; H100 SXM5: 132 SMs, 50 MB L2; "
               "A100 SXM4: 108 SMs, 40 MB L2, per NVIDIA's Hopper and Ampere architecture whitepapers)")
@@ -74,6 +81,14 @@ HARDWARE: dict[str, Hardware] = {
                             intra_bw=600 * G / 2, inter_bw=200 * G / 8, latency_s=5e-6, ranks_per_node=8,
                             sources=(A100_DS, DGX_A100_DS, LATENCY, CUDA_NAMES), device_name="NVIDIA A100-SXM4-80GB",
                             capability=(8, 0), sm_count=108, l2_cache=40 * 2**20),
+    "h100-96g": Hardware("h100-96g", flops=67e12, bf16_flops=1979e12 / 2, memory=96 * G, memory_bw=2.4e12,
+                         intra_bw=900 * G / 2, inter_bw=400 * G / 8, latency_s=5e-6, ranks_per_node=8,
+                         sources=(TITAN_H100, H100_96G, LATENCY, CUDA_NAMES), device_name="NVIDIA H100",
+                         capability=(9, 0), sm_count=132, l2_cache=50 * 2**20),
+    "h200": Hardware("h200", flops=67e12, bf16_flops=1979e12 / 2, memory=141 * G, memory_bw=4.8e12,
+                     intra_bw=900 * G / 2, inter_bw=400 * G / 8, latency_s=5e-6, ranks_per_node=8,
+                     sources=(H200_DS, LATENCY, CUDA_NAMES), device_name="NVIDIA H200",
+                     capability=(9, 0), sm_count=132, l2_cache=50 * 2**20),
 }
 NAMES = (*HARDWARE, "local")
 # --gpu: one GPU of a named target, by the GPU's name or the target's (a simulated rank's device)

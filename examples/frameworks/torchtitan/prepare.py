@@ -7,7 +7,9 @@ Writes, under the output folder (default: this example's folder):
 - ``assets/tokenizer/tokenizer.json``: a byte-level BPE tokenizer in the Hugging Face ``tokenizers``
   format (what torchtitan's HuggingFaceTokenizer loads with ``Tokenizer.from_file``): the 256 byte
   symbols, then the most frequent adjacent pairs of the text merged, up to ``--vocab`` entries
-  (at most the llama3 debug model's 2048), then ``<|begin_of_text|>`` and ``<|end_of_text|>``;
+  (at most 2048, the llama3 debug model's), then ``<|begin_of_text|>`` and ``<|end_of_text|>``, then,
+  for a ``--vocab`` above 2048 (``--vocab 128256``: the real Llama 3 vocabulary's size, for a
+  full-size plan), ``<|reserved_special_token_N|>`` entries up to ``--vocab``;
   ``tokenizer_config.json`` names those two as bos and eos;
 - ``data/shakespeare/train.jsonl``: the text in records of ``--chars`` characters, ``{"text": ...}``
   a line, which torchtitan's ``c4_test`` loader reads from a local folder
@@ -73,11 +75,13 @@ def train_bpe(text: str, vocab: int) -> tuple[list[str], list[tuple[str, str]]]:
     return tokens, merges
 
 
-def tokenizer_json(tokens: list[str], merges: list[tuple[str, str]]) -> dict:
-    """The ``tokenizers`` library's JSON of a byte-level BPE model with two special tokens."""
+def tokenizer_json(tokens: list[str], merges: list[tuple[str, str]], vocab: int = 0) -> dict:
+    """The ``tokenizers`` library's JSON of a byte-level BPE model with two special tokens, then
+    reserved special tokens up to ``vocab`` entries in all (none when vocab is at most the others)."""
     level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    specials = [*SPECIAL, *(f"<|reserved_special_token_{i}|>" for i in range(vocab - len(tokens) - len(SPECIAL)))]
     added = [{"id": len(tokens) + i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for i, t in enumerate(SPECIAL)]
+              "normalized": False, "special": True} for i, t in enumerate(specials)]
     return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
             "pre_tokenizer": level, "post_processor": level, "decoder": level,
             "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
@@ -89,27 +93,29 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("corpus", help="a UTF-8 text file, e.g. /work/shared/data/tinyshakespeare.txt")
     p.add_argument("out", nargs="?", default=os.path.dirname(os.path.abspath(__file__)), help="the output folder")
-    p.add_argument("--vocab", type=int, default=512, help="tokenizer entries, specials included (<= 2048)")
+    p.add_argument("--vocab", type=int, default=512, help="tokenizer entries, specials included (258..2048 learnt; above: reserved tokens pad "
+                   "up to it, e.g. 128256, Llama 3's)")
     p.add_argument("--train-chars", type=int, default=200_000, help="characters of the text the merges are learnt on")
     p.add_argument("--chars", type=int, default=2000, help="characters a data record")
     a = p.parse_args()
-    if not 258 <= a.vocab <= 2048:
-        p.error(f"--vocab {a.vocab}: 258..2048 (256 bytes + 2 specials; the debug model's embedding has 2048), e.g. --vocab 512")
+    if not 258 <= a.vocab <= 1 << 20:
+        p.error(f"--vocab {a.vocab}: 258..1048576 (256 bytes + 2 specials at least; the debug model's embedding has "
+                f"2048, Llama 3's 128256), e.g. --vocab 512")
     with open(a.corpus, encoding="utf-8") as fh:
         text = fh.read()
-    tokens, merges = train_bpe(text[:a.train_chars], a.vocab)
+    tokens, merges = train_bpe(text[:a.train_chars], min(a.vocab, 2048))
     tok = os.path.join(a.out, "assets", "tokenizer")
     data = os.path.join(a.out, "data", "shakespeare")
     os.makedirs(tok, exist_ok=True)
     os.makedirs(data, exist_ok=True)
     with open(os.path.join(tok, "tokenizer.json"), "w", encoding="utf-8") as fh:
-        json.dump(tokenizer_json(tokens, merges), fh, ensure_ascii=False)
+        json.dump(tokenizer_json(tokens, merges, a.vocab), fh, ensure_ascii=False)
     with open(os.path.join(tok, "tokenizer_config.json"), "w", encoding="utf-8") as fh:
         json.dump({"bos_token": SPECIAL[0], "eos_token": SPECIAL[1], "add_bos_token": True, "add_eos_token": True}, fh)
     with open(os.path.join(data, "train.jsonl"), "w", encoding="utf-8") as fh:
         for i in range(0, len(text), a.chars):
             fh.write(json.dumps({"text": text[i:i + a.chars]}) + "\n")
-    print(f"tokenizer: {len(tokens) + len(SPECIAL)} entries ({len(merges)} merges) in {tok}; "
+    print(f"tokenizer: {max(a.vocab, len(tokens) + len(SPECIAL))} entries ({len(merges)} merges) in {tok}; "
           f"data: {-(-len(text) // a.chars)} records in {data}")
 
 

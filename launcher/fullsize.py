@@ -1,0 +1,217 @@
+"""`launcher plan --full-size`: your program at its real size, nothing computed, one host process a
+distinct rank; its memory as the GPU's caching allocator would report it, its step time and tokens/s.
+
+    python -m launcher plan --full-size --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 --gpu h100-96g -- --steps 1 --dim 256 --layers 2
+    python -m launcher plan --full-size --search --knob batch=4,8,16 --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 --gpu h100-96g -- --steps 1 --dim 256 --layers 2
+    python -m launcher plan --full-size --module torchtitan.train --code DIR --nodes 1 --nproc-per-node 8 \
+        --gpu h100-96g --env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True --json -- --model.flavor 8B ...
+
+Where it runs: a host process per rank run (launcher/instrument/fullsize.py), not the cluster's
+containers: a rank of the full-size run needs no peer (torch's fake process group answers every
+collective alone), so one process stands for a rank without the others, and the host's interpreter
+(``--python``, e.g. a virtual environment holding your code's requirements) starts in a second
+where a container would first need an image with them. Which ranks run (``--ranks``, default: the
+first and the last rank): every other rank is stood for by the run rank at or below it, assumed
+identical to it (dp and tp peers of one pipeline stage are; the table prints which rank stands for
+which; ``--ranks all`` runs every one). Ranks run two at a time. ``--search --knob NAME=V1,V2,...``
+plans the program once a value of its own flag ``--NAME`` and names the largest that fits.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+from simcluster.launcher.instrument.spec import DEFAULT_GPU
+from simcluster.launcher.job.env import env_pairs
+from simcluster.core.errors import ConfigError
+
+EXAMPLE = ("python -m launcher plan --full-size --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 "
+           "--gpu h100-96g -- --steps 2")
+
+
+def _which_ranks(text: str | None, world: int) -> list[int]:
+    """--ranks: 'all', or comma-separated ranks in 0..world-1; default the first and the last."""
+    if text is None:
+        return sorted({0, world - 1})
+    if text == "all":
+        return list(range(world))
+    try:
+        ranks = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        ranks = []
+    if not ranks or not all(0 <= r < world for r in ranks):
+        raise ConfigError(f"ranks: {text!r} is not 'all' or ranks in 0..{world - 1} separated by commas; "
+                          f"e.g. --ranks 0,{world - 1}")
+    return ranks
+
+
+def _check(args: argparse.Namespace) -> tuple[int, int]:
+    """Every input of a full-size plan checked before anything starts; (world size, ranks a node)."""
+    if bool(args.script) == bool(args.module):
+        raise ConfigError(f"full_size: needs your program, --script FILE or --module NAME (one of them); e.g. {EXAMPLE}")
+    nodes, per = args.nodes or 1, args.nproc_per_node or 1
+    if nodes < 1 or per < 1:
+        raise ConfigError(f"nodes/nproc_per_node: must be >= 1, got --nodes {nodes} --nproc-per-node {per}; e.g. {EXAMPLE}")
+    if args.code and not os.path.isdir(args.code):
+        raise ConfigError(f"code: {args.code!r} is not a folder; give your code's folder, e.g. --code examples")
+    if args.script and not os.path.isfile(os.path.join(args.code or ".", args.script)):
+        raise ConfigError(f"script: {args.script!r} not found{' under ' + args.code if args.code else ''}; e.g. {EXAMPLE}")
+    if args.python and not os.access(args.python, os.X_OK):
+        raise ConfigError(f"python: {args.python!r} is not an executable interpreter; e.g. --python .venv/bin/python")
+    if args.requirements:
+        raise ConfigError("requirements: a full-size plan runs your code on this host's interpreter; install them into "
+                          "a virtual environment and name its interpreter, e.g. --python .venv/bin/python "
+                          "(python -m venv --system-site-packages .venv && .venv/bin/pip install -r requirements.txt)")
+    return nodes * per, per
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ranks, replay and time them, print the table or --json. Exit 0.
+
+    Raises:
+        ConfigError: a bad flag (named, with an example), a --gpu model without the constants a prediction
+            needs, a program that failed under the fake mode (its line and how to skip that part).
+    """
+    from simcluster.train.plan.fullsize.device import constants
+    from simcluster.train.plan.fullsize.report import to_text
+
+    world, per = _check(args)
+    device = constants(args.gpu or DEFAULT_GPU)
+    env = dict(env_pairs(tuple(args.env or ())))
+    ranks = _which_ranks(args.ranks, world)
+    conf = env.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+    expandable = "expandable_segments:true" in conf.replace(" ", "").lower()
+    knob = _knob(args)
+    if args.trace_dir:
+        os.makedirs(args.trace_dir, exist_ok=True)
+    argv = list(args.job_argv or ())
+    if knob is None:
+        data = _plan_once(args, argv, ranks, world, per, env, device, expandable)
+        print(json.dumps(data, indent=1) if args.json else to_text(data))
+        return 0
+    flag, values = knob
+    found = []
+    for v in values:
+        print(f"[full-size] search: {flag} {v}", file=sys.stderr, flush=True)
+        data = _plan_once(args, _with_flag(argv, flag, v), ranks, world, per, env, device, expandable)
+        found.append({"value": v, "fits": all(r["fits"] for r in data["ranks"]),
+                      "device_peak_gib": max(r["device_peak_gib"] for r in data["ranks"]),
+                      "tokens_per_s": min((r["tokens_per_s"] or 0) for r in data["ranks"]) or None,
+                      "step_s": max((r["step_s"] or 0) for r in data["ranks"]) or None,
+                      "oom_by_gib": max(r["oom_by_gib"] for r in data["ranks"]), "plan": data})
+    best = [f["value"] for f in found if f["fits"]]
+    out = {"knob": flag, "candidates": found, "largest_fitting": best[-1] if best else None}
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"search over {flag} on {device.name} ({device.memory / 2**30:.2f} GiB a GPU):")
+        for f in found:
+            tps = f"{f['tokens_per_s']:,.0f} tokens/s a GPU" if f["tokens_per_s"] else \
+                f"step {f['step_s']:.4f} s" if f["step_s"] else "no step timed"
+            print(f"  {flag} {f['value']:<8} device peak {f['device_peak_gib']:>7.2f} GiB  "
+                  f"{'fits' if f['fits'] else 'OOM by ' + format(f['oom_by_gib'], '.2f') + ' GiB':<18}  {tps}")
+        print(f"largest that fits: {flag} {out['largest_fitting']}" if best else "none fits")
+    return 0
+
+
+def _knob(args) -> tuple[str, list[str]] | None:
+    """--search --knob NAME=V1,V2,...: the program's flag --NAME and its values, in the order given."""
+    if not args.search and not args.knob:
+        return None
+    text = args.knob or ""
+    name, eq, values = text.partition("=")
+    vals = [v for v in values.split(",") if v]
+    if not (args.search and eq and name and not name.startswith("-") and vals):
+        raise ConfigError(f"knob: --full-size --search needs --knob NAME=V1,V2,... (your program's own flag --NAME, "
+                          f"without its dashes, and the values to try, smallest first), got {text or 'none'!r}; "
+                          f"e.g. --search --knob training.local-batch-size=1,2,4")
+    return f"--{name}", vals
+
+
+def _with_flag(argv: list[str], flag: str, value: str) -> list[str]:
+    """argv with ``flag`` set to ``value`` (its ``--flag V`` or ``--flag=V`` replaced, else appended)."""
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == flag:
+            i += 2
+            continue
+        if not a.startswith(flag + "="):
+            out.append(a)
+        i += 1
+    return [*out, flag, value]
+
+
+def _plan_once(args, argv: list[str], ranks, world: int, per: int, env: dict, device, expandable: bool) -> dict:
+    """One full-size plan of the program with ``argv``: the ranks run, replayed, timed (to_dict's data)."""
+    with tempfile.TemporaryDirectory(prefix="simcluster-fullsize-") as tmp:
+        where = os.path.abspath(args.trace_dir or tmp)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            outs = list(pool.map(lambda r: _one_rank(args, argv, r, world, per, env, where), ranks))
+        return _collect(outs, ranks, world, device, expandable)
+
+
+def _one_rank(args, argv: list[str], rank: int, world: int, per: int, env: dict, tmp: str) -> str:
+    """Start one rank's process, wait for it; the path of its trace."""
+    out = os.path.join(tmp, f"trace-{rank}.json")
+    what = ["--script", os.path.abspath(os.path.join(args.code or ".", args.script))] if args.script else \
+        ["--module", args.module]
+    cmd = [args.python or sys.executable, "-m", "simcluster.launcher.instrument.fullsize", "--rank", str(rank),
+           "--world-size", str(world), "--local-world-size", str(per), "--gpu", args.gpu or DEFAULT_GPU,
+           "--out", out, *what, "--", *argv]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    penv = {**os.environ, **env, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    print(f"[full-size] rank {rank}: {shlex.join(cmd[1:6])} ...", file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, cwd=args.code or os.getcwd(), env=penv, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    with open(os.path.join(tmp, f"log-{rank}.txt"), "w") as f:
+        f.write(proc.stdout)
+    if not os.path.exists(out):
+        tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
+        raise ConfigError(f"full_size: rank {rank}'s process ended (exit {proc.returncode}) before writing its "
+                          f"trace:\n{tail}")
+    return out
+
+
+def _collect(outs: list[str], ranks: list[int], world: int, device, expandable: bool) -> dict:
+    """Read the traces, replay, time: to_dict's data."""
+    from simcluster.train.plan.fullsize.memory import replay
+    from simcluster.train.plan.fullsize.report import RankResult, to_dict
+    from simcluster.train.plan.fullsize.speed import speed
+    from simcluster.train.plan.fullsize.trace import read
+
+    results, placeholders = [], {}
+    for rank, path in zip(ranks, outs):
+        trace = read(path)
+        if trace.error:
+            raise ConfigError(_failure(rank, trace.error))
+        placeholders.update(trace.placeholders)
+        stands = [r for r in range(world) if _stood_for_by(r, ranks) == rank]
+        results.append(RankResult(rank, tuple(stands), replay(trace, device, expandable),
+                                  speed(trace, device) if trace.steps else None, trace.seconds, trace.custom))
+    return to_dict(results, device, expandable, placeholders)
+
+
+def _stood_for_by(rank: int, ranks: list[int]) -> int:
+    """The run rank that stands for ``rank``: itself if run, else the nearest run rank at or below it
+    (the first rank for the ranks before the last: dp/tp peers of one stage are alike)."""
+    below = [r for r in ranks if r <= rank]
+    return below[-1] if below else ranks[0]
+
+
+def _failure(rank: int, error: str) -> str:
+    """The message for a program that failed under the fake mode: its own line and what to do."""
+    lines = error.strip().splitlines()
+    own = [ln.strip() for ln in lines if ln.strip().startswith("File ") and "/torch/" not in ln
+           and "instrument/fullsize.py" not in ln and "plan/fullsize/" not in ln and "<frozen" not in ln]
+    where = own[-1] if own else "(no line of your program in the traceback)"
+    return (f"full_size: rank {rank}'s program failed under the fake mode at {where}: {lines[-1]}\n"
+            f"A full-size run has tensors without data: a part that reads or writes their values (a checkpoint "
+            f"save, an evaluation, a data-dependent branch) must be skipped by the program's own switch for the "
+            f"plan (e.g. torchtitan: drop --checkpoint.enable; a save or eval interval beyond the plan's steps)")
