@@ -76,7 +76,8 @@ def test_gpu_names_the_model_in_each_engines_words():
         assert limits == {"nvidia.com/gpu": "4"} and selector == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
     assert yaml.safe_load(doc("skypilot", "--gpu", "h100-sxm-8x"))["resources"]["accelerators"] == "H100:4"
     assert {g: names_of(g).skypilot for g in GPU_NAMES} == {"h100-sxm": "H100", "a100-80g": "A100-80GB",
-                                                            "h100-sxm-8x": "H100", "a100-80g-8x": "A100-80GB"}
+                                                            "h100-sxm-8x": "H100", "a100-80g-8x": "A100-80GB",
+                                                            "h100-96g": "H100", "h200": "H200"}
 
 
 def test_a_cpu_job_asks_for_none():

@@ -138,7 +138,7 @@ def test_an_rtol_that_compares_nothing_is_refused(rtol):
 
 
 def test_a_metric_regex_that_matches_a_non_number_says_so(tmp_path):
-    from simcluster.launcher.observe.summary import _final_metrics
+    from simcluster.launcher.observe.summary_record import final_metrics
     from simcluster.core.runlog import printed_series
 
     (tmp_path / "cluster.log").write_text("node-0 r0     | step 1 loss 2.5,\nnode-0 r0     | step 2 loss 2.25,\n")
@@ -146,9 +146,9 @@ def test_a_metric_regex_that_matches_a_non_number_says_so(tmp_path):
     with pytest.raises(ValueError, match=r"matched 'step 1 loss 2\.5,', but its step '1' or value '2\.5,' is not a "
                                          r"number; make the value group match a number only"):
         printed_series(str(tmp_path), r"loss (\S+)")
-    m = _final_metrics(str(tmp_path), {}, 0.0, r"loss (\S+)")
+    m = final_metrics(str(tmp_path), {}, 0.0, r"loss (\S+)")
     assert m["final_loss"] is None and "value '2.5,' is not a number" in m["printed_error"]
-    assert _final_metrics(str(tmp_path), {}, 0.0)["final_loss"] == 2.25  # the common formats read it
+    assert final_metrics(str(tmp_path), {}, 0.0)["final_loss"] == 2.25  # the common formats read it
 
 
 def test_a_sweep_of_one_layout_or_of_layouts_too_large_is_refused():

@@ -43,6 +43,8 @@ def _product(hardware: str) -> str:
 NAMES: dict[str, GpuNames] = {
     "h100-sxm-8x": GpuNames("h100", _product("h100-sxm-8x"), "H100"),
     "a100-80g-8x": GpuNames("a100", _product("a100-80g-8x"), "A100-80GB"),
+    "h100-96g": GpuNames("h100", _product("h100-96g"), "H100"),
+    "h200": GpuNames("h200", _product("h200"), "H200"),
 }
 
 

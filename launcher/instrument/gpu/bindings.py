@@ -60,6 +60,12 @@ def _exchange(i: int) -> int:
     return prev
 
 
+def _maybe_exchange(i: int) -> int:
+    """CUDA's maybe_exchange_device, as _exchange here (no context is created either way); a function of its
+    own: dynamo keys its handlers by function, one for each of torch.cuda's two names."""
+    return _exchange(i)
+
+
 def _arch_flags() -> str:
     own = f"sm_{STATE.model.major}{STATE.model.minor}"
     return " ".join(sorted({"sm_80", "sm_90", own}))
@@ -87,7 +93,7 @@ BINDINGS = {  # torch._C name -> the simulated binding
     "_cuda_getDevice": lambda: STATE.current,
     "_cuda_setDevice": _set_device,
     "_cuda_exchangeDevice": _exchange,
-    "_cuda_maybeExchangeDevice": _exchange,
+    "_cuda_maybeExchangeDevice": _maybe_exchange,
     "_cuda_init": lambda: None,
     "_cuda_synchronize": lambda: None,
     "_cuda_ipc_collect": lambda: None,
@@ -112,8 +118,11 @@ def install_bindings(torch, properties) -> None:
     read here: CUDA_VISIBLE_DEVICES may still change until the first question)."""
     for name, fn in BINDINGS.items():
         setattr(torch._C, name, fn)
+    # a type a CUDA build defines and inductor's cudagraph_trees imports once is_built() says True
+    # (torch._dynamo.reset() imports it): a bare class, as torch's own non-CUDA branch defines it
+    torch._C._cuda_CUDAAllocator_AllocatorState = type("_CUDAAllocator_AllocatorState", (), {})
     cuda = torch.cuda
-    cuda._exchange_device, cuda._maybe_exchange_device = _exchange, _exchange
+    cuda._exchange_device, cuda._maybe_exchange_device = _exchange, _maybe_exchange
     cuda._get_device_properties = lambda i: properties(STATE.model, STATE.seen[STATE.index(i)])
     cuda.default_generators = Generators()
     cuda._cached_device_count = None
