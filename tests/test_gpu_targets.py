@@ -3,7 +3,7 @@ target, runs the image rehearsed (pyxis, --push), and the SkyPilot task passes S
 
     python -m pytest -q -n 0 tests/test_gpu_targets.py
 
-SkyPilot's schema functions are loaded from the pinned package (requirements-sky.txt, installed with
+SkyPilot's schema functions are loaded from the pinned package (.ci/requirements-sky.txt, installed with
 --no-deps: its package's __init__ pulls a server stack of ~50 packages): sky/utils/schemas.py and the modules
 it imports at the top (sky.skylet.constants, sky.setup_files.dependencies, sky.utils.kubernetes_enums) as
 they are, under a bare ``sky`` package; of sky.skylet.autostop_lib its AutostopWaitFor enum alone (its

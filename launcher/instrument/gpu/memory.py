@@ -135,6 +135,25 @@ def raw_functions(state) -> dict:
             "_dump_snapshot": _refused("_dump_snapshot", snapshot_fix)}
 
 
+def fraction_functions(state) -> dict:
+    """``set_per_process_memory_fraction`` (torch's own type and range errors; the capacity becomes that
+    fraction of the device's) and its getter."""
+
+    def set_fraction(fraction, device=None):
+        if not isinstance(fraction, float):  # torch's own checks and messages
+            raise TypeError("Invalid type for fraction argument, must be `float`")
+        if fraction < 0 or fraction > 1:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        state.index(device)
+        set_capacity(LIMIT["total"] or state.model.total_memory, fraction)
+
+    def get_fraction(device=None):
+        state.index(device)
+        return 1.0 if LIMIT["fraction"] is None else LIMIT["fraction"]
+
+    return {"set_per_process_memory_fraction": set_fraction, "get_per_process_memory_fraction": get_fraction}
+
+
 def functions(state) -> dict:
     """name -> the simulated memory function, for ``torch.cuda`` and ``torch.accelerator``."""
 
@@ -177,18 +196,6 @@ def functions(state) -> dict:
         s = memory_stats(device)
         return "\n".join(f"{k}: {v}" for k, v in s.items() if k.endswith(("all.current", "all.peak")))
 
-    def set_fraction(fraction, device=None):
-        if not isinstance(fraction, float):  # torch's own checks and messages
-            raise TypeError("Invalid type for fraction argument, must be `float`")
-        if fraction < 0 or fraction > 1:
-            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
-        state.index(device)
-        set_capacity(LIMIT["total"] or state.model.total_memory, fraction)
-
-    def get_fraction(device=None):
-        state.index(device)
-        return 1.0 if LIMIT["fraction"] is None else LIMIT["fraction"]
-
     return {"memory_allocated": stat("allocated"), "max_memory_allocated": stat("peak"),
             "memory_reserved": stat("reserved"), "max_memory_reserved": stat("peak_reserved"),
             "memory_cached": stat("reserved"), "max_memory_cached": stat("peak_reserved"),
@@ -196,5 +203,4 @@ def functions(state) -> dict:
             "reset_max_memory_allocated": reset_peak, "reset_max_memory_cached": reset_peak,
             "reset_accumulated_memory_stats": reset_accumulated, "empty_cache": empty_cache,
             "mem_get_info": lambda device=None: mem_get_info(state, device),
-            "set_per_process_memory_fraction": set_fraction, "get_per_process_memory_fraction": get_fraction,
-            **raw_functions(state)}
+            **fraction_functions(state), **raw_functions(state)}

@@ -23,13 +23,56 @@ def _round(n: int) -> int:
     return -(-n // BLOCK) * BLOCK if n else 0
 
 
+class Counts:
+    """The statistics the fallback keeps (bytes rounded to BLOCK, counts of live storages, peaks), torch-free:
+    ``add`` a storage first seen, ``free`` it once torch frees it."""
+
+    def __init__(self):
+        self.allocated = self.peak = self.reserved = self.peak_reserved = self.run_peak = 0
+        self.total_allocated = self.total_freed = self.count = self.peak_count = self.total_count = 0
+        self.num_ooms = 0
+        self.seen: set[int] = set()
+
+    def add(self, key: int, n: int) -> None:
+        """A storage ``key`` of ``n`` bytes (rounded) made: counted, peaks raised."""
+        self.seen.add(key)
+        self.allocated += n
+        self.total_allocated += n
+        self.count += 1
+        self.total_count += 1
+        self.peak_count = max(self.peak_count, self.count)
+        if self.allocated > self.peak:
+            self.peak = self.allocated
+            self.run_peak = max(self.run_peak, self.peak)
+        if self.allocated > self.reserved:
+            self.reserved = self.allocated
+            self.peak_reserved = max(self.peak_reserved, self.reserved)
+
+    def free(self, key: int, n: int) -> None:
+        """The storage ``key`` of ``n`` bytes freed."""
+        self.seen.discard(key)
+        self.allocated -= n
+        self.total_freed += n
+        self.count -= 1
+
+    def set(self, name: str, value: int) -> None:
+        """Write one statistic (a peak reset, empty_cache)."""
+        setattr(self, name, value)
+
+    def set_limit(self, total: int, limit: int, fraction_set: bool) -> None:
+        """No verdict here: this fallback counts, it does not refuse (the compiled allocator does)."""
+
+    def set_device(self, index: int) -> None:
+        """The fallback names no device."""
+
+
 def make_tracker():
     """A new Tracker (its class needs torch, imported here)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
     from torch.utils._pytree import tree_flatten
 
-    class Tracker(TorchDispatchMode):
+    class Tracker(Counts, TorchDispatchMode):
         """Counts the live storages of the tensors the rank's ops return (see the module's docstring)."""
 
         @classmethod
@@ -38,11 +81,8 @@ def make_tracker():
             return True
 
         def __init__(self):
-            super().__init__()
-            self.allocated = self.peak = self.reserved = self.peak_reserved = self.run_peak = 0
-            self.total_allocated = self.total_freed = self.count = self.peak_count = self.total_count = 0
-            self.num_ooms = 0
-            self.seen: set[int] = set()
+            Counts.__init__(self)
+            TorchDispatchMode.__init__(self)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
@@ -64,38 +104,10 @@ def make_tracker():
             if not t.is_cpu or t.is_sparse or t.is_nested:
                 return
             s = t.untyped_storage()
-            key = s._cdata
-            if key in self.seen:
+            if s._cdata in self.seen:
                 return
             n = _round(s.nbytes())
-            self.seen.add(key)
-            weakref.finalize(s, self.free, key, n)
-            self.allocated += n
-            self.total_allocated += n
-            self.count += 1
-            self.total_count += 1
-            self.peak_count = max(self.peak_count, self.count)
-            if self.allocated > self.peak:
-                self.peak = self.allocated
-                self.run_peak = max(self.run_peak, self.peak)
-            if self.allocated > self.reserved:
-                self.reserved = self.allocated
-                self.peak_reserved = max(self.peak_reserved, self.reserved)
-
-        def free(self, key: int, n: int) -> None:
-            self.seen.discard(key)
-            self.allocated -= n
-            self.total_freed += n
-            self.count -= 1
-
-        def set(self, name: str, value: int) -> None:
-            """Write one statistic (a peak reset, empty_cache)."""
-            setattr(self, name, value)
-
-        def set_limit(self, total: int, limit: int, fraction_set: bool) -> None:
-            """No verdict here: this fallback counts, it does not refuse (the compiled allocator does)."""
-
-        def set_device(self, index: int) -> None:
-            """The fallback names no device."""
+            self.add(s._cdata, n)
+            weakref.finalize(s, self.free, s._cdata, n)
 
     return Tracker()
