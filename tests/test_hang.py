@@ -220,7 +220,8 @@ def test_every_rank_outside_communication_is_no_hang_on_the_host(tmp_path):
                           timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[simcluster] note: no rank progressed for " in proc.stderr and "so this is no hang" in proc.stderr
-    assert "ranks 0, 1 at compile.py:57 (main)" in proc.stderr, proc.stderr[-3000:]
+    sleep = 1 + (ROOT / "examples" / "compile.py").read_text().splitlines().index("            time.sleep(a.pause_s)")
+    assert f"ranks 0, 1 at compile.py:{sleep} (main)" in proc.stderr, proc.stderr[-3000:]  # where they sleep
     assert proc.stdout.count(" eager ") == 3 and not (tmp_path / "hang.json").exists()
 
 

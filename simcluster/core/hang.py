@@ -9,8 +9,9 @@ simcluster/core/hang_diagnosis.py (pure).
 """
 from __future__ import annotations
 
-import json
 import os
+
+from simcluster.core.rundir import read_json_since
 
 STALL_DEFAULT_S = 60.0  # --stall-s's default (the trainer's Config and the instruments' environment)
 EXIT_HANG = 4  # a rank's exit status, and `launcher up`'s, after a stall (docs/faults.md)
@@ -29,12 +30,5 @@ def stall_limit(stall_s: float | None, timeout_s: float) -> float:
 def read_hang(run_dir: str, since: float = 0.0) -> dict | None:
     """RUN_DIR/hang.json when this run wrote it (modified at or after ``since``, UNIX time), else
     None: {"diagnosis": [lines], "stall_s", "idle_s", "world_size", "missing", "records"}."""
-    path = os.path.join(run_dir, HANG_FILE)
-    try:
-        if os.path.getmtime(path) + 1 < since:
-            return None
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, ValueError):
-        return None
+    doc = read_json_since(os.path.join(run_dir, HANG_FILE), since)
     return doc if isinstance(doc, dict) and isinstance(doc.get("diagnosis"), list) else None

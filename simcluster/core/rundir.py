@@ -30,6 +30,18 @@ _NUMBERS = ("loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "step_time_s"
 _EXAMPLE = '{"step": 3, "loss": 2.5, "step_time_s": 0.4}'
 
 
+def read_json_since(path: str, since: float = 0.0):
+    """The JSON document at ``path`` when this run wrote it (modified at or after ``since``, UNIX time, with
+    a second's slack for coarse clocks), else None (missing, older, unreadable or not JSON)."""
+    try:
+        if os.path.getmtime(path) + 1 < since:
+            return None
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
 def _excerpt(line: bytes) -> str:
     text = line.decode("utf-8", "replace")
     return repr(text if len(text) <= 60 else text[:57] + "...")

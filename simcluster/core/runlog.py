@@ -15,7 +15,7 @@ import os
 import re
 
 from simcluster.core.errors import ConfigError
-from simcluster.core.rundir import METRICS, STEPS, _is_number
+from simcluster.core.rundir import METRICS, STEPS, _is_number, read_json_since
 
 TRACE = "trace.json"
 CONFIG = "config.yaml"  # the built-in trainer's resolved config
@@ -124,14 +124,7 @@ def write_data(run_dir: str, identity: dict) -> None:
 
 def read_data(run_dir: str, since: float = 0.0) -> dict | None:
     """RUN_DIR/data.json when this run wrote it (modified at or after ``since``, UNIX time), else None."""
-    path = os.path.join(run_dir, DATA)
-    try:
-        if os.path.getmtime(path) + 1 < since:
-            return None
-        with open(path, encoding="utf-8") as fh:
-            record = json.load(fh)
-    except (OSError, ValueError):
-        return None
+    record = read_json_since(os.path.join(run_dir, DATA), since)
     return record if isinstance(record, dict) else None
 
 

@@ -20,10 +20,8 @@ Sources (each figure's own):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from simcluster.core.errors import ConfigError
-from simcluster.core.hardware import GPU_ALIASES, HARDWARE, NAMES
+from simcluster.core.hardware import GPU_ALIASES, HARDWARE, NAMES, Hardware
 
 MiB = 1 << 20
 CUDA_CONTEXT = 500 * MiB
@@ -34,24 +32,8 @@ BANDWIDTH_EFFICIENCY = 0.7
 NEEDS = ("bf16_flops", "flops", "memory", "memory_bw", "intra_bw", "inter_bw", "ranks_per_node")
 
 
-@dataclass(frozen=True)
-class Device:
-    """One GPU of a named hardware model as the full-size plan reads it (bytes, FLOP/s, bytes/s)."""
-
-    name: str
-    memory: int
-    bf16_flops: float
-    fp32_flops: float
-    memory_bw: float
-    intra_bw: float
-    inter_bw: float
-    latency_s: float
-    ranks_per_node: int
-    sources: tuple[str, ...]
-
-
-def constants(gpu: str) -> Device:
-    """The Device of --gpu ``gpu`` (a GPU alias or a hardware name of simcluster/core/hardware.py).
+def constants(gpu: str) -> Hardware:
+    """The hardware model (simcluster/core/hardware.py's Hardware: bytes, FLOP/s, bytes/s) of --gpu ``gpu`` (a GPU alias or a hardware name of simcluster/core/hardware.py).
 
     Raises:
         ConfigError: an unknown name (the known ones listed), or a model without the constants a
@@ -70,5 +52,4 @@ def constants(gpu: str) -> Device:
     if missing:
         raise ConfigError(f"gpu: {gpu!r} lacks {', '.join(missing)} (simcluster/core/hardware.py), which a full-size "
                           f"prediction needs; e.g. --gpu h100-96g")
-    return Device(name, int(hw.memory), hw.bf16_flops, hw.flops, hw.memory_bw, hw.intra_bw, hw.inter_bw,
-                  hw.latency_s, hw.ranks_per_node, hw.sources)
+    return hw

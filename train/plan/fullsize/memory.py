@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simcluster.train.plan.fullsize.allocator import Allocator, OutOfMemory
-from simcluster.train.plan.fullsize.device import CUBLAS_WORKSPACE, CUDA_CONTEXT, NCCL_PER_GROUP, Device
+from simcluster.core.hardware import Hardware
+from simcluster.train.plan.fullsize.device import CUBLAS_WORKSPACE, CUDA_CONTEXT, NCCL_PER_GROUP
 from simcluster.train.plan.fullsize.trace import Trace
 
 
@@ -41,11 +42,11 @@ class Memory:
         return self.oom_by == 0 and self.device_peak <= self.capacity
 
 
-def replay(trace: Trace, device: Device, expandable: bool = False) -> Memory:
+def replay(trace: Trace, device: Hardware, expandable: bool = False) -> Memory:
     """Replay ``trace``'s allocations and frees in order on ``device`` (see the module docstring)."""
     groups = len({tuple(e[4]) for e in trace.events if e[0] == "c" and e[3] > 1})
     outside = CUDA_CONTEXT + NCCL_PER_GROUP * groups
-    alloc = Allocator(capacity=max(device.memory - outside, 0), expandable=expandable)
+    alloc = Allocator(capacity=max(int(device.memory) - outside, 0), expandable=expandable)
     alloc.malloc(CUBLAS_WORKSPACE)
     live: dict[int, object] = {}
     peak_a = peak_r = (0, 0)
@@ -73,4 +74,4 @@ def replay(trace: Trace, device: Device, expandable: bool = False) -> Memory:
     names = trace.phases
     return Memory(alloc.peak_allocated, alloc.peak_reserved, names[peak_a[1]] if names else "",
                   names[peak_r[1]] if names else "", outside, groups, alloc.peak_reserved + outside,
-                  device.memory, oom_by, oom_phase, alloc.mallocs, alloc.retries)
+                  int(device.memory), oom_by, oom_phase, alloc.mallocs, alloc.retries)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simcluster.train.plan.fullsize.device import CUBLAS_WORKSPACE, CUDA_CONTEXT, NCCL_PER_GROUP, Device
+from simcluster.core.hardware import Hardware
+from simcluster.train.plan.fullsize.device import CUBLAS_WORKSPACE, CUDA_CONTEXT, NCCL_PER_GROUP
 from simcluster.train.plan.fullsize.memory import Memory
 from simcluster.train.plan.fullsize.speed import Speed
 
@@ -38,7 +39,7 @@ class RankResult:
     custom_ops: tuple[str, ...]
 
 
-def to_dict(results: list[RankResult], device: Device, expandable: bool, placeholders: dict) -> dict:
+def to_dict(results: list[RankResult], device: Hardware, expandable: bool, placeholders: dict) -> dict:
     """The JSON form (see the module docstring); sizes in GiB (2**30 bytes), rounded to 0.01."""
     ranks = []
     for r in results:

@@ -22,7 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simcluster.core.layout import node_of
-from simcluster.train.plan.fullsize.device import BANDWIDTH_EFFICIENCY, MATMUL_EFFICIENCY, Device
+from simcluster.core.hardware import Hardware
+from simcluster.train.plan.fullsize.device import BANDWIDTH_EFFICIENCY, MATMUL_EFFICIENCY
 from simcluster.train.plan.fullsize.trace import Trace
 
 RING = {"allgather_base": 1.0, "allgather": 1.0, "all_gather_into_tensor": 1.0, "reduce_scatter_base": 1.0,
@@ -54,7 +55,7 @@ def step_of(name: str) -> int:
     return int(name.split(",")[0].split()[1])
 
 
-def collective_s(kind: str, nbytes: int, ranks: tuple, device: Device) -> float:
+def collective_s(kind: str, nbytes: int, ranks: tuple, device: Hardware) -> float:
     """Seconds of one collective of ``kind`` over ``ranks`` moving ``nbytes`` (see the module docstring)."""
     g = len(ranks)
     if g <= 1:
@@ -67,13 +68,13 @@ def collective_s(kind: str, nbytes: int, ranks: tuple, device: Device) -> float:
     return factor * (g - 1) / g * nbytes / bw + (g - 1) * device.latency_s
 
 
-def op_s(flops: int, nbytes: int, fp32: bool, device: Device, efficiency: float = MATMUL_EFFICIENCY) -> float:
+def op_s(flops: int, nbytes: int, fp32: bool, device: Hardware, efficiency: float = MATMUL_EFFICIENCY) -> float:
     """Seconds of one op on ``device``: the slower of its FLOPs and its bytes at their efficiencies."""
-    peak = device.fp32_flops if fp32 else device.bf16_flops
+    peak = device.flops if fp32 else device.bf16_flops
     return max(flops / (peak * efficiency), nbytes / (device.memory_bw * BANDWIDTH_EFFICIENCY))
 
 
-def speed(trace: Trace, device: Device, efficiency: float = MATMUL_EFFICIENCY) -> Speed:
+def speed(trace: Trace, device: Hardware, efficiency: float = MATMUL_EFFICIENCY) -> Speed:
     """The step time of ``trace``'s last complete step on ``device`` (``efficiency``: the matmuls'
     fraction of the tensor-core peak; bench/fullsize.py fits it).
 
