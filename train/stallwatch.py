@@ -15,7 +15,8 @@ start-up, however long, is over by then); a hang before that is left to the proc
 
 A hang is a rank waiting in communication while no rank progresses: rank 0 declares it once a rank
 waits and no rank progressed for ``stall_s``, counted from the later of the last progress and the
-longest wait's start. Every rank outside communication that long (compiling, loading, saving,
+longest wait's start, and every rank then answers what it does (a rank whose watch cannot answer
+within NOTE_WAIT_S holds the GIL: it works, as a compile does, and its progress was not published). Every rank outside communication that long (compiling, loading, saving,
 sleeping between steps) is no hang: rank 0 asks what each does, prints it once as a note
 (``[simcluster] note: ...``) and the job goes on. The signals go through one counter every rank
 reads once a beat (ASK: +1 asks for a note, +DECLARE declares the hang). Declared, every rank
@@ -219,7 +220,10 @@ class Watch(threading.Thread):
         waits = [s[1] for s in states if len(s) > 1 and s[1]]
         now = time.time()
         if waits and now - max(last, min(waits)) >= self.stall_s:
-            idle = now - max(last, min(waits))
+            signal = self.store.add(ASK, 1)  # every rank asked first: one too busy to answer is working
+            if len(self._ask(signal)) < self.world:  # (its watch starved of the GIL, e.g. compiling: progress
+                return signal                        # it could not publish), not waiting: a wait releases the GIL
+            idle = time.time() - max(last, min(waits))
             self.store.set(DUMP, json.dumps({"idle_s": round(idle, 1), "t": now}))
             return self.store.add(ASK, DECLARE)
         if not waits and now - last >= self.stall_s and self.noted != last:
@@ -236,14 +240,19 @@ class Watch(threading.Thread):
         self.answered = question
         self.store.set(f"{PREFIX}doing/{question}/{self.rank}", self._doing())
 
-    def _note(self, question: int, quiet_s: float) -> None:
-        """Rank 0: every rank's answer to question (at most NOTE_WAIT_S), printed as one note."""
+    def _ask(self, question: int) -> dict[int, str]:
+        """Rank 0: every rank's answer to question (what its main thread does), those that came within
+        NOTE_WAIT_S (each rank answers on its next beat)."""
         self._answer(question)
         keys = {r: f"{PREFIX}doing/{question}/{r}" for r in range(self.world)}
         deadline = time.monotonic() + NOTE_WAIT_S
         while time.monotonic() < deadline and not self.store.check(list(keys.values())):
             self.wake.wait(0.2)
-        doing = {r: self.store.get(k).decode() for r, k in keys.items() if self.store.check([k])}
+        return {r: self.store.get(k).decode() for r, k in keys.items() if self.store.check([k])}
+
+    def _note(self, question: int, quiet_s: float) -> None:
+        """Rank 0: every rank's answer to question, printed as one note."""
+        doing = self._ask(question)
         print(f"[simcluster] {quiet_note(doing, self.world, quiet_s, self.stall_s)}", file=sys.stderr, flush=True)
 
     def _top(self) -> str:
