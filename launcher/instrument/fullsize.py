@@ -65,30 +65,34 @@ def _same_tensor_swap(torch) -> None:
     torch.utils.swap_tensors = swap_tensors
 
 
+def _outside(fn):
+    """``fn`` run with the fake mode (and every other dispatch mode) off: its tensors are real."""
+    import functools
+
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _disable_current_modes():
+            return fn(*args, **kwargs)
+    return wrapper
+
+
 def _mesh_outside_fake(torch) -> None:
     """DeviceMesh computes its coordinates with tensor ops (``nonzero``) that FakeTensorMode cannot
     answer: every function of the DeviceMesh class, and init_device_mesh, run with the dispatch modes
     (the fake mode and the recorder) set aside; a mesh holds rank numbers only, no device memory."""
-    import functools
     import inspect
 
     import torch.distributed as dist
     import torch.distributed.device_mesh as dm
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    def outside(fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with _disable_current_modes():
-                return fn(*args, **kwargs)
-        return wrapper
 
     for name, fn in list(vars(dm.DeviceMesh).items()):
         if inspect.isfunction(fn) and (not name.startswith("__") or name in ("__init__", "__getitem__")):
-            setattr(dm.DeviceMesh, name, outside(fn))
+            setattr(dm.DeviceMesh, name, _outside(fn))
         elif isinstance(fn, (staticmethod, classmethod)):
-            setattr(dm.DeviceMesh, name, type(fn)(outside(fn.__func__)))
-    wrapped = outside(dm.init_device_mesh)
+            setattr(dm.DeviceMesh, name, type(fn)(_outside(fn.__func__)))
+    wrapped = _outside(dm.init_device_mesh)
     both = (dm.init_device_mesh, getattr(dm.init_device_mesh, "__simulated__", None))
     for mod in list(sys.modules.values()):  # modules that imported the function by name already
         if getattr(mod, "init_device_mesh", None) in both:
@@ -98,18 +102,7 @@ def _mesh_outside_fake(torch) -> None:
 def _host_data_real(torch) -> None:
     """torch.frombuffer and torch.from_numpy make host tensors of data the program read (a batch's
     bytes): made outside the fake mode, they hold their values (host memory, not the device's)."""
-    import functools
-
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    def real(fn):
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with _disable_current_modes():
-                return fn(*args, **kwargs)
-        return wrapper
-
-    torch.frombuffer, torch.from_numpy = real(torch.frombuffer), real(torch.from_numpy)
+    torch.frombuffer, torch.from_numpy = _outside(torch.frombuffer), _outside(torch.from_numpy)
 
 
 def _no_fake_saves(torch) -> None:
