@@ -30,7 +30,7 @@ def measure(entries: int, dump: bool) -> dict[str, float]:
     import torch
     import torch.distributed as dist
 
-    from simcluster.train import commrecord
+    from simcluster.train import commrecord, commstate
     from simcluster.train.flightrec import diagnose_folder, write_dump
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -44,7 +44,7 @@ def measure(entries: int, dump: bool) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         env = {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": f"{tmp}/nccl_trace_rank_"} if dump else {}
         c0, w0 = _clock()
-        path = write_dump(0, commrecord.group_table(), env)
+        path = write_dump(0, commstate.group_table(), env)
         c1, w1 = _clock()
         record.snapshot()
         c2, w2 = _clock()

@@ -65,7 +65,7 @@ def micro(n: int = 20000) -> dict[str, float]:
     import torch
     import torch.distributed as dist
 
-    from simcluster.train import commrecord
+    from simcluster.train import commrecord, commstate
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29561")
@@ -80,7 +80,7 @@ def micro(n: int = 20000) -> dict[str, float]:
     enter = (time.perf_counter() - t0) / n * 1e6
     t0 = time.perf_counter()
     for _ in range(200):
-        commrecord.fr_completed()
+        commstate.fr_status()
     status = (time.perf_counter() - t0) / 200 * 1e6
     t0 = time.perf_counter()
     for _ in range(5):

@@ -36,7 +36,7 @@ BOOT = ROOT / "launcher" / "instrument" / "boot"
 SHARED = "ranks 0, 2, 3 wait in all_reduce #3 of group [0, 1, 2, 3] (hang.py:64); rank 1 never entered it, it "
 OTHER_JOB = """
 import torch, torch.distributed as dist
-from simcluster.train.commrecord import group_table
+from simcluster.train.commstate import group_table
 from simcluster.train.flightrec import write_dump
 dist.init_process_group("gloo")
 x = torch.ones(2)

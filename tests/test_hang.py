@@ -205,7 +205,7 @@ def test_the_watch_declares_a_hang_only_while_a_rank_waits_in_communication(stat
 
 
 def test_a_compile_under_way_is_told_from_compiled_code_running():
-    from simcluster.train.commrecord import compiling
+    from simcluster.train.commstate import compiling
 
     def frame_of(path: str):
         scope: dict = {}
@@ -294,3 +294,35 @@ def test_the_record_skips_the_folders_named_to_it_and_spells_no_launcher_path(tm
     commrecord.skip_frames_under(str(tmp_path / "wrap") + "/")  # idempotent
     assert commrecord._SKIPPED == [str(tmp_path / "wrap") + os.sep]
     assert commrecord.foreign(str(wrapper)) and not commrecord.foreign(str(user))  # a prefix of a folder, not a name
+
+
+def test_every_rank_inside_one_collective_with_its_whole_group_is_no_hang():
+    """512 ranks all inside all-reduce #3 of the world (a slow gloo collective at load 1,200) were declared
+    a hang; now the watch's rule (train/stallstate.py) finds the collective under way. A rank in a
+    send/recv, or a member of the group not inside, still makes it a hang."""
+    from simcluster.train.stallstate import RankState, beat_s, parse, under_way
+
+    inside = [RankState(10.0, 12.0, (("0", 3, 4),)) for _ in range(4)]
+    assert under_way(inside) == ("0", 3, 4)
+    assert [parse(s.text()) for s in inside] == inside
+    assert under_way(inside[:3] + [RankState(11.0)]) is None  # one member never entered it
+    assert under_way(inside[:3] + [RankState(11.0, 12.0, (("0", 3, 4), ("p2p", 0, 0)))]) is None  # one in a recv too
+    assert under_way(inside[:3] + [RankState(11.0, 12.0, (("0", 2, 4),))]) is None  # one a collective behind
+    two_groups = [RankState(1.0, 2.0, (("1", 5, 2),))] * 2 + [RankState(1.0, 2.0, (("2", 7, 2),))] * 2
+    assert under_way(two_groups) == ("1", 5, 2)
+    assert parse("5.0 7.5") == RankState(5.0, 7.5)  # the older form
+    assert (beat_s(8, 60), beat_s(512, 60), beat_s(512, 10), beat_s(4096, 60)) == (1.0, 8.0, 2.0, 12.0)
+
+
+def test_a_diagnosis_of_many_ranks_is_written_in_spans():
+    """At 512 ranks the diagnosis listed the world group's 512 ranks once per rank (1.2 MB on one
+    line); ranks doing the same are joined and long lists written as spans."""
+    from simcluster.core.hang_diagnosis import diagnose, spans
+
+    group = list(range(512))
+    records = {r: {"step": 2, "top": "clip.py:59 (clip)", "collectives": [
+        {"op": "all_reduce", "seq": 3, "group": group, "state": "entered", "where": "clip.py:59", "t": 1.0}]}
+        for r in group}
+    lines = diagnose(records, 512, 76)
+    assert lines == ["HANG at step 3 after 76 s: ranks 0-511 wait in all_reduce #3 of group [0-511] (clip.py:59)"]
+    assert spans([0, 1, 2, 3, 4, 5, 6, 7, 9]) == "0-7, 9" and spans([5, 1, 3]) == "1, 3, 5"

@@ -29,6 +29,8 @@ import sys
 import threading
 import time
 
+from simcluster.train import commstate
+
 KEEP = 24  # entries kept per group (collectives) and in all (p2p) in a snapshot: the hang is at the end
 _TORCH_DIR: str | None = None
 _STDLIB = os.path.dirname(os.__file__)
@@ -158,7 +160,7 @@ class Record:
         (collectives: the last KEEP of each group from Flight Recorder, each {"group", "seq", "op",
         "shapes", "dtypes", "where", "state"})."""
         self.poll()
-        groups = group_table()
+        groups = commstate.group_table()
         colls = collectives(flight_recorder(), groups)
         with self.lock:
             p2p = [dict(x) for x in self.p2p][-KEEP:]
@@ -203,52 +205,6 @@ def flight_recorder(stacks: bool = True) -> list[dict]:
         return []
 
 
-def fr_completed() -> int:
-    """Collectives Flight Recorder saw completed, summed over groups (the stall clock's progress)."""
-    return fr_status()[0]
-
-
-def fr_status() -> tuple[int, int]:
-    """(collectives completed, collectives enqueued and not completed), summed over this process's
-    groups, from Flight Recorder's per-group counters (``pg_status``: last enqueued and last completed
-    sequence numbers; one read without entries or stacks); (0, 0) when it is off or unreadable."""
-    try:
-        import pickle
-
-        import torch._C._distributed_c10d as c10d
-
-        status = pickle.loads(c10d._dump_fr_trace(includeCollectives=False, includeStackTraces=False)).get("pg_status", {})
-        done = [int(s.get("last_completed_collective", 0)) for s in status.values()]
-        queued = [int(s.get("last_enqueued_collective", 0)) for s in status.values()]
-        return sum(done), sum(max(q - d, 0) for q, d in zip(queued, done))
-    except Exception:  # noqa: BLE001
-        return 0, 0
-
-
-def group_table() -> dict[str, list[int]]:
-    """Each process group's name (Flight Recorder's) -> its global ranks."""
-    try:
-        import torch.distributed.distributed_c10d as c10d
-
-        return {str(name): sorted(c10d._world.pg_group_ranks.get(pg, {}).keys()) or list(range(c10d.get_world_size()))
-                for pg, name in c10d._world.pg_names.items()}
-    except Exception:  # noqa: BLE001
-        return {}
-
-
-COMPILING = (os.sep + os.path.join("_dynamo", "convert_frame.py"), os.sep + os.path.join("_inductor", "compile_fx.py"))
-
-
-def compiling(frame) -> bool:
-    """Whether a thread whose innermost frame is ``frame`` is inside a torch.compile: a frame of
-    dynamo's frame conversion or inductor's compile_fx (a compiled graph running has neither)."""
-    while frame is not None:
-        if frame.f_code.co_filename.endswith(COMPILING):
-            return True
-        frame = frame.f_back
-    return False
-
-
 def _peer_and_group(known: dict, peer, group, group_peer) -> tuple:
     """(the global peer, the group's global ranks) of a point-to-point call; known caches each group's ranks."""
     import torch.distributed as dist
@@ -257,7 +213,7 @@ def _peer_and_group(known: dict, peer, group, group_peer) -> tuple:
     g = group if group is not None else c10d._get_default_group()
     ranks = known.get(g)
     if ranks is None:
-        ranks = known[g] = group_table().get(c10d._world.pg_names.get(g, ""), [])
+        ranks = known[g] = commstate.group_table().get(c10d._world.pg_names.get(g, ""), [])
     if peer is None and group_peer is not None:
         peer = dist.get_global_rank(g, group_peer)
     return peer, ranks

@@ -32,7 +32,6 @@ its store client is closed before the interpreter's teardown; its last word is t
 from __future__ import annotations
 
 import atexit
-import faulthandler
 import json
 import os
 import sys
@@ -40,20 +39,21 @@ import threading
 import time
 from datetime import timedelta
 
-from simcluster.core.hang import EXIT_HANG, HANG_FILE, STACKS_DIR, stall_limit
-from simcluster.train import commrecord
-from simcluster.core.hang_diagnosis import diagnose, quiet_note
-from simcluster.train.flightrec import write_dump
+from simcluster.core.hang import EXIT_HANG, stall_limit
+from simcluster.train import commrecord, commstate
+from simcluster.train.stallstate import RankState, beat_s, parse, under_way
+from simcluster.core.hang_diagnosis import quiet_note, slow_note
+from simcluster.train.stalldump import hang_doc, write_hang, write_stacks
 
 PREFIX = "simcluster/stall/"
 DUMP, EXIT, DUMPED = PREFIX + "dump", PREFIX + "exit", PREFIX + "dumped"
 GRACE_S = 30.0  # with the watch on, the trainer's process-group timeout is at least stall_s + this
 COLLECT_S = 20.0  # rank 0 waits this long at most for every rank's record (the first snapshot symbolizes up to 2000 Flight Recorder stacks: about 1.4 s of CPU per rank)
-POLL_S = 1.0
+POLL_S = 1.0  # the watch's period up to 64 ranks (train/stallstate.py beat_s: longer beyond)
 EXIT_LAG_S = 1.5  # rank 0 exits this long after EXIT is set (the others poll for it every 0.2 s)
 ASK = PREFIX + "ask"  # the signal counter every rank reads once a beat (see the module's docstring)
 DECLARE = 1 << 40  # added to ASK when the hang is declared (notes add 1)
-NOTE_WAIT_S = 3.0  # rank 0 waits this long at most for every rank's answer to a note's question
+NOTE_WAIT_S = 3.0  # rank 0 waits this long (plus two beats) at most for every rank's answer to a note's question
 
 STEPS = [0]  # steps this process ended (note_step)
 WATCH: "Watch | None" = None
@@ -136,6 +136,7 @@ class Watch(threading.Thread):
         self.wake = threading.Event()  # set by stop(): the watch's waits end at once
         self.store = None
         self.world = 1
+        self.beat = POLL_S  # s, set from the world's size once connected
         self.fingerprint = None
         self.last_t = self.wait_since = 0.0  # UNIX times: the last progress (0: none yet), the wait's start (0: none)
         self.published: tuple | None = None
@@ -150,6 +151,7 @@ class Watch(threading.Thread):
         if not dist.is_initialized():
             return False
         self.world = dist.get_world_size()
+        self.beat = beat_s(self.world, self.stall_s)
         store = c10d._get_default_store()
         while hasattr(store, "underlying_store"):
             store = store.underlying_store
@@ -179,7 +181,7 @@ class Watch(threading.Thread):
                 return
             while not self.finished:
                 self._beat()
-                self.wake.wait(POLL_S)
+                self.wake.wait(self.beat)
             if not self.declared and self.last_t:  # a rank that leaves waits no more
                 self.store.set(f"{PREFIX}progress/{self.rank}", f"{time.time()!r} 0.0")
         except Exception as e:  # noqa: BLE001 - the watch never stops the rank; a store gone ends it
@@ -191,17 +193,19 @@ class Watch(threading.Thread):
     def _beat(self) -> None:
         now = time.time()
         record = commrecord.RECORD
-        completed, queued = commrecord.fr_status()
+        completed, pending = commstate.fr_status()
         progress = (STEPS[0], record.poll() if record else 0, completed)
         if progress != self.fingerprint and any(progress):  # from its first completed call or step on
             self.fingerprint, self.last_t = progress, now
-        elif self.last_t and commrecord.compiling(sys._current_frames().get(self.main.ident)):
+        elif self.last_t and commstate.compiling(sys._current_frames().get(self.main.ident)):
             self.last_t = now
-        waiting = queued > 0 or bool(record and record.open > 0)
-        self.wait_since = (self.wait_since or now) if waiting else 0.0
-        if self.last_t and (self.last_t, self.wait_since) != self.published:
-            self.published = (self.last_t, self.wait_since)
-            self.store.set(f"{PREFIX}progress/{self.rank}", f"{self.last_t!r} {self.wait_since!r}")
+        if record and record.open > 0:
+            pending = [*pending, ("p2p", 0, 0)]  # a send/recv under way: never a collective's member
+        self.wait_since = (self.wait_since or now) if pending else 0.0
+        state = RankState(self.last_t, self.wait_since, tuple(pending))
+        if self.last_t and state != self.published:
+            self.published = state
+            self.store.set(f"{PREFIX}progress/{self.rank}", state.text())
         signal = self.store.add(ASK, 0)
         if self.rank == 0 and signal < DECLARE:
             signal = self._watch(signal)
@@ -215,10 +219,16 @@ class Watch(threading.Thread):
         keys = [f"{PREFIX}progress/{r}" for r in range(self.world)]
         if not self.store.check(keys):
             return signal
-        states = [tuple(float(x) for x in v.decode().split()) for v in self.store.multi_get(keys)]
-        last = max(s[0] for s in states)
-        waits = [s[1] for s in states if len(s) > 1 and s[1]]
+        states = [parse(v.decode()) for v in self.store.multi_get(keys)]
+        last = max(s.last_t for s in states)
+        waits = [s.wait_since for s in states if s.wait_since]
         now = time.time()
+        if waits and now - max(last, min(waits)) >= self.stall_s and (call := under_way(states)):
+            if self.noted != last:  # every waiting rank is inside a collective with all its group: slow, not hung
+                self.noted = last
+                print(f"[simcluster] note: {slow_note(call, now - max(last, min(waits)), self.stall_s)}",
+                      file=sys.stderr, flush=True)
+            return signal
         if waits and now - max(last, min(waits)) >= self.stall_s:
             signal = self.store.add(ASK, 1)  # every rank asked first: one too busy to answer is working
             if len(self._ask(signal)) < self.world:  # (its watch starved of the GIL, e.g. compiling: progress
@@ -234,7 +244,7 @@ class Watch(threading.Thread):
 
     def _doing(self) -> str:
         frame = sys._current_frames().get(self.main.ident)
-        return ("compiling (torch.compile) " if commrecord.compiling(frame) else "") + "at " + self._top()
+        return ("compiling (torch.compile) " if commstate.compiling(frame) else "") + "at " + self._top()
 
     def _answer(self, question: int) -> None:
         self.answered = question
@@ -245,7 +255,7 @@ class Watch(threading.Thread):
         NOTE_WAIT_S (each rank answers on its next beat)."""
         self._answer(question)
         keys = {r: f"{PREFIX}doing/{question}/{r}" for r in range(self.world)}
-        deadline = time.monotonic() + NOTE_WAIT_S
+        deadline = time.monotonic() + NOTE_WAIT_S + 2 * self.beat
         while time.monotonic() < deadline and not self.store.check(list(keys.values())):
             self.wake.wait(0.2)
         return {r: self.store.get(k).decode() for r, k in keys.items() if self.store.check([k])}
@@ -264,21 +274,7 @@ class Watch(threading.Thread):
         if not hasattr(sys.excepthook, "__wrapped__"):
             sys.excepthook = _hook(sys.excepthook)  # forked ranks: train/forked_rank.py asks declared()
         trigger = json.loads(self.store.get(DUMP).decode())
-        folder = os.path.join(self.out_dir, STACKS_DIR)
-        try:
-            os.makedirs(folder, exist_ok=True)
-            with open(os.path.join(folder, f"rank-{self.rank}.txt"), "w", encoding="utf-8") as fh:
-                fh.write(f"rank {self.rank} pid {os.getpid()}: every thread's Python stack at the stall "
-                         f"({trigger['idle_s']} s without progress on any rank)\n")
-                fh.flush()
-                faulthandler.dump_traceback(fh, all_threads=True)
-        except OSError:
-            pass
-        try:  # the Flight Recorder's dump, as NCCL's watchdog writes it on a timeout (train/flightrec.py)
-            write_dump(self.rank, commrecord.group_table())
-        except Exception as e:  # noqa: BLE001 - the watch never stops the rank
-            print(f"[simcluster] rank {self.rank}: no Flight Recorder dump: {type(e).__name__}: {e}", file=sys.stderr,
-                  flush=True)
+        write_stacks(self.out_dir, self.rank, trigger["idle_s"])
         record = commrecord.RECORD.snapshot() if commrecord.RECORD else {"rank": self.rank}
         record.update(step=STEPS[0], top=self._top(), pid=os.getpid())
         self.store.set(f"{PREFIX}record/{self.rank}", json.dumps(record))
@@ -286,13 +282,13 @@ class Watch(threading.Thread):
         if self.rank == 0:
             self._conclude(trigger)
             time.sleep(EXIT_LAG_S)  # the others leave first: none sees its peer's socket close and raises
-        deadline = time.monotonic() + COLLECT_S + 15
+        deadline = time.monotonic() + COLLECT_S + 2 * self.beat + 15
         while time.monotonic() < deadline and not self.store.check([EXIT]):
             time.sleep(0.2)
         exit_as_hang()
 
     def _conclude(self, trigger: dict) -> None:
-        deadline = time.monotonic() + COLLECT_S
+        deadline = time.monotonic() + COLLECT_S + 2 * self.beat  # every rank sees the signal within a beat
         while time.monotonic() < deadline and self.store.add(DUMPED, 0) < self.world:
             time.sleep(0.2)
         records = {}
@@ -300,17 +296,5 @@ class Watch(threading.Thread):
             key = f"{PREFIX}record/{r}"
             if self.store.check([key]):
                 records[r] = json.loads(self.store.get(key).decode())
-        lines = diagnose(records, self.world, trigger["idle_s"])
-        doc = {"stall_s": self.stall_s, "idle_s": trigger["idle_s"], "time": trigger["t"], "world_size": self.world,
-               "diagnosis": lines, "missing": sorted(set(range(self.world)) - set(records)),
-               "records": {str(r): v for r, v in sorted(records.items())}}
-        path = os.path.join(self.out_dir, HANG_FILE)
-        try:
-            with open(path + ".tmp", "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=1)
-            os.replace(path + ".tmp", path)
-        except OSError as e:
-            print(f"[simcluster] could not write {path}: {e}", file=sys.stderr, flush=True)
-        for line in lines:
-            print(f"[simcluster] {line}", file=sys.stderr, flush=True)
+        write_hang(self.out_dir, hang_doc(records, self.world, self.stall_s, trigger))
         self.store.set(EXIT, "1")

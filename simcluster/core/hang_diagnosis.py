@@ -27,9 +27,40 @@ from __future__ import annotations
 import re
 
 
+SPAN_OVER = 8  # a list of more ranks than this is written as spans: 0-255, 512-767
+
+
+def spans(rs) -> str:
+    """Ranks as a person reads them: ``0, 2, 3`` (at most SPAN_OVER), else runs of consecutive ranks
+    joined, ``0-255, 512-767``."""
+    rs = sorted(int(r) for r in rs)
+    if len(rs) <= SPAN_OVER:
+        return ", ".join(map(str, rs))
+    runs: list[list[int]] = []
+    for r in rs:
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ", ".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
+
+
 def _ranks(rs) -> str:
-    rs = sorted(rs)
-    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(map(str, rs))
+    rs = list(rs)
+    return ("rank " if len(rs) == 1 else "ranks ") + spans(rs)
+
+
+def _plural(text: str) -> str:
+    """``waits in ...`` said of several ranks: ``wait in ...``."""
+    return "wait " + text[6:] if text.startswith("waits ") else "are " + text[3:] if text.startswith("is ") else text
+
+
+def _alike(pairs) -> str:
+    """``rank R text`` per (rank, text), ranks with the same text joined: ``ranks 0-511 wait in ...``."""
+    groups: dict[str, list[int]] = {}
+    for r, text in pairs:
+        groups.setdefault(text, []).append(int(r))
+    return "; ".join(f"{_ranks(rs)} {text if len(rs) == 1 else _plural(text)}" for text, rs in groups.items())
 
 
 def _shape(e: dict) -> str:
@@ -40,7 +71,7 @@ def _shape(e: dict) -> str:
 
 
 def _coll(e: dict) -> str:
-    return f"{e['op']} #{e['seq']} of group {e['group']}"
+    return f"{e['op']} #{e['seq']} of group [{spans(e['group'])}]"
 
 
 def _p2p(e: dict) -> str:
@@ -99,7 +130,7 @@ def _mismatch(records: dict) -> str | None:
             sides = [f"{_ranks(rs)} {'runs' if len(rs) == 1 else 'run'} {' '.join(filter(None, (op, shape)))} "
                      f"({by_rank[rs[0]].get('where', '?')})"
                      for (op, shape), rs in sorted(kinds.items(), key=lambda x: min(x[1]))]
-            return f"MISMATCH in collective #{seq} of group {list(group)}: " + "; ".join(sides)
+            return f"MISMATCH in collective #{seq} of group [{spans(group)}]: " + "; ".join(sides)
     return None
 
 
@@ -178,13 +209,12 @@ def disagreement(records: dict, world_size: int, silent: str = SILENT) -> list[s
         busy = [r for r in sorted(records) if not pending(records[r])]
         if busy and len(busy) < len(records):
             waits = [r for r in sorted(records) if r not in busy]
-            found = (f"{_ranks(waits)} {doing(records[waits[0]])}; "
-                     + "; ".join(f"{_ranks([r])} {doing(records[r])}" for r in busy))
+            found = _alike([(r, doing(records[waits[0]])) for r in waits] + [(r, doing(records[r])) for r in busy])
         elif busy:
-            found = "no rank waits in a call: " + "; ".join(f"{_ranks([r])} at {records[r]['top']}" if "top" in records[r]
-                                                             else f"{_ranks([r])} {doing(records[r])}" for r in busy)
+            found = "no rank waits in a call: " + _alike((r, f"at {records[r]['top']}" if "top" in records[r]
+                                                          else doing(records[r])) for r in busy)
         else:
-            found = "; ".join(f"{_ranks([r])} {doing(records[r])}" for r in sorted(records))
+            found = _alike((r, doing(records[r])) for r in sorted(records))
     lines.append(found)
     missing = sorted(set(range(world_size)) - set(records))
     if missing:
@@ -196,16 +226,24 @@ def quiet_note(doing: dict, world_size: int, quiet_s: float, stall_s: float) -> 
     """The note of a quiet spell that is no hang: no rank progressed for quiet_s seconds (at least the
     watch's stall_s) and none waits in communication. doing: global rank -> what it does (``at x.py:9
     (f)``, ``compiling (torch.compile) at ...``); ranks doing the same are joined."""
-    groups: dict[str, list[int]] = {}
-    for r, text in sorted(doing.items()):
-        groups.setdefault(text, []).append(int(r))
-    parts = [f"{_ranks(rs)} {text}" for text, rs in groups.items()]
+    parts = [_alike(sorted((int(r), text) for r, text in doing.items()))]
     silent = sorted(set(range(world_size)) - {int(r) for r in doing})
     if silent:
         parts.append(f"{_ranks(silent)} did not answer")
     return (f"note: no rank progressed for {quiet_s:.0f} s and none waits in a collective or a send/recv, so this "
             f"is no hang (--stall-s {stall_s:g} ends a job only while a rank waits in communication); the job goes "
             f"on: " + "; ".join(parts))
+
+
+def slow_note(call: tuple[str, int, int], quiet_s: float, stall_s: float) -> str:
+    """The note of a slow collective that is no hang: every waiting rank has been inside collective
+    ``call`` (group name, sequence number, group size; train/stallstate.py ``under_way``) with every
+    rank of its group for quiet_s seconds, none progressing."""
+    group, seq, size = call
+    return (f"no rank progressed for {quiet_s:.0f} s, and every rank that waits is inside collective #{seq} of "
+            f"group {group} together with all {size} ranks of its group: the backend is working on it (a slow "
+            f"collective on a loaded machine), so this is no hang (--stall-s {stall_s:g} ends a job only while a "
+            f"rank waits for a peer that is elsewhere); the process group's timeout ends it if it never completes")
 
 
 _FP = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(SequenceNumber=(\d+), OpType=(\w+), "
