@@ -62,7 +62,7 @@ def test_node_wrapper_helpers(tmp_path):
                               join_timeout_s=300.0)
     cmd = torchrun_command(args, "node-1", ["--mesh", "2x2x2"])
     for part in ("--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
-                 "--rdzv-endpoint=rendezvous:29400", "--rdzv-conf=is_host=false,join_timeout=360", "--rdzv-id=r",
+                 "--rdzv-endpoint=rendezvous:29400", "--rdzv-conf=is_host=false,heartbeat_timeout=60,join_timeout=360", "--rdzv-id=r",
                  "--local-addr=node-1", "--tee=3"):
         assert part in cmd
     assert cmd[-4:] == ["-m", "train", "--mesh", "2x2x2"]

@@ -92,6 +92,12 @@ def instrument_env(env: dict) -> None:
     env[RANK_HOOK] = f"{boot.__module__}:{boot.__name__}"  # a forked rank runs it as sitecustomize would
 
 
+# torch's agent sends the rendezvous a keep-alive every 5 s and warns when one takes over its heartbeat timeout
+# (torch's default 5 s): at 512 ranks on 2 cores the store takes longer (load 1,200) and every node warned,
+# though nothing was lost (the rendezvous's own liveness is the node's heartbeat, launcher/container/rendezvous.py)
+HEARTBEAT_TIMEOUT_S = 60
+
+
 def torchrun_command(args: argparse.Namespace, node_name: str, train_argv: list[str]) -> list[str]:
     """The torchrun command line of this node."""
     if getattr(args, "torchrun", False):  # stock torchrun: every rank a fresh interpreter
@@ -110,7 +116,8 @@ def torchrun_args(args: argparse.Namespace, node_name: str, train_argv: list[str
         out.append(f"--node-rank={args.node_rank}")
     if args.rdzv_backend == "c10d":
         join = getattr(args, "join_timeout_s", None)
-        conf = "is_host=false" + (f",join_timeout={int(join) + 60}" if join else "")  # our verdict comes first
+        conf = f"is_host=false,heartbeat_timeout={HEARTBEAT_TIMEOUT_S}"
+        conf += f",join_timeout={int(join) + 60}" if join else ""  # our join verdict comes first
         out += [f"--rdzv-conf={conf}", f"--local-addr={node_name}"]
     else:  # static: the endpoint is the master address; node 0 "hosts" (idle), all use the rendezvous store
         host, _, port = args.rdzv_endpoint.rpartition(":")
