@@ -4,30 +4,24 @@ record collected, the diagnosis written, the job ended.
     python -c "from simcluster.train.stallwatch import GRACE_S, POLL_S; print(GRACE_S, POLL_S)"
 
 Each rank of a job (the built-in trainer, train/trainer.py; your code, through the instruments,
-launcher/instrument/rank.py) starts one daemon thread, ``Watch``. Once the default process group
-exists it opens its own client of the group's store (a blocking store call of the rank never holds
-it) and every second publishes when the rank last made progress (a collective completed: Flight
-Recorder's count; a send/recv completed: train/commrecord.py; a step ended: ``note_step``; a
-torch.compile under way: commrecord.compiling) and since when it waits in communication (a
-collective enqueued and not completed, a send/recv entered and not completed). A rank publishes
-from its first completed call or step on, so the clock starts once every rank has completed one (a
-start-up, however long, is over by then); a hang before that is left to the process group's timeout.
+launcher/instrument/rank.py) starts one daemon thread, ``Watch``, with its own client of the default
+group's store. Once a beat (train/stallstate.py ``beat_s``: 1 s up to 64 ranks) it publishes when
+the rank last progressed (a collective completed, a send/recv completed, a step ended, a
+torch.compile under way) and since when it waits in communication, with the collectives under way
+(train/commstate.py); from its first completed call or step on (a start-up is left to the group's timeout).
 
-A hang is a rank waiting in communication while no rank progresses: rank 0 declares it once a rank
-waits and no rank progressed for ``stall_s``, counted from the later of the last progress and the
-longest wait's start, and every rank then answers what it does (a rank whose watch cannot answer
-within NOTE_WAIT_S holds the GIL: it works, as a compile does, and its progress was not published). Every rank outside communication that long (compiling, loading, saving,
-sleeping between steps) is no hang: rank 0 asks what each does, prints it once as a note
-(``[simcluster] note: ...``) and the job goes on. The signals go through one counter every rank
-reads once a beat (ASK: +1 asks for a note, +DECLARE declares the hang). Declared, every rank
-writes ``RUN_DIR/stacks/rank-N.txt`` (faulthandler), its Flight Recorder dump where the
-environment names one (train/flightrec.py: as NCCL's watchdog would on a timeout), and publishes its record
-(commrecord.Record.snapshot, its step, its main thread's top frame); rank 0 waits for them (at most
-COLLECT_S), writes ``RUN_DIR/hang.json`` (simcluster/core/hang_diagnosis.py's diagnosis and every record),
-prints the diagnosis, sets EXIT, and every rank exits EXIT_HANG (4); an error a rank's main thread
-meets after that (a peer left first) ends it with EXIT_HANG too, quietly (``declared``).
-``destroy_process_group`` (or the interpreter's exit) stops the watch and waits for its thread, so
-its store client is closed before the interpreter's teardown; its last word is that it waits no more.
+A hang is a rank waiting in communication while no rank progresses for ``stall_s`` (from the later
+of the last progress and the longest wait's start), unless every waiting rank is inside one
+collective with all of its group (under way: a note, not a hang). Before declaring, rank 0 asks
+every rank what it does; a rank that cannot answer within NOTE_WAIT_S and two beats holds the GIL
+(it works, as a compile does). Every rank outside communication that long (compiling, loading,
+saving, sleeping) gets one note, ``[simcluster] note: ...``, and the job goes on. The signals go
+through one counter every rank reads once a beat (ASK: +1 asks, +DECLARE declares). Declared,
+every rank leaves its stacks and Flight Recorder dump (train/stalldump.py) and publishes its record;
+rank 0 collects them (at most COLLECT_S and two beats), writes hang.json with the diagnosis, sets
+EXIT, and every rank exits EXIT_HANG (4); an error its main thread meets after that (a peer left
+first) ends it with EXIT_HANG too, quietly (``declared``). ``destroy_process_group`` (or the
+interpreter's exit) stops the watch and joins its thread before the interpreter's teardown.
 """
 from __future__ import annotations
 
@@ -43,6 +37,7 @@ from simcluster.core.hang import EXIT_HANG, stall_limit
 from simcluster.train import commrecord, commstate
 from simcluster.train.stallstate import RankState, beat_s, parse, under_way
 from simcluster.core.hang_diagnosis import quiet_note, slow_note
+from simcluster.train.runtime import name_thread
 from simcluster.train.stalldump import hang_doc, write_hang, write_stacks
 
 PREFIX = "simcluster/stall/"
@@ -53,6 +48,7 @@ POLL_S = 1.0  # the watch's period up to 64 ranks (train/stallstate.py beat_s: l
 EXIT_LAG_S = 1.5  # rank 0 exits this long after EXIT is set (the others poll for it every 0.2 s)
 ASK = PREFIX + "ask"  # the signal counter every rank reads once a beat (see the module's docstring)
 DECLARE = 1 << 40  # added to ASK when the hang is declared (notes add 1)
+THREAD_NAME = "sc-stallwatch"  # its OS thread's name (/proc/PID/task/TID/comm; bench/rank_cost.py)
 NOTE_WAIT_S = 3.0  # rank 0 waits this long (plus two beats) at most for every rank's answer to a note's question
 
 STEPS = [0]  # steps this process ended (note_step)
@@ -171,6 +167,7 @@ class Watch(threading.Thread):
             self.join(timeout_s)
 
     def run(self) -> None:
+        name_thread(THREAD_NAME)
         try:
             while self.store is None:
                 if self.finished or not self._connect():
