@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
 from simcluster.launcher.job.checks import out_problem
@@ -35,6 +34,7 @@ from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.job.files import ROOT, container_user, repo_path, write_atomic
 from simcluster.launcher.container.layout import IMAGE_USER
 from simcluster.launcher.parser import build_parser as _build_parser
+from simcluster.launcher.parser_hints import fix_negative_values, unknown_hint
 from simcluster.launcher.job.options import resolve, split_job_argv
 from simcluster.launcher.job.request import cli_values, request_from_cli
 from simcluster.core.errors import ConfigError
@@ -71,20 +71,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
         write_atomic(out, text)
         print(os.path.relpath(out) if not repo_path(out).startswith("/") else out)
     return 0
-
-
-def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -> list[str]:
-    """``--mesh -1x2x2`` -> ``--mesh=-1x2x2`` so argparse passes it on (to fail in parse_mesh)."""
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        if argv[i] in flags and i + 1 < len(argv) and re.match(r"-\d", argv[i + 1]):
-            out.append(f"{argv[i]}={argv[i + 1]}")
-            i += 2
-        else:
-            out.append(argv[i])
-            i += 1
-    return out
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -251,46 +237,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return _build_parser(__doc__, only)
 
 
-def _unknown_hint(parser: argparse.ArgumentParser, command: str, unknown: list[str], yours: bool) -> str:
-    """What an unrecognized argument is: an option of another command (named), close to one of this
-    command's (did you mean), else, for a job of your code, your code's argument (after --). A flag of
-    the launcher is never handed to your code as the fix."""
-    import difflib
-
-    from simcluster.launcher.job.fields import flag
-    from simcluster.launcher.job.sections import TrainerOptions, specs
-
-    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-    own = [f for f in subs[command]._option_string_actions if f.startswith("--")]
-    trainer = {flag(name) for name in specs(TrainerOptions)}  # your code may take these: after --
-    hints, loose, value_of_refused = [], [], False
-    for arg in unknown:
-        name = arg.split("=")[0]
-        if not name.startswith("-"):
-            if not value_of_refused:
-                loose.append(arg)
-            value_of_refused = False
-            continue
-        value_of_refused = "=" not in arg
-        others = sorted((c for c, p in subs.items() if c != command and name in p._option_string_actions),
-                        key=lambda c: c != "up")
-        close = difflib.get_close_matches(name, own, n=2, cutoff=0.75)
-        if others and not (yours and name in trainer):
-            hints.append(f"{name}: an option of `{others[0]}` that {command} does not take (its options: "
-                         f"python -m launcher {command} --help)")
-        elif close:
-            hints.append(f"{name}: no option of {command}; did you mean {' or '.join(close)}?")
-        else:
-            loose.append(arg)
-            value_of_refused = False
-    if loose and yours:
-        hints.append(f"{'compare takes no trainer options: ' if command == 'compare' else ''}your code's arguments "
-                     f"go after --, e.g. ... -- {' '.join(loose)}")
-    elif loose:
-        hints.append(f"its options: python -m launcher {command} --help")
-    return "; " + "; ".join(hints)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run its command; the exit code (2: bad options, ConfigError's
     message on stderr; argparse's own usage errors exit 2 through SystemExit)."""
@@ -301,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
         yours = bool(getattr(args, "script", None) or getattr(args, "module", None))
-        hint = _unknown_hint(build_parser(), args.command, unknown, yours)  # every command's flags: the error path only
+        hint = unknown_hint(build_parser(), args.command, unknown, yours)  # every command's flags: the error path only
         sub.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")  # the command's own usage line
     args.job_argv = job_argv
     try:
