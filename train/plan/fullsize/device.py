@@ -13,6 +13,10 @@ Sources (each figure's own):
   made; outside torch's reserved figure.
 - cuBLAS workspace: torch's default on Hopper, ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` = 32 MiB
   (torch/csrc/cuda/CublasHandlePool.cpp), allocated through the caching allocator: in reserved.
+- launch queue: a CPU that runs ahead of its GPU blocks once about 1,000 kernels are pending on a
+  stream (measured: Stack Overflow question 53970187, "CUDA stream is blocked when launching many
+  kernels (>1000)"; NVIDIA documents no figure): LAUNCH_QUEUE, an assumption, how far the program's
+  frees run ahead of the GPU (memory.py's record_streams).
 - kernel efficiency: the fraction of the datasheet's dense tensor-core peak a matmul reaches, and
   of the memory bandwidth an elementwise op reaches. MATMUL_EFFICIENCY is the one constant fitted
   (bench/fullsize.py), on torchtitan's Llama 3.1 8B FSDP row of its H100 benchmark only (5,762 tokens/s
@@ -27,6 +31,7 @@ MiB = 1 << 20
 CUDA_CONTEXT = 500 * MiB
 NCCL_PER_GROUP = 2 * 32 * 4 * MiB
 CUBLAS_WORKSPACE = 32 * MiB
+LAUNCH_QUEUE = 1000
 MATMUL_EFFICIENCY = 0.50
 BANDWIDTH_EFFICIENCY = 0.7
 NEEDS = ("bf16_flops", "flops", "memory", "memory_bw", "intra_bw", "inter_bw", "ranks_per_node")
