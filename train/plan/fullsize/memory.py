@@ -14,7 +14,9 @@ process group calls ``record_stream`` on the input and output tensors of an asyn
 functional ones DTensor issues for tensor parallelism; FSDP2's synchronous c10d ones skip it), and
 the caching allocator reuses such a block only once the collective has finished on the GPU. The CPU
 of a GPU-bound step runs ahead of the GPU by the launch queue: LAUNCH_QUEUE kernels (device.py's
-source), so a block freed by the program stays held until that many ops after its collective.
+source), so a block freed by the program stays held until that many ops after its collective; a
+request the device cannot hold first waits for every held block (the allocator's
+synchronize_and_free_events before it releases cached segments).
 """
 from __future__ import annotations
 
@@ -52,8 +54,10 @@ class Memory:
         return self.oom_by == 0 and self.device_peak <= self.capacity
 
 
-def replay(trace: Trace, device: Hardware, expandable: bool = False, record_streams: bool = False) -> Memory:
-    """Replay ``trace``'s allocations and frees in order on ``device`` (see the module docstring)."""
+def replay(trace: Trace, device: Hardware, expandable: bool = False, record_streams: bool = False,
+           queue: int = LAUNCH_QUEUE) -> Memory:
+    """Replay ``trace``'s allocations and frees in order on ``device`` (see the module docstring;
+    ``queue``: the ops the CPU runs ahead of the GPU, with ``record_streams``)."""
     groups = len({tuple(e[4]) for e in trace.events if e[0] == "c" and e[3] > 1})
     outside = CUDA_CONTEXT + NCCL_PER_GROUP * groups
     alloc = Allocator(capacity=max(int(device.memory) - outside, 0), expandable=expandable)
@@ -69,7 +73,7 @@ def replay(trace: Trace, device: Hardware, expandable: bool = False, record_stre
         if kind in ("op", "c"):
             ops += 1
             if record_streams and kind == "c" and e[1] in EXPOSED and len(e) > 6:
-                held.update((sid, ops + LAUNCH_QUEUE) for sid in e[6])
+                held.update((sid, ops + queue) for sid in e[6])
             while pending and pending[0][0] <= ops:
                 alloc.free(heapq.heappop(pending)[2])
             continue
@@ -84,7 +88,7 @@ def replay(trace: Trace, device: Hardware, expandable: bool = False, record_stre
                 elif b is not None:
                     alloc.free(b)
             if kind in ("a", "r") and e[2] > 0:
-                live[e[1]] = alloc.malloc(e[2], e[4] if len(e) > 4 else 0)
+                live[e[1]] = _malloc(alloc, e[2], e[4] if len(e) > 4 else 0, pending)
         except OutOfMemory as oom:
             oom_by = oom.reserved + oom.needed - oom.capacity
             oom_phase = trace.phases[e[2] if kind == "f" else e[3]]
@@ -98,3 +102,16 @@ def replay(trace: Trace, device: Hardware, expandable: bool = False, record_stre
     return Memory(alloc.peak_allocated, alloc.peak_reserved, names[peak_a[1]] if names else "",
                   names[peak_r[1]] if names else "", outside, groups, alloc.peak_reserved + outside,
                   int(device.memory), oom_by, oom_phase, alloc.mallocs, alloc.retries)
+
+
+def _malloc(alloc: Allocator, nbytes: int, stream: int, pending: list) -> object:
+    """alloc.malloc; past the capacity with blocks still held for a collective, every held block
+    freed first (the GPU synchronized) and the request tried again."""
+    try:
+        return alloc.malloc(nbytes, stream)
+    except OutOfMemory:
+        if not pending:
+            raise
+        while pending:
+            alloc.free(heapq.heappop(pending)[2])
+        return alloc.malloc(nbytes, stream)
