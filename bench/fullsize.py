@@ -1,7 +1,7 @@
 """The full-size plan against torchtitan's published Llama 3.1 runs on H100s and H200s: predicted peak
 reserved memory and tokens/s a GPU, the plan's own wall time here, and the one fitted constant.
 
-    python -m bench.fullsize --python /work/venv-fullsize/bin/python [--rows 8b-fsdp8,70b-fsdp32-tp8] [--assets DIR]
+    python -m bench.fullsize --python /work/venv-fullsize/bin/python [--rows 8b-fsdp8,70b-fsdp32-tp8] [--assets DIR] [--reuse]
 
 Needs torchtitan 0.2.2 importable by --python (examples/frameworks/torchtitan/requirements.txt in
 a virtual environment: ``python -m venv --system-site-packages V && V/bin/pip install torch==2.13.0
@@ -10,8 +10,9 @@ and the data are made locally once (prepare.py --vocab 128256, about 2 minutes) 
 
 Each TRACE is one full-size run of torchtitan (rank 0 only: every rank of these layouts is alike),
 eager and in bf16; each ROW reads one trace, under the stated models of train/plan/fullsize/
-variants.py for torch.compile and Float8 (the full-size run executes neither), and is printed
-against its published figures. Sources:
+variants.py for torch.compile and Float8 (the full-size run executes neither; the pages of 2025
+ran a torchtitan that compiles its loss too: compile-loss), and is printed against its published
+figures. Sources:
 - "T1".."T4": torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Grand Teton H100 96 GB at
   500 W; torchtitan's launcher set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; torch of
   2024-12-23, whose NCCL process group called record_stream on async collectives; the rows are
@@ -61,12 +62,12 @@ ROWS = {
     "8b-fsdp128-compile": ("8b-fsdp128", ("compile",), 6514, 62.0, "T3 row 2: + compile"),
     "8b-fsdp128-compile-float8": ("8b-fsdp128", ("compile", "float8"), 8380, 61.8, "T3 row 3: + compile + Float8"),
     "70b-fsdp32-tp8": ("70b-fsdp32-tp8", ("compile", "float8"), 829, 71.9, "T4 row 1: 70B FSDP 32 x TP 8, compile + Float8"),
-    "70b-async-bf16": ("70b-fsdp32-tp8", ("compile",), 597.3, None, "async: 70B FSDP 32 x TP 8, compile, bf16"),
-    "70b-async-float8": ("70b-fsdp32-tp8", ("compile", "float8"), 809.8, None, "async: the same, Float8 tensorwise"),
-    "8b-tp8-async-bf16": ("8b-fsdp8-tp8", ("compile",), 4378, None, "async: 8B FSDP 8 x TP 8, lbs 12, compile, bf16"),
-    "8b-tp8-async-float8": ("8b-fsdp8-tp8", ("compile", "float8"), 5078.1, None, "async: the same, Float8 tensorwise"),
-    "8b-h200-4": ("8b-h200-fsdp32", ("compile", "fsdp-float8"), 10938, 47.96, "H200: 8B FSDP 32, compile + Float8"),
-    "8b-h200-8": ("8b-h200-fsdp64", ("compile", "fsdp-float8"), 10753, 46.97, "H200: 8B FSDP 64, compile + Float8"),
+    "70b-async-bf16": ("70b-fsdp32-tp8", ("compile", "compile-loss"), 597.3, None, "async: 70B FSDP 32 x TP 8, compile, bf16"),
+    "70b-async-float8": ("70b-fsdp32-tp8", ("compile", "compile-loss", "float8"), 809.8, None, "async: the same, Float8 tensorwise"),
+    "8b-tp8-async-bf16": ("8b-fsdp8-tp8", ("compile", "compile-loss"), 4378, None, "async: 8B FSDP 8 x TP 8, lbs 12, compile, bf16"),
+    "8b-tp8-async-float8": ("8b-fsdp8-tp8", ("compile", "compile-loss", "float8"), 5078.1, None, "async: the same, Float8 tensorwise"),
+    "8b-h200-4": ("8b-h200-fsdp32", ("compile", "compile-loss", "fsdp-float8"), 10938, 47.96, "H200: 8B FSDP 32, compile + Float8"),
+    "8b-h200-8": ("8b-h200-fsdp64", ("compile", "compile-loss", "fsdp-float8"), 10753, 46.97, "H200: 8B FSDP 64, compile + Float8"),
 }
 COMMON = ("--model.name", "llama3", "--model.hf-assets-path", "assets/tokenizer", "--training.dataset", "c4_test",
           "--training.dataset-path", "data/shakespeare", "--training.seq-len", "8192", "--training.steps", "2",
@@ -129,21 +130,23 @@ def held(trace_path: str) -> str:
 
 
 def row_line(row: str, data: dict, wall: float, trace_path: str) -> str:
-    """One row: predicted against published, memory from the plan, speed under the row's techniques."""
+    """One row: predicted against published; memory and speed of the trace under the row's techniques."""
     from simcluster.train.plan.fullsize.device import constants
+    from simcluster.train.plan.fullsize.memory import replay
     from simcluster.train.plan.fullsize.speed import speed
     from simcluster.train.plan.fullsize.trace import read
     from simcluster.train.plan.fullsize.variants import apply
 
     name, techniques, tps, gib, label = ROWS[row]
-    r = data["ranks"][0]
-    s = speed(apply(read(trace_path), techniques), constants(TRACES[name][2]))
-    mem = f"reserved {r['peak_reserved_gib']:.1f} GiB" + (f" (published {gib}, {r['peak_reserved_gib'] / gib - 1:+.1%})"
-                                                          if gib else " (none published)")
-    return (f"{row} [{label}]: {mem}, allocated {r['peak_allocated_gib']:.1f} GiB, {s.tokens_per_s:,.0f} tokens/s a GPU "
-            f"(published {tps:,}, {s.tokens_per_s / tps - 1:+.1%}), step {s.step_s:.3f} s, "
-            f"{'fits' if r['fits'] else 'OOM'} (published: fits); plan {wall:.0f} s here (rank run "
-            f"{r['seconds_here']:.0f} s), load {os.getloadavg()[0]:.1f}")
+    _, _, gpu, env, _ = TRACES[name]
+    trace, device = apply(read(trace_path), techniques), constants(gpu)
+    m, s = replay(trace, device, any("expandable_segments:True" in e for e in env)), speed(trace, device)
+    got = m.peak_reserved / 2**30
+    mem = f"reserved {got:.1f} GiB" + (f" (published {gib}, {got / gib - 1:+.1%})" if gib else " (none published)")
+    return (f"{row} [{label}; {'+'.join(techniques) or 'eager'}]: {mem}, allocated {m.peak_allocated / 2**30:.1f} GiB, "
+            f"{s.tokens_per_s:,.0f} tokens/s a GPU (published {tps:,}, {s.tokens_per_s / tps - 1:+.1%}), step "
+            f"{s.step_s:.3f} s, {'fits' if m.fits else 'OOM'} (published: fits); plan {wall:.0f} s here (rank run "
+            f"{data['ranks'][0]['seconds_here']:.0f} s), load {os.getloadavg()[0]:.1f}")
 
 
 def main() -> None:
@@ -151,6 +154,7 @@ def main() -> None:
     ap.add_argument("--python", required=True, help="an interpreter with torchtitan 0.2.2")
     ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {', '.join(ROWS)}")
     ap.add_argument("--assets", default="/tmp/simcluster-fullsize-assets", help="tokenizer and data (made once)")
+    ap.add_argument("--reuse", action="store_true", help="read the traces a previous run left under --assets (no plan run)")
     a = ap.parse_args()
     rows = a.rows.split(",")
     unknown = [r for r in rows if r not in ROWS]
@@ -162,7 +166,10 @@ def main() -> None:
     for row in rows:
         name = ROWS[row][0]
         traces = os.path.join(a.assets, "traces", name)
-        if name not in done:
+        if name not in done and a.reuse:
+            with open(os.path.join(traces, "trace-0.json")) as f:
+                done[name] = {"ranks": [{"seconds_here": json.load(f)["seconds"]}]}, 0.0
+        elif name not in done:
             done[name] = plan(name, a.python, a.assets, traces)
         print(row_line(row, *done[name], os.path.join(traces, "trace-0.json")), flush=True)
         if row == "70b-fsdp32-tp8":

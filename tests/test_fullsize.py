@@ -238,3 +238,13 @@ def test_variants_float8_and_compile_rules():
                                                   (0, 50, "fused")]
     with pytest.raises(ValueError, match="fp16"):
         apply(_trace(ev, ph), ("fp16",))
+
+
+def test_compiled_loss_drops_the_float32_copies_of_the_logits():
+    """compile-loss: the loss phase's allocations of twice the output layer's largest (bf16 logits)
+    output go, with their frees; the bf16 gradient of the same size as the logits stays."""
+    from simcluster.train.plan.fullsize.variants import apply
+
+    ph = ["step 1, microbatch 1, forward M.output", "step 1, outside the model, after the forward of M"]
+    ev = [("a", 0, 400, 0, 0), ("a", 1, 800, 1, 0), ("a", 2, 800, 1, 0), ("f", 1, 1), ("a", 3, 400, 1, 0), ("f", 2, 1)]
+    assert apply(_trace(ev, ph), ("compile-loss",)).events == (ev[0], ev[4])

@@ -23,8 +23,14 @@ constant fitted to any row; each number's source beside it):
   block and one direction (forward or backward) becomes one op moving the bytes of the largest op
   of the run (its inputs read once, its output written once). Matmuls, attention and collectives
   are unchanged; ops outside the blocks (embedding, output layer, loss, optimizer) stay eager.
-- memory: both are left as recorded (the eager allocations). On the published H100 rows compile
-  lowered the peak by 5 GiB and Float8 changed it by under 0.3 GiB (torchtitan
+- ``compile-loss`` (torchtitan since 2025 compiles its cross-entropy too when compile is on:
+  torchtitan/components/loss.py, build_cross_entropy_loss; its December 2024 train.py did not):
+  the loss becomes one fused kernel a direction, which reads the bf16 logits and writes the bf16
+  gradient; the float32 copies the eager loss makes of the logits (its upcast, log-softmax and
+  their gradients: allocations of twice the output layer's largest output, outside the model after
+  its forward) are not made. Its time is left as recorded.
+- memory otherwise as recorded (the eager allocations). On the published H100 rows compile (blocks
+  only) lowered the peak by 5 GiB and Float8 changed it by under 0.3 GiB (torchtitan
   benchmarks/llama3_h100_202412_torchtitan.md Tables 1 and 3); not modelled.
 The MFU of a Float8 step is not defined (the page says so: two tensor-core peaks); the FLOPs of the
 transformed trace are bf16-equivalent time, not work.
@@ -47,6 +53,7 @@ COMPUTE = ("mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention
 SP_GATHER = "all_gather_into_tensor"  # DTensor's (functional) all-gather: tensor parallelism's
 FSDP_GATHER = ("allgather_base", "allgather_into_tensor_coalesced", "allgather")
 _BLOCK = re.compile(r"layers\.(\d+)")
+_OUTPUT = re.compile(r", forward (\S+\.)?output$")  # the output layer's forward
 
 
 def _block(phase: str) -> str | None:
@@ -98,18 +105,28 @@ def compiled(trace: Trace) -> Trace:
     return dataclasses.replace(trace, events=tuple(out))
 
 
+def compiled_loss(trace: Trace) -> Trace:
+    """``trace`` without the float32 copies of the logits its loss made (the module docstring's rule)."""
+    logits = max((e[2] for e in trace.events if e[0] == "a" and _OUTPUT.search(trace.phases[e[3]])), default=0)
+    drop = {e[1] for e in trace.events if e[0] == "a" and logits and e[2] == 2 * logits
+            and ", outside the model, after the forward of" in trace.phases[e[3]]}
+    return dataclasses.replace(trace, events=tuple(e for e in trace.events if not (e[0] in ("a", "f", "r") and e[1] in drop)))
+
+
 def apply(trace: Trace, techniques: tuple[str, ...]) -> Trace:
-    """``trace`` under the named techniques, of ``compile``, ``float8``, ``fsdp-float8`` (Float8 with
-    FSDP's Float8 all-gather); Float8 first, so that compile fuses its casts with their neighbours.
+    """``trace`` under the named techniques, of ``compile``, ``compile-loss``, ``float8``, ``fsdp-float8``
+    (Float8 with FSDP's Float8 all-gather); Float8 first, so that compile fuses its casts with their neighbours.
 
     Raises:
         ValueError: an unknown technique (the known ones named).
     """
-    unknown = set(techniques) - {"compile", "float8", "fsdp-float8"}
+    unknown = set(techniques) - {"compile", "compile-loss", "float8", "fsdp-float8"}
     if unknown:
-        raise ValueError(f"unknown technique(s) {sorted(unknown)}: known compile, float8, fsdp-float8")
+        raise ValueError(f"unknown technique(s) {sorted(unknown)}: known compile, compile-loss, float8, fsdp-float8")
     if "float8" in techniques or "fsdp-float8" in techniques:
         trace = float8(trace, "fsdp-float8" in techniques)
     if "compile" in techniques:
         trace = compiled(trace)
+    if "compile-loss" in techniques:
+        trace = compiled_loss(trace)
     return trace
