@@ -5,7 +5,8 @@
 Method (docs/plan.md, "Full size"): the last complete step of the trace (the ops between the
 last two optimizer steps). Each op takes max(FLOPs / (tensor-core peak x MATMUL_EFFICIENCY),
 bytes / (memory bandwidth x BANDWIDTH_EFFICIENCY)); an op whose first input is float32 runs at the
-FP32 peak (torch's default: no TF32 for matmuls). Each collective takes the ring's time on its
+FP32 peak (torch's default: no TF32 for matmuls); an attention op (FlashAttention's forward or
+backward) runs at FlashAttention-2's measured rate on the GPU where device.py has one (ATTENTION_RATE). Each collective takes the ring's time on its
 group's link: NVLink when every rank of the group is on one host (ranks_per_node GPUs a host, rank
 r on host layout.node_of(r, ranks_per_node)), else each GPU's network port; all-gather (g-1)/g x output bytes,
 reduce-scatter (g-1)/g x input bytes, all-reduce twice that, plus (g-1) latencies. FSDP and DDP
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 
 from simcluster.core.layout import node_of
 from simcluster.core.hardware import Hardware
-from simcluster.train.plan.fullsize.device import BANDWIDTH_EFFICIENCY, MATMUL_EFFICIENCY
+from simcluster.train.plan.fullsize.device import ATTENTION_RATE, BANDWIDTH_EFFICIENCY, MATMUL_EFFICIENCY
 from simcluster.train.plan.fullsize.trace import Trace
 
 RING = {"allgather_base": 1.0, "allgather": 1.0, "all_gather_into_tensor": 1.0, "reduce_scatter_base": 1.0,
@@ -99,7 +100,9 @@ def speed(trace: Trace, device: Hardware, efficiency: float = MATMUL_EFFICIENCY)
     for e in trace.events:
         kind = e[0]
         if kind == "op" and in_step[e[3]]:
-            compute += op_s(e[1], e[2], bool(e[4]) if len(e) > 4 else False, device, efficiency)
+            rate = ATTENTION_RATE.get(device.name, {}).get(e[5]) if len(e) > 5 else None
+            compute += max(e[1] / rate, e[2] / (device.memory_bw * BANDWIDTH_EFFICIENCY)) if rate else \
+                op_s(e[1], e[2], bool(e[4]) if len(e) > 4 else False, device, efficiency)
             flops += e[1]
         elif kind == "c" and in_step[e[5]]:
             t = collective_s(e[1], e[2], tuple(e[4]), device)
