@@ -9,7 +9,7 @@ and is what the verdict compares with the --gpu model's memory. A replay that pa
 stops there: OOM at that phase, by how much.
 
 ``record_streams`` (TORCH_NCCL_AVOID_RECORD_STREAMS=0, torch's default before 2025: pytorch issue
-147168; torchtitan docs/composability.md, "Setting TORCH_NCCL_AVOID_RECORD_STREAMS=1 for TP"): the
+147168; torchtitan's composability notes, "Setting TORCH_NCCL_AVOID_RECORD_STREAMS=1 for TP"): the
 process group calls ``record_stream`` on the input and output tensors of an async collective (the
 functional ones DTensor issues for tensor parallelism; FSDP2's synchronous c10d ones skip it), and
 the caching allocator reuses such a block only once the collective has finished on the GPU. The CPU

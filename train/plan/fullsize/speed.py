@@ -17,8 +17,8 @@ functional collectives (torch's _c10d_functional: all_gather_into_tensor, reduce
 all_reduce, all_to_all_single), which DTensor's redistributions issue (tensor parallelism's
 sequence-parallel all-gathers and reduce-scatters, the loss parallel's and the gradient norm's
 all-reduces), are waited for by the very next op that reads their output: they are exposed, added
-to compute (the reason AsyncTP exists: torchtitan's docs/async_tp.md and benchmarks/
-asyncTP_llama3_h100_2025-06_torchtitan.md, 1.09x on 70B bf16 from overlapping them). Tokens are the
+to compute (the reason AsyncTP exists: torchtitan's benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md,
+1.09x on 70B bf16 from overlapping them). Tokens are the
 indices the step's forward embeddings looked up. Not modelled: a pipeline schedule's bubble (its
 sends and receives are counted as communication; the output names the stages), kernel launch
 overheads, the optimizer step's host synchronisation. Tokens a GPU: the rank's tokens x dp / world,

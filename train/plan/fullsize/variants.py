@@ -13,8 +13,9 @@ constant fitted to any row; each number's source beside it):
   tensor cores, at FP8_SPEEDUP x the bf16 rate with the same MATMUL_EFFICIENCY (its FLOPs counted
   at 1/FP8_SPEEDUP); each such matmul adds its operands' scaling casts, a memory-bound op of
   CAST_BYTES x the matmul's recorded bf16 bytes (each bf16 element read for the amax, read again
-  and written at one byte: (2 + 2 + 1) / 2; the recorded bytes include the output, so this is an
-  upper bound). Tensor parallelism's sequence-parallel all-gathers inside the blocks move Float8
+  and written at one byte: (2 + 2 + 1) / 2; the recorded bytes include the output, an operand
+  shared by several matmuls is charged for each, and under tensor parallelism the gathered operand
+  is charged where Float8ColwiseParallel casts the local shard before the gather: an upper bound). Tensor parallelism's sequence-parallel all-gathers inside the blocks move Float8
   (Float8ColwiseParallel casts before it gathers: half the bytes); with ``fsdp_float8`` (torchtitan's
   ``enable_fsdp_float8_all_gather``) FSDP's all-gathers of the blocks' weights move half the bytes.
 - ``compile`` (torchtitan compiles each TransformerBlock, fullgraph): inductor fuses the
