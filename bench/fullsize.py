@@ -1,22 +1,31 @@
-"""The full-size plan against torchtitan's published Llama 3.1 8B runs on H100s: predicted peak
+"""The full-size plan against torchtitan's published Llama 3.1 runs on H100s and H200s: predicted peak
 reserved memory and tokens/s a GPU, the plan's own wall time here, and the one fitted constant.
 
-    python -m bench.fullsize --python /work/venv-fullsize/bin/python [--rows 8b-fsdp8,8b-fsdp128] [--assets DIR]
+    python -m bench.fullsize --python /work/venv-fullsize/bin/python [--rows 8b-fsdp8,70b-fsdp32-tp8] [--assets DIR] [--reuse]
 
 Needs torchtitan 0.2.2 importable by --python (examples/frameworks/torchtitan/requirements.txt in
 a virtual environment: ``python -m venv --system-site-packages V && V/bin/pip install torch==2.13.0
 -r examples/frameworks/torchtitan/requirements.txt``). The tokenizer of the real vocabulary size
 and the data are made locally once (prepare.py --vocab 128256, about 2 minutes) into --assets.
 
-Rows (torchtitan benchmarks/llama3_h100_202412_torchtitan.md, Grand Teton H100 96 GB at 500 W,
-torchtitan's launcher set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True):
-- 8b-fsdp8: Table 1 row 1, FSDP over 8 GPUs, local batch 2, seq 8192, selective (op) AC: 5,762
-  tokens/s a GPU, 82.4 GiB. The only row any constant is set from: MATMUL_EFFICIENCY is solved here
-  (bisection) so that this row's predicted tokens/s is the published one.
-- 8b-fsdp128: Table 3 row 1, the same on 128 GPUs (16 hosts): 5,605 tokens/s, 67.0 GiB (held back).
-The other rows of that page (torch.compile, Float8, AsyncTP, CP with full AC, 70B and 405B with
-compile + Float8) and its H200 page (compile + Float8) are left out: the plan runs no compiled graph
-or Float8 kernels (see BENCHMARKS.md).
+Each TRACE is one full-size run of torchtitan (rank 0 only: every rank of these layouts is alike),
+eager and in bf16; each ROW reads one trace, under the stated models of train/plan/fullsize/
+variants.py for torch.compile and Float8 (the full-size run executes neither; the pages of 2025
+ran a torchtitan that compiles its loss too: compile-loss), and is printed against its published
+figures. Sources:
+- "T1".."T4": torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Grand Teton H100 96 GB at
+  500 W; torchtitan's launcher set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; torch of
+  2024-12-23, whose NCCL process group called record_stream on async collectives; the rows are
+  replayed without it, and the 70B row's reserved memory is also printed with it, for launch
+  queues of 0 to 1,000 ops: memory.py's record_streams). Table 1 row 1 is the only row any constant
+  is set from: MATMUL_EFFICIENCY is solved on it (bisection).
+- "async": benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (compile, tokens/s only).
+- "H200": benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (torchrun without the allocator
+  setting; compile + Float8 with FSDP's Float8 all-gather).
+Left out, with the reason: T2 rows 2-4 and T6 (context parallelism: not run under the full-size
+plan yet), T4 row 2 and T5 (AsyncTP's fused matmul-collectives on symmetric memory: no stated model;
+T5 also a pipeline schedule, whose bubble the full-size step does not model), the async page's
+float8 rowwise rows (no stated model of rowwise scaling's kernels).
 """
 from __future__ import annotations
 
@@ -27,12 +36,42 @@ import subprocess
 import sys
 import time
 
-PUBLISHED = {"8b-fsdp8": (1, 8, 5762, 82.4), "8b-fsdp128": (16, 8, 5605, 67.0)}  # nodes, per node, tok/s, GiB
-TITAN = ["--model.name", "llama3", "--model.flavor", "8B", "--model.hf-assets-path", "assets/tokenizer",
-         "--training.dataset", "c4_test", "--training.dataset-path", "data/shakespeare",
-         "--training.local-batch-size", "2", "--training.seq-len", "8192", "--training.steps", "2",
-         "--activation-checkpoint.mode", "selective", "--activation-checkpoint.selective-ac-option", "op",
-         "--metrics.log-freq", "1", "--job.dump-folder", "/tmp/simcluster-fullsize-titan"]
+H100_ENV = ("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",)
+SAC = ("--activation-checkpoint.mode", "selective", "--activation-checkpoint.selective-ac-option", "op")
+FULL = ("--activation-checkpoint.mode", "full")
+# trace: nodes, GPUs a node, --gpu, env, torchtitan's flags beyond COMMON
+TRACES = {
+    "8b-fsdp8": (1, 8, "h100-96g", H100_ENV, ("--model.flavor", "8B", "--training.local-batch-size", "2", *SAC)),
+    "8b-fsdp128": (16, 8, "h100-96g", H100_ENV, ("--model.flavor", "8B", "--training.local-batch-size", "2", *SAC)),
+    "8b-seq32k": (1, 8, "h100-96g", H100_ENV, ("--model.flavor", "8B", "--training.local-batch-size", "1",
+                                               "--training.seq-len", "32768", *FULL)),
+    "70b-fsdp32-tp8": (32, 8, "h100-96g", H100_ENV, ("--model.flavor", "70B", "--training.local-batch-size", "16",
+                                                     "--parallelism.tensor-parallel-degree", "8", *FULL)),
+    "8b-fsdp8-tp8": (8, 8, "h100-96g", H100_ENV, ("--model.flavor", "8B", "--training.local-batch-size", "12",
+                                                  "--parallelism.tensor-parallel-degree", "8", *SAC)),
+    "8b-h200-fsdp32": (4, 8, "h200", (), ("--model.flavor", "8B", "--training.local-batch-size", "2", *SAC)),
+    "8b-h200-fsdp64": (8, 8, "h200", (), ("--model.flavor", "8B", "--training.local-batch-size", "2", *SAC)),
+}
+# row: trace, techniques (variants.py), published tokens/s a GPU, published GiB (None: not published), source
+ROWS = {
+    "8b-fsdp8": ("8b-fsdp8", (), 5762, 82.4, "T1 row 1: 8B FSDP 8 (fitted)"),
+    "8b-fsdp8-compile": ("8b-fsdp8", ("compile",), 6667, 77.0, "T1 row 2: + compile"),
+    "8b-fsdp8-compile-float8": ("8b-fsdp8", ("compile", "float8"), 8532, 76.8, "T1 row 3: + compile + Float8"),
+    "8b-seq32k": ("8b-seq32k", ("compile", "float8"), 3890, 83.9, "T2 row 1: 8B FSDP 8, seq 32768, full AC, compile + Float8"),
+    "8b-fsdp128": ("8b-fsdp128", (), 5605, 67.0, "T3 row 1: 8B FSDP 128"),
+    "8b-fsdp128-compile": ("8b-fsdp128", ("compile",), 6514, 62.0, "T3 row 2: + compile"),
+    "8b-fsdp128-compile-float8": ("8b-fsdp128", ("compile", "float8"), 8380, 61.8, "T3 row 3: + compile + Float8"),
+    "70b-fsdp32-tp8": ("70b-fsdp32-tp8", ("compile", "float8"), 829, 71.9, "T4 row 1: 70B FSDP 32 x TP 8, compile + Float8"),
+    "70b-async-bf16": ("70b-fsdp32-tp8", ("compile", "compile-loss"), 597.3, None, "async: 70B FSDP 32 x TP 8, compile, bf16"),
+    "70b-async-float8": ("70b-fsdp32-tp8", ("compile", "compile-loss", "float8"), 809.8, None, "async: the same, Float8 tensorwise"),
+    "8b-tp8-async-bf16": ("8b-fsdp8-tp8", ("compile", "compile-loss"), 4378, None, "async: 8B FSDP 8 x TP 8, lbs 12, compile, bf16"),
+    "8b-tp8-async-float8": ("8b-fsdp8-tp8", ("compile", "compile-loss", "float8"), 5078.1, None, "async: the same, Float8 tensorwise"),
+    "8b-h200-4": ("8b-h200-fsdp32", ("compile", "compile-loss", "fsdp-float8"), 10938, 47.96, "H200: 8B FSDP 32, compile + Float8"),
+    "8b-h200-8": ("8b-h200-fsdp64", ("compile", "compile-loss", "fsdp-float8"), 10753, 46.97, "H200: 8B FSDP 64, compile + Float8"),
+}
+COMMON = ("--model.name", "llama3", "--model.hf-assets-path", "assets/tokenizer", "--training.dataset", "c4_test",
+          "--training.dataset-path", "data/shakespeare", "--training.seq-len", "8192", "--training.steps", "2",
+          "--metrics.log-freq", "1", "--job.dump-folder", "/tmp/simcluster-fullsize-titan")
 
 
 def prepare(assets: str) -> None:
@@ -42,16 +81,22 @@ def prepare(assets: str) -> None:
                         assets, "--vocab", "128256"], check=True)
 
 
-def plan(row: str, python: str, assets: str, traces: str) -> tuple[dict, float]:
-    """The plan's JSON for one row and its wall seconds."""
-    nodes, per, _, _ = PUBLISHED[row]
+def plan(name: str, python: str, assets: str, traces: str) -> tuple[dict, float]:
+    """The plan's JSON for one trace (rank 0; its trace written under ``traces``) and its wall seconds."""
+    nodes, per, gpu, env, flags = TRACES[name]
     cmd = [sys.executable, "-m", "launcher", "plan", "--full-size", "--module", "torchtitan.train", "--code", assets,
-           "--nodes", str(nodes), "--nproc-per-node", str(per), "--gpu", "h100-96g", "--python", python,
-           "--env", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "--ranks", "0", "--trace-dir", traces,
-           "--json", "--", *TITAN, "--parallelism.data-parallel-shard-degree", str(nodes * per)]
+           "--nodes", str(nodes), "--nproc-per-node", str(per), "--gpu", gpu, "--python", python,
+           *[x for e in env for x in ("--env", e)], "--ranks", "0", "--trace-dir", traces, "--json", "--", *COMMON,
+           *flags, "--parallelism.data-parallel-shard-degree", str(nodes * per // _tp(flags))]
     start = time.monotonic()
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out), time.monotonic() - start
+
+
+def _tp(flags: tuple) -> int:
+    """The tensor-parallel degree among torchtitan's flags (1 when none)."""
+    return int(flags[flags.index("--parallelism.tensor-parallel-degree") + 1]) if \
+        "--parallelism.tensor-parallel-degree" in flags else 1
 
 
 def fit(trace_path: str, target_tps: float) -> float:
@@ -71,26 +116,66 @@ def fit(trace_path: str, target_tps: float) -> float:
     return (lo + hi) / 2
 
 
+def held(trace_path: str) -> str:
+    """The trace's peak reserved (expandable segments) with record_stream, for launch queues of 0..1,000 ops."""
+    from simcluster.train.plan.fullsize import memory
+    from simcluster.train.plan.fullsize.device import constants
+    from simcluster.train.plan.fullsize.trace import read
+
+    trace, out = read(trace_path), []
+    for queue in (0, 25, 50, 100, 1000):
+        m = memory.replay(trace, constants("h100-96g"), True, queue > 0, queue)
+        out.append(f"queue {queue}: {m.peak_reserved / 2**30:.1f} GiB{'' if m.fits else ' OOM'}")
+    return "; ".join(out)
+
+
+def row_line(row: str, data: dict, wall: float, trace_path: str) -> str:
+    """One row: predicted against published; memory and speed of the trace under the row's techniques."""
+    from simcluster.train.plan.fullsize.device import constants
+    from simcluster.train.plan.fullsize.memory import replay
+    from simcluster.train.plan.fullsize.speed import speed
+    from simcluster.train.plan.fullsize.trace import read
+    from simcluster.train.plan.fullsize.variants import apply
+
+    name, techniques, tps, gib, label = ROWS[row]
+    _, _, gpu, env, _ = TRACES[name]
+    trace, device = apply(read(trace_path), techniques), constants(gpu)
+    m, s = replay(trace, device, any("expandable_segments:True" in e for e in env)), speed(trace, device)
+    got = m.peak_reserved / 2**30
+    mem = f"reserved {got:.1f} GiB" + (f" (published {gib}, {got / gib - 1:+.1%})" if gib else " (none published)")
+    return (f"{row} [{label}; {'+'.join(techniques) or 'eager'}]: {mem}, allocated {m.peak_allocated / 2**30:.1f} GiB, "
+            f"{s.tokens_per_s:,.0f} tokens/s a GPU (published {tps:,}, {s.tokens_per_s / tps - 1:+.1%}), step "
+            f"{s.step_s:.3f} s, {'fits' if m.fits else 'OOM'} (published: fits); plan {wall:.0f} s here (rank run "
+            f"{data['ranks'][0]['seconds_here']:.0f} s), load {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--python", required=True, help="an interpreter with torchtitan 0.2.2")
-    ap.add_argument("--rows", default=",".join(PUBLISHED), help=f"comma-separated, of {', '.join(PUBLISHED)}")
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of {', '.join(ROWS)}")
     ap.add_argument("--assets", default="/tmp/simcluster-fullsize-assets", help="tokenizer and data (made once)")
+    ap.add_argument("--reuse", action="store_true", help="read the traces a previous run left under --assets (no plan run)")
     a = ap.parse_args()
+    rows = a.rows.split(",")
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        ap.error(f"--rows: unknown {', '.join(unknown)}; e.g. --rows 8b-fsdp8,70b-fsdp32-tp8")
     prepare(a.assets)
     print(f"load average before: {os.getloadavg()[0]:.1f}")
-    for row in a.rows.split(","):
-        traces = os.path.join(a.assets, "traces", row)
-        data, wall = plan(row, a.python, a.assets, traces)
-        r = data["ranks"][0]
-        _, _, tps, gib = PUBLISHED[row]
-        print(f"{row}: reserved {r['peak_reserved_gib']:.1f} GiB (published {gib}, {r['peak_reserved_gib'] / gib - 1:+.1%}), "
-              f"allocated {r['peak_allocated_gib']:.1f} GiB, {r['tokens_per_s']:,.0f} tokens/s a GPU (published "
-              f"{tps:,}, {r['tokens_per_s'] / tps - 1:+.1%}), step {r['step_s']:.3f} s, MFU {r['mfu']:.1%}, "
-              f"{'fits' if r['fits'] else 'OOM'}; plan {wall:.0f} s here (rank run {r['seconds_here']:.0f} s), "
-              f"load {os.getloadavg()[0]:.1f}")
+    done: dict[str, tuple[dict, float]] = {}
+    for row in rows:
+        name = ROWS[row][0]
+        traces = os.path.join(a.assets, "traces", name)
+        if name not in done and a.reuse:
+            with open(os.path.join(traces, "trace-0.json")) as f:
+                done[name] = {"ranks": [{"seconds_here": json.load(f)["seconds"]}]}, 0.0
+        elif name not in done:
+            done[name] = plan(name, a.python, a.assets, traces)
+        print(row_line(row, *done[name], os.path.join(traces, "trace-0.json")), flush=True)
+        if row == "70b-fsdp32-tp8":
+            print(f"  with record_stream (TORCH_NCCL_AVOID_RECORD_STREAMS=0): {held(os.path.join(traces, 'trace-0.json'))}")
         if row == "8b-fsdp8":
-            print(f"  fitted MATMUL_EFFICIENCY on this row: {fit(os.path.join(traces, 'trace-0.json'), tps):.4f}")
+            print(f"  fitted MATMUL_EFFICIENCY on this row: {fit(os.path.join(traces, 'trace-0.json'), ROWS[row][2]):.4f}")
 
 
 if __name__ == "__main__":

@@ -87,19 +87,22 @@ def run(args: argparse.Namespace) -> int:
     ranks = _which_ranks(args.ranks, world)
     conf = env.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
     expandable = "expandable_segments:true" in conf.replace(" ", "").lower()
+    # record_stream on async collectives' tensors: torch's default before 2025, off since (memory.py)
+    avoid = env.get("TORCH_NCCL_AVOID_RECORD_STREAMS", os.environ.get("TORCH_NCCL_AVOID_RECORD_STREAMS", "1"))
+    alloc = (expandable, avoid.strip().lower() in ("0", "false"))
     knob = _knob(args)
     if args.trace_dir:
         os.makedirs(args.trace_dir, exist_ok=True)
     argv = list(args.job_argv or ())
     if knob is None:
-        data = _plan_once(args, argv, ranks, world, per, env, device, expandable)
+        data = _plan_once(args, argv, ranks, world, per, env, device, alloc)
         print(json.dumps(data, indent=1) if args.json else to_text(data))
         return 0
     flag, values = knob
     found = []
     for v in values:
         print(f"[full-size] search: {flag} {v}", file=sys.stderr, flush=True)
-        data = _plan_once(args, _with_flag(argv, flag, v), ranks, world, per, env, device, expandable)
+        data = _plan_once(args, _with_flag(argv, flag, v), ranks, world, per, env, device, alloc)
         found.append({"value": v, "fits": all(r["fits"] for r in data["ranks"]),
                       "device_peak_gib": max(r["device_peak_gib"] for r in data["ranks"]),
                       "tokens_per_s": min((r["tokens_per_s"] or 0) for r in data["ranks"]) or None,
@@ -148,13 +151,14 @@ def _with_flag(argv: list[str], flag: str, value: str) -> list[str]:
     return [*out, flag, value]
 
 
-def _plan_once(args, argv: list[str], ranks, world: int, per: int, env: dict, device, expandable: bool) -> dict:
-    """One full-size plan of the program with ``argv``: the ranks run, replayed, timed (to_dict's data)."""
+def _plan_once(args, argv: list[str], ranks, world: int, per: int, env: dict, device, alloc: tuple) -> dict:
+    """One full-size plan of the program with ``argv``: the ranks run, replayed (``alloc``: expandable
+    segments, record_stream on async collectives), timed (to_dict's data)."""
     with tempfile.TemporaryDirectory(prefix="simcluster-fullsize-") as tmp:
         where = os.path.abspath(args.trace_dir or tmp)
         with ThreadPoolExecutor(max_workers=2) as pool:
             outs = list(pool.map(lambda r: _one_rank(args, argv, r, world, per, env, where), ranks))
-        return _collect(outs, ranks, world, device, expandable)
+        return _collect(outs, ranks, world, device, alloc)
 
 
 def _one_rank(args, argv: list[str], rank: int, world: int, per: int, env: dict, tmp: str) -> str:
@@ -179,7 +183,7 @@ def _one_rank(args, argv: list[str], rank: int, world: int, per: int, env: dict,
     return out
 
 
-def _collect(outs: list[str], ranks: list[int], world: int, device, expandable: bool) -> dict:
+def _collect(outs: list[str], ranks: list[int], world: int, device, alloc: tuple) -> dict:
     """Read the traces, replay, time: to_dict's data."""
     from simcluster.train.plan.fullsize.memory import replay
     from simcluster.train.plan.fullsize.report import RankResult, to_dict
@@ -193,9 +197,9 @@ def _collect(outs: list[str], ranks: list[int], world: int, device, expandable: 
             raise ConfigError(_failure(rank, trace.error))
         placeholders.update(trace.placeholders)
         stands = [r for r in range(world) if _stood_for_by(r, ranks) == rank]
-        results.append(RankResult(rank, tuple(stands), replay(trace, device, expandable),
+        results.append(RankResult(rank, tuple(stands), replay(trace, device, *alloc),
                                   speed(trace, device) if trace.steps else None, trace.seconds, trace.custom))
-    return to_dict(results, device, expandable, placeholders)
+    return to_dict(results, device, alloc[0], placeholders)
 
 
 def _stood_for_by(rank: int, ranks: list[int]) -> int:

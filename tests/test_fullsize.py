@@ -182,3 +182,69 @@ def test_search_names_the_largest_batch_that_fits():
     assert [c["fits"] for c in data["candidates"]] == [True, False] and data["largest_fitting"] == "1"
     oom = data["candidates"][1]
     assert oom["oom_by_gib"] > 0 and "FSDPSequential" in oom["plan"]["ranks"][0]["phase"]
+
+
+def _trace(events, phases):
+    from simcluster.train.plan.fullsize.trace import Trace
+    return Trace(0, 8, 0.0, 1, tuple(phases), tuple(events), {}, None)
+
+
+def test_functional_collectives_are_exposed_fsdp_ones_overlapped():
+    """A DTensor (functional) all-gather adds to the compute; FSDP's c10d all-gather of the same bytes
+    hides behind it (only the step's first overlapped collective is exposed)."""
+    from simcluster.train.plan.fullsize.device import constants
+    from simcluster.train.plan.fullsize.speed import collective_s, op_s, speed
+
+    hw = constants("h100-96g")
+    ph = ["step 1, microbatch 1, forward m.layers.0.attention.wq"]
+    op = ("op", 10**12, 0, 0, 0, "mm")
+    c = collective_s("all_gather_into_tensor", 1 << 30, tuple(range(8)), hw)
+    fsdp = speed(_trace([op, ("c", "allgather_base", 1 << 30, 8, tuple(range(8)), 0), op], ph), hw)
+    tp = speed(_trace([op, ("c", "all_gather_into_tensor", 1 << 30, 8, tuple(range(8)), 0), op], ph), hw)
+    assert fsdp.step_s == pytest.approx(2 * op_s(10**12, 0, False, hw) + c)  # the first collective: exposed
+    assert tp.step_s == pytest.approx(2 * op_s(10**12, 0, False, hw) + c) and tp.comm_s == pytest.approx(c)
+    two = speed(_trace([("c", "allgather_base", 8, 8, tuple(range(8)), 0), op,
+                        ("c", "all_gather_into_tensor", 1 << 30, 8, tuple(range(8)), 0), op], ph), hw)
+    assert two.step_s > tp.step_s  # the functional one is not hidden behind the compute
+
+
+def test_record_streams_hold_a_collectives_tensors_for_the_launch_queue():
+    """With record_stream, a freed input of an async collective is reused only LAUNCH_QUEUE ops later."""
+    from simcluster.train.plan.fullsize.device import LAUNCH_QUEUE, constants
+    from simcluster.train.plan.fullsize.memory import replay
+
+    hw = constants("h100-96g")
+    big = 64 * MiB
+    ev = [("a", 0, big, 0, 0), ("c", "reduce_scatter_tensor", big, 8, tuple(range(8)), 0, (0,)), ("f", 0, 0),
+          ("a", 1, big, 0, 0), ("f", 1, 0)]
+    plain, held = replay(_trace(ev, ["p"]), hw), replay(_trace(ev, ["p"]), hw, record_streams=True)
+    assert held.peak_allocated - plain.peak_allocated == big
+    later = ev[:3] + [("op", 0, 1, 0, 0, "add")] * LAUNCH_QUEUE + ev[3:]
+    assert replay(_trace(later, ["p"]), hw, record_streams=True).peak_allocated == plain.peak_allocated
+
+
+def test_variants_float8_and_compile_rules():
+    """Float8: a block's matmul at half its bf16 time plus a cast of 2.5x its bytes, the output layer's
+    unchanged; compile: consecutive memory-bound ops of one block fuse into the largest one's bytes."""
+    from simcluster.train.plan.fullsize.variants import apply
+
+    ph = ["step 1, microbatch 1, forward m.layers.3.feed_forward.w1", "step 1, microbatch 1, forward m.output"]
+    ev = [("op", 0, 100, 0, 0, "mul"), ("op", 0, 300, 0, 0, "add"), ("op", 1000, 40, 0, 0, "mm"),
+          ("op", 1000, 40, 1, 0, "mm"), ("op", 0, 50, 0, 0, "silu")]
+    f8 = apply(_trace(ev, ph), ("float8",)).events
+    assert f8[2] == ("op", 0, 100, 0, 0, "float8_cast") and f8[3][1] == 500 and f8[4] == ev[3]
+    both = apply(_trace(ev, ph), ("compile", "float8")).events
+    assert [(e[1], e[2], e[5]) for e in both] == [(0, 300, "fused"), (500, 40, "mm_float8"), (1000, 40, "mm"),
+                                                  (0, 50, "fused")]
+    with pytest.raises(ValueError, match="fp16"):
+        apply(_trace(ev, ph), ("fp16",))
+
+
+def test_compiled_loss_drops_the_float32_copies_of_the_logits():
+    """compile-loss: the loss phase's allocations of twice the output layer's largest (bf16 logits)
+    output go, with their frees; the bf16 gradient of the same size as the logits stays."""
+    from simcluster.train.plan.fullsize.variants import apply
+
+    ph = ["step 1, microbatch 1, forward M.output", "step 1, outside the model, after the forward of M"]
+    ev = [("a", 0, 400, 0, 0), ("a", 1, 800, 1, 0), ("a", 2, 800, 1, 0), ("f", 1, 1), ("a", 3, 400, 1, 0), ("f", 2, 1)]
+    assert apply(_trace(ev, ph), ("compile-loss",)).events == (ev[0], ev[4])

@@ -13,6 +13,15 @@ Sources (each figure's own):
   made; outside torch's reserved figure.
 - cuBLAS workspace: torch's default on Hopper, ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` = 32 MiB
   (torch/csrc/cuda/CublasHandlePool.cpp), allocated through the caching allocator: in reserved.
+- launch queue: a CPU that runs ahead of its GPU blocks once about 1,000 kernels are pending on a
+  stream (measured: Stack Overflow question 53970187, "CUDA stream is blocked when launching many
+  kernels (>1000)"; NVIDIA documents no figure): LAUNCH_QUEUE, an assumption, how far the program's
+  frees run ahead of the GPU (memory.py's record_streams).
+- attention: torch's SDPA flash backend is FlashAttention-2; its measured rate on an H100 80GB SXM5,
+  head dim 128, causal, sequence 8k-16k: about 335 TFLOPS forward and 320 backward (Shah et al.,
+  "FlashAttention-3", arXiv 2407.08608, Figures: attention forward / backward speed, head dim 128).
+  ATTENTION_RATE: FLOP/s by op name, for the Hopper models (h100-96g: a 500 W HBM2e part, no
+  figure of its own; h200: the same compute die); other models time attention as a matmul.
 - kernel efficiency: the fraction of the datasheet's dense tensor-core peak a matmul reaches, and
   of the memory bandwidth an elementwise op reaches. MATMUL_EFFICIENCY is the one constant fitted
   (bench/fullsize.py), on torchtitan's Llama 3.1 8B FSDP row of its H100 benchmark only (5,762 tokens/s
@@ -27,7 +36,12 @@ MiB = 1 << 20
 CUDA_CONTEXT = 500 * MiB
 NCCL_PER_GROUP = 2 * 32 * 4 * MiB
 CUBLAS_WORKSPACE = 32 * MiB
-MATMUL_EFFICIENCY = 0.50
+LAUNCH_QUEUE = 1000
+_FA2_H100 = {"_scaled_dot_product_flash_attention": 335e12, "_scaled_dot_product_flash_attention_for_cpu": 335e12,
+             "_scaled_dot_product_flash_attention_backward": 320e12,
+             "_scaled_dot_product_flash_attention_for_cpu_backward": 320e12}
+ATTENTION_RATE = {"h100-96g": _FA2_H100, "h100-sxm-8x": _FA2_H100, "h200": _FA2_H100}
+MATMUL_EFFICIENCY = 0.54
 BANDWIDTH_EFFICIENCY = 0.7
 NEEDS = ("bf16_flops", "flops", "memory", "memory_bw", "intra_bw", "inter_bw", "ranks_per_node")
 

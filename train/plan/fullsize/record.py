@@ -53,7 +53,7 @@ class Recorder(TorchDispatchMode):
     ``("a", sid, bytes, phase, stream)`` an allocation on a stream (0: the default), ``("f", sid, phase)``
     a free, ``("r", sid, bytes, phase, stream)`` a storage resized to bytes (0: freed), ``("op", flops, bytes, phase, fp32, name)`` a compute op (flops
     already halved for a causal attention; fp32 1 when its first input is float32; name the aten op's), ``("c", kind, bytes,
-    group_size, group_ranks, phase)`` a collective, ``("tok", n, phase)`` an embedding lookup of n
+    group_size, group_ranks, phase, sids)`` a collective (sids: the storages of its input and output tensors), ``("tok", n, phase)`` an embedding lookup of n
     indices in a forward (the tokens of a microbatch).
     ``self.phases`` is the list of phase names the events index; ``self.placeholders`` the program lines
     whose ``.item()`` got a placeholder (1, False for a flag). ``self.steps`` counts optimizer steps."""
@@ -219,7 +219,9 @@ class Recorder(TorchDispatchMode):
             nbytes = CollectiveOp.get_comm_tensor_size(func, out, args, kwargs)
         except TypeError:
             nbytes = 0
-        self.events.append(("c", name, int(nbytes), size, tuple(ranks), ph))
+        tensors = [_local(t) for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
+        sids = sorted({self._ids[id(t.untyped_storage())] for t in tensors if id(t.untyped_storage()) in self._ids})
+        self.events.append(("c", name, int(nbytes), size, tuple(ranks), ph, tuple(sids)))
 
     def _placeholder(self, t: torch.Tensor):
         frame = _program_line()

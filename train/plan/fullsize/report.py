@@ -22,7 +22,8 @@ UNSEEN = (f"the CUDA context: not allocated by torch; estimated {CUDA_CONTEXT >>
           f"cuBLAS's workspace: {CUBLAS_WORKSPACE >> 20} MiB, torch's default on Hopper, replayed first",
           "workspaces inside a kernel (FlashAttention's, a custom CUDA or Triton kernel's): size unknown",
           "streams: a block's reuse waits for no event here (on a GPU, record_stream and events may hold a freed "
-          "block longer): reserved may be under the GPU's",
+          "block longer; with --env TORCH_NCCL_AVOID_RECORD_STREAMS=0 tensor parallelism's collectives hold theirs "
+          "for a launch queue of 1,000 ops, an assumption): reserved may be under the GPU's",
           "a pipeline schedule's bubble: not in the step time")
 
 

@@ -5,12 +5,20 @@
 Method (docs/plan.md, "Full size"): the last complete step of the trace (the ops between the
 last two optimizer steps). Each op takes max(FLOPs / (tensor-core peak x MATMUL_EFFICIENCY),
 bytes / (memory bandwidth x BANDWIDTH_EFFICIENCY)); an op whose first input is float32 runs at the
-FP32 peak (torch's default: no TF32 for matmuls). Each collective takes the ring's time on its
+FP32 peak (torch's default: no TF32 for matmuls); an attention op (FlashAttention's forward or
+backward) runs at FlashAttention-2's measured rate on the GPU where device.py has one (ATTENTION_RATE). Each collective takes the ring's time on its
 group's link: NVLink when every rank of the group is on one host (ranks_per_node GPUs a host, rank
 r on host layout.node_of(r, ranks_per_node)), else each GPU's network port; all-gather (g-1)/g x output bytes,
 reduce-scatter (g-1)/g x input bytes, all-reduce twice that, plus (g-1) latencies. FSDP and DDP
-overlap communication with compute on their own CUDA streams: the step is max(compute,
-communication) plus the first collective of the step (nothing to hide it behind). Tokens are the
+overlap their collectives (torch.distributed's c10d ops: allgather_base, reduce_scatter_base,
+allreduce) with compute on their own CUDA streams: the step is max(compute, overlapped
+communication) plus the first such collective of the step (nothing to hide it behind). The
+functional collectives (torch's _c10d_functional: all_gather_into_tensor, reduce_scatter_tensor,
+all_reduce, all_to_all_single), which DTensor's redistributions issue (tensor parallelism's
+sequence-parallel all-gathers and reduce-scatters, the loss parallel's and the gradient norm's
+all-reduces), are waited for by the very next op that reads their output: they are exposed, added
+to compute (the reason AsyncTP exists: torchtitan's benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md,
+1.09x on 70B bf16 from overlapping them). Tokens are the
 indices the step's forward embeddings looked up. Not modelled: a pipeline schedule's bubble (its
 sends and receives are counted as communication; the output names the stages), kernel launch
 overheads, the optimizer step's host synchronisation. Tokens a GPU: the rank's tokens x dp / world,
@@ -23,13 +31,14 @@ from dataclasses import dataclass
 
 from simcluster.core.layout import node_of
 from simcluster.core.hardware import Hardware
-from simcluster.train.plan.fullsize.device import BANDWIDTH_EFFICIENCY, MATMUL_EFFICIENCY
+from simcluster.train.plan.fullsize.device import ATTENTION_RATE, BANDWIDTH_EFFICIENCY, MATMUL_EFFICIENCY
 from simcluster.train.plan.fullsize.trace import Trace
 
 RING = {"allgather_base": 1.0, "allgather": 1.0, "all_gather_into_tensor": 1.0, "reduce_scatter_base": 1.0,
         "reduce_scatter": 1.0, "reduce_scatter_tensor": 1.0, "allreduce": 2.0, "all_reduce": 2.0,
         "alltoall_base": 1.0, "all_to_all_single": 1.0}
 POINT = ("send", "recv", "broadcast")
+EXPOSED = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single")  # functional
 GRADIENT = ("reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor", "allreduce", "all_reduce")
 
 
@@ -85,24 +94,29 @@ def speed(trace: Trace, device: Hardware, efficiency: float = MATMUL_EFFICIENCY)
         raise ValueError("no optimizer step in the run: nothing to time")
     step = trace.steps
     in_step = [step_of(p) == step for p in trace.phases]
-    compute = comm = first = 0.0
+    compute = comm = first = waited = 0.0
     flops = tokens = 0
     pipeline = False
     for e in trace.events:
         kind = e[0]
         if kind == "op" and in_step[e[3]]:
-            compute += op_s(e[1], e[2], bool(e[4]) if len(e) > 4 else False, device, efficiency)
+            rate = ATTENTION_RATE.get(device.name, {}).get(e[5]) if len(e) > 5 else None
+            compute += max(e[1] / rate, e[2] / (device.memory_bw * BANDWIDTH_EFFICIENCY)) if rate else \
+                op_s(e[1], e[2], bool(e[4]) if len(e) > 4 else False, device, efficiency)
             flops += e[1]
         elif kind == "c" and in_step[e[5]]:
             t = collective_s(e[1], e[2], tuple(e[4]), device)
             pipeline = pipeline or e[1] in ("send", "recv")
+            if e[1] in EXPOSED:
+                waited += t
+                continue
             first = first or t
             comm += t
         elif kind == "tok" and in_step[e[2]]:
             tokens += e[1]
     dp = max((e[3] for e in trace.events if e[0] == "c" and e[1] in GRADIENT and in_step[e[5]]), default=1)
     tokens = tokens * dp // trace.world_size  # the ranks outside data parallelism (tp, cp) share their tokens
-    step_s = max(compute, comm) + first
-    return Speed(step_s, compute, comm, step_s - compute, flops, tokens,
+    step_s = max(compute + waited, comm) + first
+    return Speed(step_s, compute, comm + waited, step_s - compute, flops, tokens,
                  tokens / step_s if tokens and step_s else None,
                  flops / (step_s * device.bf16_flops) if step_s else 0.0, pipeline, step)
