@@ -326,3 +326,28 @@ def test_a_diagnosis_of_many_ranks_is_written_in_spans():
     lines = diagnose(records, 512, 76)
     assert lines == ["HANG at step 3 after 76 s: ranks 0-511 wait in all_reduce #3 of group [0-511] (clip.py:59)"]
     assert spans([0, 1, 2, 3, 4, 5, 6, 7, 9]) == "0-7, 9" and spans([5, 1, 3]) == "1, 3, 5"
+
+
+@pytest.mark.parametrize("calls, verdict", [
+    (("0:3:2", "0:3:2"), "slow"),  # both inside all-reduce #3 of their group of 2: under way, a note once
+    (("0:3:2", "0:3:2,p2p:0:0"), "hang"),  # rank 1 in a recv as well: a hang
+    (("0:3:2", "0:2:2"), "hang"),  # rank 1 a collective behind: a hang
+])
+def test_the_watch_tells_a_slow_collective_from_a_hang(calls, verdict, capsys, monkeypatch):
+    import time
+
+    from simcluster.train import stallwatch
+
+    monkeypatch.setattr(stallwatch, "NOTE_WAIT_S", 0.5)
+    watch = stallwatch.Watch(10.0, "/nowhere", 0)
+    watch.store, watch.world, now = Store(), 2, time.time()
+    watch.main = threading.main_thread()
+    for r, call in enumerate(calls):
+        watch.store.set(f"{stallwatch.PREFIX}progress/{r}", f"{now - 100!r} {now - 11!r} {call}")
+    watch.store.set(f"{stallwatch.PREFIX}doing/1/1", "at train.py:9 (main)")
+    signal = watch._watch(0)
+    err = capsys.readouterr().err
+    assert (signal >= stallwatch.DECLARE) == (verdict == "hang"), (signal, err)
+    assert ("together with all 2 ranks of its group" in err) == (verdict == "slow"), err
+    if verdict == "slow":
+        assert watch._watch(signal) == signal and capsys.readouterr().err == ""  # once per quiet spell
