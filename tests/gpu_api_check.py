@@ -40,6 +40,10 @@ def scripted(n: int) -> torch.Tensor:
     return torch.zeros(n) + torch.ones(n)
 
 
+def scripted_bad(n: int) -> torch.Tensor:
+    return torch.zeros(n, device="cuda:9")
+
+
 @torch.jit.script
 def scripted_devices() -> int:  # torch.cuda's functions compile to cuda:: operators
     torch.cuda.set_device(1)
@@ -51,7 +55,17 @@ def scripted_devices() -> int:  # torch.cuda's functions compile to cuda:: opera
     return out
 
 
+@torch.jit.script
+def scripted_on_cuda(n: int) -> torch.Tensor:  # a tensor made on cuda inside scripted code
+    return torch.zeros(n, device="cuda") + torch.ones(n, device=torch.device("cuda:1"))
+
+
 out["jit"] = scripted(3).tolist()
+try:
+    torch.jit.script(scripted_bad)(1)
+except RuntimeError as e:  # TorchScript's error carries the CUDA error of the bad ordinal
+    bad = "CUDA error: invalid device ordinal" in str(e)
+out["jit_cuda"] = [scripted_on_cuda(2).tolist(), bad]
 out["jit_devices"] = scripted_devices()
 import torch.distributed.optim  # noqa: E402,F401 - scripts functional optimizers at import
 
