@@ -17,9 +17,10 @@ import dataclasses
 SUMMARY = "cuda -> cpu, nccl -> gloo"  # what the summary's "simulated GPUs" row says is mapped
 
 
-def install(torch, count: int, gpu: str, gpu_memory: int | None = None) -> None:
+def install(torch, count: int, gpu: str, gpu_memory: int | None = None, check_devices: bool = False) -> None:
     """Make this process's torch answer as ``count`` GPUs of model ``gpu`` (a planner hardware name)
-    whose tensors live on the CPU; ``gpu_memory``: the device's capacity in bytes (None: the model's)."""
+    whose tensors live on the CPU; ``gpu_memory``: the device's capacity in bytes (None: the model's);
+    ``check_devices``: mixed devices and nccl on CPU tensors refused (gpu/devcheck.py, --check-devices)."""
     from simcluster.launcher.instrument.gpu import memory
     from simcluster.launcher.instrument.gpu.coverage import install_refusals
     from simcluster.launcher.instrument.gpu.device import install_device
@@ -44,3 +45,10 @@ def install(torch, count: int, gpu: str, gpu_memory: int | None = None) -> None:
     if gpu_memory:
         STATE.model = dataclasses.replace(STATE.model, total_memory=int(gpu_memory))
     memory.start(STATE.model.total_memory)
+    if check_devices:
+        if memory.KIND != "allocator":
+            raise RuntimeError("--check-devices needs the simulated GPU's compiled allocator (its marks), which could "
+                               "not be loaded: build it (python -m simcluster.launcher.instrument.gpu.native --build) "
+                               "or drop --check-devices")
+        from simcluster.launcher.instrument.gpu.devcheck import install as check
+        check(torch, memory.COUNTER)
