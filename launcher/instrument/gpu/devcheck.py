@@ -50,7 +50,7 @@ def _name(d) -> str:
 
 def mark_of(counter, t) -> int:
     """The mark of plain tensor ``t``'s storage (UNKNOWN for subclasses, meta and empty storages)."""
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         return UNKNOWN
     return counter.device_of(t.untyped_storage().data_ptr())
 
