@@ -87,4 +87,17 @@ after = torch.randn(3, device="cuda")
 c.set_rng_state(state)
 out["fork_rng"] = [torch.equal(after, torch.randn(3, device="cuda")), not torch.equal(t1, after)]
 out["initial_seed"] = c.initial_seed()
+if c.device_count() >= 2:  # one generator per device
+    c.manual_seed_all(5)
+    s0, s1 = c.get_rng_state(0), c.get_rng_state(1)
+    d1 = torch.randn(3, device="cuda:1")
+    c.manual_seed(7)  # the current device (0) only
+    with torch.cuda.device(1):
+        on_1 = torch.randn(3, device="cuda")
+    c.set_rng_state(s1, 1)
+    out["per_device"] = [torch.equal(c.get_rng_state(0), c.default_generators[0].get_state()),
+                         c.initial_seed(), c.default_generators[1].initial_seed(),
+                         torch.equal(d1, torch.randn(3, device="cuda:1")),  # set_rng_state(s, 1) replays device 1
+                         not torch.equal(d1, on_1),  # device 1 went on from where its draw left it
+                         torch.equal(torch.randn(3, device="cuda:0"), torch.randn(3, generator=torch.Generator().manual_seed(7)))]
 json.dump(out, sys.stdout)
