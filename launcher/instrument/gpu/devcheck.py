@@ -18,7 +18,8 @@ One ``TorchDispatchMode`` looks at each op's plain tensor arguments: a cuda and 
 0-dim scalar, which CUDA takes) raise CUDA's ``RuntimeError: Expected all tensors to be on the same
 device, but found at least two devices, cuda:N and cpu!`` (the first tensor's device named first, as
 TensorIterator does), except in ops a GPU lets cross devices (copies, indexing with CPU indices);
-what the op allocates gets its inputs' mark (cuda over cpu over unknown; a factory its door's).
+what the op allocates gets its inputs' mark (cuda over cpu; unknown where an input is unknown
+and none is known; a factory its door's, unknown when torch's C++ calls it: autograd's zeros).
 An unknown tensor never raises: the check refuses only what a GPU would refuse. In a group the
 program asked to be ``nccl`` (not ``cpu:gloo,cuda:nccl``), a collective or send/recv on a cpu-marked
 tensor raises NCCL's ``ValueError: Tensors must be CUDA and dense``. Needs the compiled allocator.
@@ -79,16 +80,14 @@ def make_mode(torch, counter):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             first = mark = UNKNOWN
-            seen = scalar_cpu = False
+            unknown = scalar_cpu = False
             for t in _tensors(args, kwargs, plain):
-                seen = True
                 d = mark_of(counter, t)
                 if d == UNKNOWN:
-                    continue
-                if d == CPU and t.dim() == 0:
+                    unknown = True
+                elif d == CPU and t.dim() == 0:
                     scalar_cpu = True
-                    continue
-                if first == UNKNOWN:
+                elif first == UNKNOWN:
                     first = mark = d
                 elif d != first and func not in crossing:
                     raise RuntimeError(MIXED.format(_name(first), _name(d)))
@@ -96,9 +95,7 @@ def make_mode(torch, counter):
                     mark = max(mark, d)
             if _DOOR[0] is not None:
                 mark = _DOOR[0]
-            elif not seen:
-                mark = CPU
-            elif mark == UNKNOWN and scalar_cpu:
+            elif mark == UNKNOWN and scalar_cpu and not unknown:
                 mark = CPU
             making(mark)
             try:
