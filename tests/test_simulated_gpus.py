@@ -161,6 +161,9 @@ def test_forked_ranks_draw_their_own_seeds():
     (["--script", "examples/ddp.py", "--gpu", "a100-80g", "--no-simulated-gpus", "--no-cpu-bridges"],
      "--gpu a100-80g: no effect with --no-simulated-gpus"),
     (["--no-simulated-gpus"], "--no-simulated-gpus: an option of your own code's runs"),  # the built-in trainer
+    (["--script", "examples/ddp.py", "--check-devices", "--no-simulated-gpus", "--no-cpu-bridges"],
+     "--check-devices: checks the simulated GPUs' tensors, none with --no-simulated-gpus; drop one"),
+    (["--check-devices"], "--check-devices: an option of your own code's runs"),
 ])
 def test_bad_gpu_options_are_refused_with_the_fix(tmp_path, args, problem):
     out = tmp_path / "c.yml"
