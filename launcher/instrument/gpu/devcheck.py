@@ -1,7 +1,7 @@
 """--check-devices: a CPU tensor mixed with a cuda tensor in one op, and an nccl collective on a CPU
 tensor, fail as on a GPU (off by default: it costs per op, BENCHMARKS.md "--check-devices").
 
-    SIMCLUSTER_INSTRUMENT=1 SIMCLUSTER_CHECK_DEVICES=1 RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=2 PYTHONPATH=launcher/instrument/boot:. python tests/gpu_mistakes_check.py
+    python -m pytest -q -n 0 tests/test_gpu_mistakes.py   # each GPU-only mistake, with the check and without
 
 Every tensor of the simulated GPU is a CPU tensor, so which one a GPU would hold on the device is a
 mark: each storage's block in the compiled allocator (gpu/counting_allocator.cpp) carries the device
@@ -27,6 +27,7 @@ tensor raises NCCL's ``ValueError: Tensors must be CUDA and dense``. Needs the c
 from __future__ import annotations
 
 import functools
+import threading
 import weakref
 
 from simcluster.launcher.instrument.gpu.state import STATE
@@ -40,7 +41,7 @@ CROSSING = ("copy_", "_to_copy", "_copy_from", "_copy_from_and_resize", "index.T
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor",
                "reduce_scatter", "reduce", "all_to_all_single", "all_to_all", "send", "recv", "isend", "irecv",
                "gather", "scatter")
-_DOOR: list = [None]  # the mark a factory door asks for while it runs (None: derived from the inputs)
+_DOOR = threading.local()  # .mark: what a factory door asks for while it runs in this thread (None: the inputs')
 _NCCL_GROUPS: "weakref.WeakSet" = weakref.WeakSet()  # process groups the program asked to be nccl
 _ACTIVE: list = []  # the mode and the counter once installed
 
@@ -50,10 +51,13 @@ def _name(d) -> str:
 
 
 def mark_of(counter, t) -> int:
-    """The mark of plain tensor ``t``'s storage (UNKNOWN for subclasses, meta and empty storages)."""
+    """The mark of plain tensor ``t``'s storage (UNKNOWN for meta, sparse and empty storages)."""
     if not t.is_cpu:
         return UNKNOWN
-    return counter.device_of(t.untyped_storage().data_ptr())
+    try:
+        return counter.device_of(t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):  # no storage: sparse, nested, ...
+        return UNKNOWN
 
 
 def _tensors(args, kwargs, plain):
@@ -93,8 +97,9 @@ def make_mode(torch, counter):
                     raise RuntimeError(MIXED.format(_name(first), _name(d)))
                 else:
                     mark = max(mark, d)
-            if _DOOR[0] is not None:
-                mark = _DOOR[0]
+            door = getattr(_DOOR, "mark", None)
+            if door is not None:
+                mark = door
             elif mark == UNKNOWN and scalar_cpu and not unknown:
                 mark = CPU
             making(mark)
@@ -122,11 +127,11 @@ def _door_mark(device, torch) -> int:
 def _with_door(fn, mark_of_call):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        prev, _DOOR[0] = _DOOR[0], mark_of_call(args, kwargs)
+        prev, _DOOR.mark = getattr(_DOOR, "mark", None), mark_of_call(args, kwargs)
         try:
             return fn(*args, **kwargs)
         finally:
-            _DOOR[0] = prev
+            _DOOR.mark = prev
     wrapper.__simulated__ = fn
     wrapper.__devcheck__ = True
     return wrapper
@@ -144,8 +149,9 @@ def _factory_mark(torch):
 
 def _move_target(torch, counter, args, kwargs):
     """The mark ``Tensor.to(*args, **kwargs)`` moves to (None: no device named)."""
-    if _MOVE[0] is not None:
-        return _MOVE[0]
+    moving = getattr(_MOVE, "mark", None)
+    if moving is not None:
+        return moving
     d = kwargs.get("device", args[0] if args else None)
     if isinstance(d, torch.Tensor):
         return mark_of(counter, d)
@@ -154,7 +160,7 @@ def _move_target(torch, counter, args, kwargs):
     return _door_mark(d, torch)
 
 
-_MOVE: list = [None]  # the mark a Module.to/.cuda asks its tensors' .to for while it runs
+_MOVE = threading.local()  # .mark: what a Module.to/.cuda asks its tensors' .to for while it runs here
 
 
 def install_moves(torch, counter) -> None:
@@ -167,21 +173,21 @@ def install_moves(torch, counter) -> None:
             src = mark_of(counter, self) if target is not None else None
             if target is None or src == target or target == UNKNOWN and src != CPU or len(args) > 3:
                 return fn(self, *args, **kwargs)
-            prev, _DOOR[0] = _DOOR[0], target
+            prev, _DOOR.mark = getattr(_DOOR, "mark", None), target
             try:
                 return fn(self, *args, **{**kwargs, "copy": True})
             finally:
-                _DOOR[0] = prev
+                _DOOR.mark = prev
         return wrapper
 
     def moving(mark):
         def make(fn):
             def wrapper(*args, **kwargs):
-                prev, _MOVE[0] = _MOVE[0], mark(args, kwargs)
+                prev, _MOVE.mark = getattr(_MOVE, "mark", None), mark(args, kwargs)
                 try:
                     return fn(*args, **kwargs)
                 finally:
-                    _MOVE[0] = prev
+                    _MOVE.mark = prev
             return wrapper
         return make
 
@@ -213,16 +219,16 @@ def install_defaults(torch) -> None:
     set_default = torch.set_default_device
 
     def set_default_device(device):  # torch's makes a DeviceContext of the device mapped to cpu: told here
-        _MOVE[0] = CUDA if device is not None and _door_mark(device, torch) == CUDA else None
+        _MOVE.mark = CUDA if device is not None and _door_mark(device, torch) == CUDA else None
         try:
             return set_default(device)
         finally:
-            _MOVE[0] = None
+            _MOVE.mark = None
     torch.set_default_device = functools.wraps(set_default)(set_default_device)
     init = devmod.DeviceContext.__init__
 
     def ctx_init(self, device):  # C++ pushes a ``with torch.device(...)``'s context without __enter__
-        self._sim_cuda = _MOVE[0] == CUDA or _door_mark(device, torch) == CUDA
+        self._sim_cuda = getattr(_MOVE, "mark", None) == CUDA or _door_mark(device, torch) == CUDA
         init(self, device)
     devmod.DeviceContext.__init__ = ctx_init
 
