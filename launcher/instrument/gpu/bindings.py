@@ -60,8 +60,7 @@ def switch_generator(new: int) -> None:
     if new == old:
         return
     incoming = own_generator(new)
-    own_generator_aside = _OWN.setdefault(old, torch.Generator())
-    own_generator_aside.set_state(torch.default_generator.get_state())
+    _OWN.setdefault(old, torch.Generator()).set_state(torch.default_generator.get_state())
     torch.default_generator.set_state(incoming.get_state())
     _LIVE[0] = new
 
