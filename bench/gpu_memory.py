@@ -10,7 +10,9 @@ decoder-like stack (4 x Linear + GELU + LayerNorm on (32, 64, 256) activations),
 ways: ``off`` (nothing), ``allocator`` (the compiled counting allocator, gpu/counting_allocator.cpp:
 what a rank runs) and ``per-op`` (the dispatch mode of gpu/tracker.py, the fallback), and ``device-check`` (the least a
 per-op check of mixed cuda and cpu tensors costs: a dispatch mode reading a mark on each tensor
-argument; measured only, to decide whether such a check can be on by default). Prints the
+argument; measured only, to decide whether such a check can be on by default), and ``check-devices``
+(the allocator with --check-devices' whole check installed: gpu/devcheck.py, marks read from the
+allocator, outputs marked, the doors wrapped). Prints the
 median step time of each over --repeats interpreters, the ratios to ``off`` and the aten ops a step
 runs, with the load average.
 
@@ -34,7 +36,7 @@ import time
 from bench.args import positive
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODES = ("off", "allocator", "per-op", "device-check")
+MODES = ("off", "allocator", "per-op", "device-check", "check-devices")
 MODELS = ("mlp", "decoder")
 
 
@@ -79,11 +81,14 @@ def one(mode: str, name: str, steps: int) -> dict:
 
     torch.set_num_threads(1)
     counter = None
-    if mode == "allocator":
+    if mode in ("allocator", "check-devices"):
         from simcluster.launcher.instrument.gpu.native import load
         counter = load(80 * 2**30)
         if counter is None:
             raise RuntimeError("the compiled allocator could not be built or loaded (g++ and torch's headers)")
+        if mode == "check-devices":
+            from simcluster.launcher.instrument.gpu.devcheck import install
+            install(torch, counter)
     elif mode == "per-op":
         from simcluster.launcher.instrument.gpu.tracker import make_tracker
         counter = make_tracker()

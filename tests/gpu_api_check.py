@@ -40,6 +40,10 @@ def scripted(n: int) -> torch.Tensor:
     return torch.zeros(n) + torch.ones(n)
 
 
+def scripted_bad(n: int) -> torch.Tensor:
+    return torch.zeros(n, device="cuda:9")
+
+
 @torch.jit.script
 def scripted_devices() -> int:  # torch.cuda's functions compile to cuda:: operators
     torch.cuda.set_device(1)
@@ -51,7 +55,17 @@ def scripted_devices() -> int:  # torch.cuda's functions compile to cuda:: opera
     return out
 
 
+@torch.jit.script
+def scripted_on_cuda(n: int) -> torch.Tensor:  # a tensor made on cuda inside scripted code
+    return torch.zeros(n, device="cuda") + torch.ones(n, device=torch.device("cuda:1"))
+
+
 out["jit"] = scripted(3).tolist()
+try:
+    torch.jit.script(scripted_bad)(1)
+except RuntimeError as e:  # TorchScript's error carries the CUDA error of the bad ordinal
+    bad = "CUDA error: invalid device ordinal" in str(e)
+out["jit_cuda"] = [scripted_on_cuda(2).tolist(), bad]
 out["jit_devices"] = scripted_devices()
 import torch.distributed.optim  # noqa: E402,F401 - scripts functional optimizers at import
 
@@ -73,4 +87,17 @@ after = torch.randn(3, device="cuda")
 c.set_rng_state(state)
 out["fork_rng"] = [torch.equal(after, torch.randn(3, device="cuda")), not torch.equal(t1, after)]
 out["initial_seed"] = c.initial_seed()
+if c.device_count() >= 2:  # one generator per device
+    c.manual_seed_all(5)
+    s0, s1 = c.get_rng_state(0), c.get_rng_state(1)
+    d1 = torch.randn(3, device="cuda:1")
+    c.manual_seed(7)  # the current device (0) only
+    with torch.cuda.device(1):
+        on_1 = torch.randn(3, device="cuda")
+    c.set_rng_state(s1, 1)
+    out["per_device"] = [torch.equal(c.get_rng_state(0), c.default_generators[0].get_state()),
+                         c.initial_seed(), c.default_generators[1].initial_seed(),
+                         torch.equal(d1, torch.randn(3, device="cuda:1")),  # set_rng_state(s, 1) replays device 1
+                         not torch.equal(d1, on_1),  # device 1 went on from where its draw left it
+                         torch.equal(torch.randn(3, device="cuda:0"), torch.randn(3, generator=torch.Generator().manual_seed(7)))]
 json.dump(out, sys.stdout)

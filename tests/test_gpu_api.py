@@ -66,9 +66,12 @@ def test_a_rank_answers_as_a_gpu(tmp_path, visible, count, uuids):
     assert got["rng_state_7"] == "IndexError: tuple index out of range"  # default_generators has count entries
     assert (got["model_to_int"], got["tensor_to_kw"], got["generator"], got["fftfreq"]) == \
         ("cpu", "torch.float64", "cpu", "cpu")
+    assert got["jit_cuda"] == [[1.0, 1.0], True]
     assert got["jit"] == [1.0, 1.0, 1.0] and got["distributed_optim"] is True and got["jit_devices"] == count * 100 + 1
     assert got["generators"] == [count, True] and got["seed_repeats"] and got["fork_rng"] == [True, True]
     assert got["initial_seed"] == 11
+    if count >= 2:  # manual_seed seeds the current device, manual_seed_all each; get/set_rng_state(i) per device
+        assert got["per_device"] == [True, 7, 5, True, True, True], got["per_device"]
 
 
 TRANSFORMERS = ("5.0.0", "5.9.0", "5.25.0")  # the first 5.x, the one that crashed at import (issue 53), the newest

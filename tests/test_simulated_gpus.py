@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BOOT = ROOT / "launcher" / "instrument" / "boot"
 LOSS = re.compile(r"rank (\d+) step (\d+) loss (\d+\.\d+)(?: |$)")  # in one whole line
 INVALID = "CUDA error: invalid device ordinal\nGPU device may be out of range, do you have enough GPUs?"
+CHECKED = {"nd_4d.py": ("--check-devices",)}  # run with the mixed-device check: a GPU program passes it as on GPUs
 TWINS = {  # the device lines a user edits to run the program on CPUs under plain torchrun
     "fsdp_tp.py": [
         ("    if not torch.cuda.is_available() or torch.cuda.device_count() < 4:\n", "    if False:\n"),
@@ -160,6 +161,9 @@ def test_forked_ranks_draw_their_own_seeds():
     (["--script", "examples/ddp.py", "--gpu", "a100-80g", "--no-simulated-gpus", "--no-cpu-bridges"],
      "--gpu a100-80g: no effect with --no-simulated-gpus"),
     (["--no-simulated-gpus"], "--no-simulated-gpus: an option of your own code's runs"),  # the built-in trainer
+    (["--script", "examples/ddp.py", "--check-devices", "--no-simulated-gpus", "--no-cpu-bridges"],
+     "--check-devices: checks the simulated GPUs' tensors, none with --no-simulated-gpus; drop one"),
+    (["--check-devices"], "--check-devices: an option of your own code's runs"),
 ])
 def test_bad_gpu_options_are_refused_with_the_fix(tmp_path, args, problem):
     out = tmp_path / "c.yml"
@@ -193,11 +197,13 @@ def test_gpu_programs_train_unchanged_with_their_twins_losses(tmp_path):
     for name in TWINS:
         run = tmp_path / f"run-{name}"
         proc = subprocess.run([sys.executable, "-m", "launcher", "up", "--nodes", "2", "--nproc-per-node", "4",
-                               "--script", f"examples/gpu/{name}", "--mount-code", "--run-dir", str(run), "--",
-                               "--steps", "3"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                               "--script", f"examples/gpu/{name}", "--mount-code", "--run-dir", str(run),
+                               *CHECKED.get(name, ()), "--", "--steps", "3"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=600)
         log = (run / "cluster.log").read_text(errors="replace")
         assert proc.returncode == 0, proc.stdout[-4000:]
         assert "simulated GPUs: 4 a node (cuda -> cpu, nccl -> gloo), NVIDIA H100 80GB HBM3" in proc.stdout
+        assert ("(--check-devices)" in proc.stdout) == (name in CHECKED)
         assert re.search(r"GPU memory +peak of each rank's tensors \(max_memory_allocated\), ranks 0", proc.stdout)
         assert "Unable to locate" not in log and noise(log) == [] and "Warning" not in log, (noise(log), log[-3000:])
         peaks = [json.loads(line)["device_peak_mb"] for r in range(8)

@@ -102,7 +102,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(1000 + dp)  # each dp rank its batch; pp and tp peers the same
     for step in range(1, args.steps + 1):
         start = torch.randint(0, VOCAB, (BATCH, 1), generator=gen)
-        seq = (start + torch.arange(SEQ + 1, device="cuda")) % VOCAB  # a learnable pattern
+        seq = (start.to(device) + torch.arange(SEQ + 1, device="cuda")) % VOCAB  # a learnable pattern (start: CPU)
         seq = seq.to(device)
         torch.cuda.synchronize()
         t0 = time.perf_counter()

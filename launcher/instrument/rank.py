@@ -86,9 +86,9 @@ def _stall_watch(stall_s, out_dir, rank) -> None:
     start(stall_s, out_dir, rank)
 
 
-def _simulate(torch, per_node: int, gpu: str, gpu_memory: int | None) -> None:
+def _simulate(torch, per_node: int, gpu: str, gpu_memory: int | None, check_devices: bool = False) -> None:
     from simcluster.launcher.instrument.gpu.install import install as simulate
-    simulate(torch, per_node, gpu, gpu_memory)
+    simulate(torch, per_node, gpu, gpu_memory, check_devices)
     from simcluster.launcher.instrument.gpu.memory import peak_record
     CLOCK.fields.append(peak_record)
 
@@ -98,7 +98,7 @@ def _on_torch(torch, inst, rank: int, per_node: int, out_dir, env) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     if inst.simulated_gpus:
-        _guarded("simulated GPUs", _simulate, torch, per_node, inst.gpu, inst.gpu_memory)
+        _guarded("simulated GPUs", _simulate, torch, per_node, inst.gpu, inst.gpu_memory, inst.check_devices)
     register_optimizer_step_post_hook(CLOCK.on_optimizer_step)
     if out_dir and inst.traffic:
         def traffic():

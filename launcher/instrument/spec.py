@@ -3,7 +3,7 @@
     python -c "from simcluster.launcher.instrument.spec import Instruments; print(Instruments(traffic=True, trace_steps=(2,)).env())"
 
 The launcher resolves ``--traffic``, ``--trace-steps``, ``--total-steps``, ``--no-cpu-bridges``,
-``--no-simulated-gpus``, ``--gpu`` and ``--gpu-memory``
+``--no-simulated-gpus``, ``--gpu``, ``--gpu-memory`` and ``--check-devices``
 of a script or module job into one frozen ``Instruments``; every engine's document carries it as
 the environment below (``engines/document.py node_env``), and each rank reads it back with
 ``Instruments.from_env`` (``instrument/rank.py``). Step timing is always on; the rest is off by
@@ -16,6 +16,7 @@ default except the CPU bridges (``instrument/bridges.py``) and the simulated GPU
     SIMCLUSTER_SIMULATED_GPUS=0   no simulated GPU: torch.cuda answers as torch's CPU build does
     SIMCLUSTER_GPU=a100-80g       the simulated GPU's model (default h100-sxm; simcluster/core/hardware.py)
     SIMCLUSTER_GPU_MEMORY=25769803776  the simulated GPU's memory in bytes (--gpu-memory; default the model's)
+    SIMCLUSTER_CHECK_DEVICES=1    mixed cuda and CPU tensors, nccl on CPU tensors refused (--check-devices; gpu/devcheck.py)
     TORCH_DISTRIBUTED_DEBUG=DETAIL  --check-collectives 1: torch checks each collective across its group
     SIMCLUSTER_STALL_S=10         the stall watch and communication record (train/stallwatch.py); 0: off (unset: 60)
 """
@@ -30,6 +31,7 @@ OWNER = "SIMCLUSTER_INSTRUMENT_PID"  # the pid that installed them: a child inte
 TRAFFIC, TRACE_STEPS, TOTAL_STEPS, CPU_BRIDGES = ("SIMCLUSTER_TRAFFIC", "SIMCLUSTER_TRACE_STEPS",
                                                   "SIMCLUSTER_TOTAL_STEPS", "SIMCLUSTER_CPU_BRIDGES")
 SIMULATED_GPUS, GPU, GPU_MEMORY = "SIMCLUSTER_SIMULATED_GPUS", "SIMCLUSTER_GPU", "SIMCLUSTER_GPU_MEMORY"
+CHECK_DEVICES = "SIMCLUSTER_CHECK_DEVICES"
 DEFAULT_GPU = "h100-sxm"  # the simulated GPU unless --gpu names another (simcluster/core/hardware.py GPU_NAMES)
 DEBUG = "TORCH_DISTRIBUTED_DEBUG"  # torch's own: DETAIL checks each collective across its group (--check-collectives 1)
 STALL_S = "SIMCLUSTER_STALL_S"  # seconds; unset: STALL_DEFAULT_S (the trainer's own --stall-s default)
@@ -49,6 +51,8 @@ class Instruments:
     simulated_gpus: each rank sees one GPU of its node, tensors on the CPU (on by default).
     gpu: the simulated GPU's model, a name of simcluster/core/hardware.py's GPU_NAMES.
     gpu_memory: the simulated GPU's memory in bytes (None: the model's; --gpu-memory).
+    check_devices: refuse an op mixing cuda and CPU tensors and an nccl collective on a CPU tensor
+        (--check-devices; instrument/gpu/devcheck.py).
     stall_s: seconds a rank waits in communication with no rank progressing that end the job as a hang
         (0: off; train/stallwatch.py).
     check_collectives: torch's TORCH_DISTRIBUTED_DEBUG=DETAIL (each collective checked across its group).
@@ -65,6 +69,7 @@ class Instruments:
     simulated_gpus: bool = True
     gpu: str = DEFAULT_GPU
     gpu_memory: int | None = None
+    check_devices: bool = False
     stall_s: float = STALL_DEFAULT_S
     check_collectives: bool = False
     stall_given: bool = False
@@ -87,6 +92,8 @@ class Instruments:
             out[GPU] = self.gpu
         if self.gpu_memory:
             out[GPU_MEMORY] = str(self.gpu_memory)
+        if self.check_devices:
+            out[CHECK_DEVICES] = "1"
         if self.check_collectives:
             out[DEBUG] = "DETAIL"
         if self.stall_s != STALL_DEFAULT_S:
@@ -103,7 +110,7 @@ class Instruments:
                    cpu_bridges=env.get(CPU_BRIDGES) != "0", simulated_gpus=env.get(SIMULATED_GPUS) != "0",
                    gpu=env.get(GPU) or DEFAULT_GPU, stall_s=_seconds(env.get(STALL_S)),
                    gpu_memory=int(env[GPU_MEMORY]) if env.get(GPU_MEMORY, "").isdigit() else None,
-                   check_collectives=env.get(DEBUG) == "DETAIL")
+                   check_collectives=env.get(DEBUG) == "DETAIL", check_devices=env.get(CHECK_DEVICES) == "1")
 
 
 def _seconds(text: str | None) -> float:

@@ -65,6 +65,7 @@ def instruments(cfg: Config, req: JobRequest) -> Instruments:
                        cpu_bridges=not req.no_cpu_bridges, simulated_gpus=not req.no_simulated_gpus,
                        gpu=req.gpu or DEFAULT_GPU,
                        gpu_memory=size_bytes(req.gpu_memory) if req.gpu_memory else None,
+                       check_devices=req.check_devices,
                        stall_s=stall_limit(cfg.stall_s, cfg.timeout_s),
                        stall_given=req.stall_s is not None, gpu_given=req.gpu is not None,
                        check_collectives=bool(cfg.check_collectives))

@@ -132,7 +132,7 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
         if v["nodes"] is not None or v["nproc_per_node"] is not None or argv:
             raise _error("nodes", "the built-in trainer takes --mesh and its own flags, not --nodes/--nproc-per-node "
                                   "or arguments after --; to run your code, add --script FILE or --module NAME")
-        own = [n for n in ("total_steps", "no_cpu_bridges", "no_simulated_gpus", "gpu", "gpu_memory") if v.get(n) not in (None, False)]
+        own = [n for n in ("total_steps", "no_cpu_bridges", "no_simulated_gpus", "gpu", "gpu_memory", "check_devices") if v.get(n) not in (None, False)]
         if own:
             name = own[0]
             raise _error(name, f"{flag(name)}: an option of your own code's runs; the built-in trainer takes "
@@ -145,6 +145,10 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
     if v.get("gpu") is not None and v.get("no_simulated_gpus"):
         raise _error("gpu", f"--gpu {v['gpu']}: no effect with --no-simulated-gpus; drop one: --gpu (the simulated "
                             f"GPU's model) or --no-simulated-gpus (no simulated GPU)")
+    if v.get("check_devices") and v.get("no_simulated_gpus"):
+        raise _error("check_devices", "--check-devices: checks the simulated GPUs' tensors, none with "
+                                      "--no-simulated-gpus; drop one: --check-devices (mixed cuda and CPU tensors "
+                                      "refused) or --no-simulated-gpus")
     if v.get("gpu_memory") is not None:
         if v.get("no_simulated_gpus"):
             raise _error("gpu_memory", f"--gpu-memory {v['gpu_memory']}: no effect with --no-simulated-gpus; drop "

@@ -109,6 +109,10 @@ class JobOptions:
                                     "smaller device: at most the --gpu model's, e.g. 24GiB, 512MiB or 40GB (10^9 "
                                     "bytes); allocations beyond it raise torch.cuda.OutOfMemoryError (default: the "
                                     "model's)")
+    check_devices: bool = option(False, True, help="refuse what a GPU refuses at a per-op cost: an op mixing a cuda "
+                                 "and a CPU tensor (CUDA's 'Expected all tensors to be on the same device'), an nccl "
+                                 "collective on a CPU tensor (docs/own-code.md; default off: it slows small ops "
+                                 "several times, BENCHMARKS.md)")
     requirements: str | None = option(None, "requirements.txt", metavar="FILE", help="your code's dependencies: "
                                       "wheels downloaded here for the image's Python (torch stays the image's), a "
                                       "derived image built FROM it once per content (docs/own-code.md)")

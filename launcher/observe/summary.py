@@ -154,7 +154,8 @@ def _gpus(launch: Launch) -> str | None:
     from simcluster.core.hardware import GPU_ALIASES, HARDWARE
     return (f"{launch.nproc_per_node} a node ({SUMMARY}), "
             f"{HARDWARE[GPU_ALIASES.get(inst.gpu, inst.gpu)].device_name} (--gpu {inst.gpu})"
-            + (f", {inst.gpu_memory / 2**30:.2f} GiB each (--gpu-memory)" if inst.gpu_memory else ""))
+            + (f", {inst.gpu_memory / 2**30:.2f} GiB each (--gpu-memory)" if inst.gpu_memory else "")
+            + (", mixed devices and nccl on CPU tensors refused (--check-devices)" if inst.check_devices else ""))
 
 
 def _peaks(peaks: dict) -> str:

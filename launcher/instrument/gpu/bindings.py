@@ -14,9 +14,16 @@ with no copy of their logic here. Chosen over wrapping each public name because 
 (ordinal checks, negative indices, lazy seeding) are then torch's own by construction, and a new
 public function over the same bindings works without a line here; the count is in coverage.py.
 
-``default_generators``: every device's generator is the CPU default generator (a "cuda" tensor is a
-CPU tensor and draws from it): a CUDA RNG tracker's get/set/fork round-trips work; seeding one device
-seeds the one stream the rank draws from. The process starts seeded with CUDA's fixed default seed.
+``default_generators``: one independent generator per visible device, as CUDA has. A "cuda" tensor is
+a CPU tensor and CPU kernels draw from torch's CPU default generator, so the current device's entry
+*is* that generator (the state of the others kept in their own CPU generators): a change of device
+(``set_device``, ``with torch.cuda.device(i)``) puts the old device's state aside and the new one's
+in. So ``torch.cuda.manual_seed(s)`` seeds the current device only, ``manual_seed_all`` every one,
+``get_rng_state(i)``/``set_rng_state(s, i)`` are per device, a CUDA RNG tracker's get/set/fork
+round-trips work, and a factory given another device than the current one (``torch.randn(3,
+device="cuda:1")`` on device 0) draws from that device's generator (gpu/tensors.py passes it as
+``generator=``). An in-place draw on a tensor of another device (``x.normal_()``) draws from the
+current device's. Each device starts seeded with CUDA's fixed default seed.
 """
 from __future__ import annotations
 
@@ -29,20 +36,48 @@ _CUDNN_LIMIT = [10]  # torch.backends.cudnn.benchmark_limit (torch's default)
 _SYNC_DEBUG = [0]  # torch.cuda.set_sync_debug_mode's value (no sync is ever reported: nothing is asynchronous)
 
 
+_OWN: dict = {}  # device index -> its own CPU generator (its state while the device is not current)
+_LIVE = [0]  # the device whose state the CPU default generator holds
+
+
+def own_generator(i: int):
+    """Device ``i``'s generator: the CPU default generator for the current device, else its own."""
+    import torch
+    if i == _LIVE[0]:
+        return torch.default_generator
+    if i not in _OWN:
+        g = torch.Generator()
+        g.manual_seed(CUDA_DEFAULT_SEED)
+        _OWN[i] = g
+    return _OWN[i]
+
+
+def switch_generator(new: int) -> None:
+    """The current device became ``new``: its generator's state into the CPU default generator, the
+    previous device's put aside (a STATE listener)."""
+    import torch
+    old = _LIVE[0]
+    if new == old:
+        return
+    incoming = own_generator(new)
+    _OWN.setdefault(old, torch.Generator()).set_state(torch.default_generator.get_state())
+    torch.default_generator.set_state(incoming.get_state())
+    _LIVE[0] = new
+
+
 class Generators(Sequence):
     """``torch.cuda.default_generators``: one entry per visible device (read at first use, as CUDA's
-    initialization does), each the CPU default generator."""
+    initialization does), each that device's generator (``own_generator``)."""
 
     def __len__(self) -> int:
         return STATE.count
 
     def __getitem__(self, i):
-        import torch
         if isinstance(i, slice):
-            return tuple(torch.default_generator for _ in range(len(self))[i])
+            return tuple(own_generator(j) for j in range(len(self))[i])
         if not -len(self) <= i < len(self):
             raise IndexError("tuple index out of range")
-        return torch.default_generator
+        return own_generator(i % len(self))
 
     def __repr__(self):
         return repr(tuple(self))
@@ -128,3 +163,5 @@ def install_bindings(torch, properties) -> None:
     cuda._cached_device_count = None
     cuda._initialized = True  # as after torch._C._cuda_init(): torch's queued capability checks do not apply
     torch.default_generator.manual_seed(CUDA_DEFAULT_SEED)
+    _LIVE[0] = STATE.current
+    STATE.listeners.append(switch_generator)

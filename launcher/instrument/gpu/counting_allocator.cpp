@@ -14,6 +14,10 @@
 // counts them. An allocation that would take the allocated bytes above the limit (the device's
 // capacity, times set_per_process_memory_fraction) raises c10::OutOfMemoryError with the CUDA
 // caching allocator's message and numbers: Python sees torch.cuda.OutOfMemoryError.
+// Device marks (--check-devices, gpu/devcheck.py): each block also holds the device it was made for
+// (0 unknown, 1 cpu, 2 cuda), the calling thread's mark at its allocation (simcluster_set_making),
+// kept in the size's low bits (a multiple of 512) and read with simcluster_device_of: a mark lives
+// exactly as long as its block.
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
@@ -49,6 +53,8 @@ struct Shard {
   std::unordered_map<void*, int64_t> sizes;  // block -> its counted (rounded) size
 };
 Shard g_shards[kShards];
+thread_local int t_making = 0;  // the device this thread's allocations are made for (0: unknown)
+constexpr int64_t kMarkBits = 3;  // the low bits of a table entry that hold its mark
 
 Shard& shard_of(void* p) {
   auto a = reinterpret_cast<uintptr_t>(p);
@@ -104,7 +110,7 @@ void count_free(void* data) {
     std::lock_guard<std::mutex> guard(sh.lock);
     auto it = sh.sizes.find(data);
     if (it != sh.sizes.end()) {
-      n = it->second;
+      n = it->second & ~kMarkBits;
       sh.sizes.erase(it);
     }
   }
@@ -145,7 +151,7 @@ struct CountingAllocator final : public c10::Allocator {
     {
       Shard& sh = shard_of(data);
       std::lock_guard<std::mutex> guard(sh.lock);
-      sh.sizes[data] = n;
+      sh.sizes[data] = n | t_making;
     }
     g_stats[kTotalAllocated].fetch_add(n, std::memory_order_relaxed);
     int64_t count = g_stats[kCount].fetch_add(1, std::memory_order_relaxed) + 1;
@@ -198,5 +204,17 @@ void simcluster_set_limit(int64_t total, int64_t limit, int fraction_set) {
 }
 
 void simcluster_set_device(int device) { g_device.store(device); }
+
+// The mark of this thread's next allocations (0 unknown, 1 cpu, 2 cuda).
+void simcluster_set_making(int device) { t_making = device & kMarkBits; }
+
+// The mark of the block at ``data`` (a storage's base pointer); 0 for a block not made here.
+int simcluster_device_of(void* data) {
+  if (data == nullptr) return 0;
+  Shard& sh = shard_of(data);
+  std::lock_guard<std::mutex> guard(sh.lock);
+  auto it = sh.sizes.find(data);
+  return it == sh.sizes.end() ? 0 : static_cast<int>(it->second & kMarkBits);
+}
 
 }  // extern "C"

@@ -52,7 +52,7 @@ TABLE = {  # module -> rows of (verdict, names, why: a sentence for TORCH/REPLAC
                 "can_device_access_peer init is_initialized get_sync_debug_mode set_sync_debug_mode " + RNG,
          "torch's own Python over the simulated torch._C._cuda_* bindings (gpu/bindings.py)"),
         (TORCH, "list_gpu_processes amp random memory", "torch's own (list_gpu_processes: as on a host without nvidia-ml-py)"),
-        (REPLACED, "default_generators", "one entry per visible device, the CPU default generator (gpu/bindings.py)"),
+        (REPLACED, "default_generators", "one generator per visible device, the current one's the CPU default generator (gpu/bindings.py)"),
         (REPLACED, MEMORY, "gpu/memory.py"),
         (TORCH, HOST + " get_allocator_backend", "torch's own over gpu/bindings.py (host "
                                                                            "memory: none pinned, pin_memory returns the tensor)"),

@@ -100,6 +100,11 @@ class NativeCounter:
         lib.simcluster_set_limit.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
         lib.simcluster_set_device.argtypes = [ctypes.c_int]
         lib.simcluster_install.argtypes = [ctypes.c_int64]
+        lib.simcluster_set_making.argtypes = [ctypes.c_int]
+        lib.simcluster_device_of.argtypes = [ctypes.c_void_p]
+        lib.simcluster_device_of.restype = ctypes.c_int
+        self.set_making = lib.simcluster_set_making  # the mark of this thread's next allocations (gpu/devcheck.py)
+        self.device_of = lib.simcluster_device_of  # a block's mark: 0 unknown, 1 cpu, 2 cuda
 
     def __getattr__(self, name: str) -> int:
         if name in STATS:

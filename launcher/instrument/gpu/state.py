@@ -55,6 +55,7 @@ class State:
     seen: list | None = None  # the visible GPUs' node indices, once read
     used: int | None = None  # the index the rank's tensors last named (cuda:N), for NCCL's device binding
     nccl: bool = False  # the program asked for an nccl process group
+    nccl_only: bool = False  # --check-devices: the default group was asked as "nccl" alone (gpu/devcheck.py)
 
     @property
     def count(self) -> int:

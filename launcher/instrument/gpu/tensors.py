@@ -48,6 +48,23 @@ def _kw(fn):
     return wrapper
 
 
+def _kw_random(fn):
+    """``_kw`` for a random factory: a device other than the current one draws from its own generator
+    (gpu/bindings.py ``own_generator``), unless the call names a generator."""
+    from simcluster.launcher.instrument.gpu.bindings import own_generator
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if "device" in kwargs:
+            given = kwargs["device"]
+            kwargs["device"] = to_cpu(given)
+            if kwargs["device"] is not given and STATE.used != STATE.current and kwargs.get("generator") is None:
+                kwargs["generator"] = own_generator(STATE.used)
+        return fn(*args, **kwargs)
+    wrapper.__simulated__ = fn
+    return wrapper
+
+
 def _wrap(owner, name, make) -> None:
     fn = getattr(owner, name, None)
     if fn is not None and not hasattr(fn, "__simulated__"):
@@ -57,6 +74,12 @@ def _wrap(owner, name, make) -> None:
 
 
 NAMESPACES = {"": "", "fft": "fft_", "special": "special_", "linalg": "linalg_"}  # torch.X: aten's prefix
+
+
+def random_ops(torch) -> set[str]:
+    """The aten operators that take both a ``device`` and a ``generator`` (the random factories)."""
+    return {s.name[6:] for s in torch._C._jit_get_all_schemas() if s.name.startswith("aten::")
+            and {"device", "generator"} <= {a.name for a in s.arguments}}
 
 
 def device_doors(torch) -> list[tuple[object, str]]:
@@ -86,10 +109,11 @@ def install_factories(torch) -> None:
     """Wrap every door of ``device_doors``, each registered with TorchScript as its aten operator."""
     from torch.jit._builtins import _find_builtin, _register_builtin
 
+    randoms = random_ops(torch)
     for owner, name in device_doors(torch):
         fn = getattr(owner, name)
         op = _find_builtin(fn)
-        _wrap(owner, name, _kw)
+        _wrap(owner, name, _kw_random if owner is torch and name in randoms else _kw)
         if op is not None:
             _register_builtin(getattr(owner, name), op)
 
