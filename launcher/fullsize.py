@@ -71,13 +71,14 @@ def _trainer_flags(args: argparse.Namespace) -> list[str]:
 def _builtin(args: argparse.Namespace) -> argparse.Namespace:
     """`plan --full-size --mesh PPxDPxTP --model ...` (a trainer flag, no --script/--module): the built-in trainer
     (``--module simcluster.train``, its flags from `plan`'s own, the cluster's layout: a node a pipeline
-    stage, dp x tp ranks a node). With --script/--module, the trainer's flags are refused (they go after --).
+    stage, dp x tp ranks a node; by default the first rank of every stage and the last rank run, and its
+    schedule times the pipeline). With --script/--module, the trainer's flags are refused (they go after --).
 
     Raises:
         ConfigError: trainer flags beside your own program; neither; --nodes x --nproc-per-node not the mesh's size.
     """
     from simcluster.core.flags import config_from_args
-    from simcluster.core.config import parse_mesh
+    from simcluster.core.config import parse_mesh, resolve
 
     flags = _trainer_flags(args)
     if args.script or args.module:
@@ -95,8 +96,11 @@ def _builtin(args: argparse.Namespace) -> argparse.Namespace:
         raise ConfigError(f"nodes/nproc_per_node: --nodes {nodes} x --nproc-per-node {per} is not the mesh {mesh}'s "
                           f"{mesh.world_size} ranks; drop them (default: {mesh.pp} nodes of {mesh.ranks_per_node}), "
                           f"e.g. python -m launcher plan --full-size --mesh {mesh} --model tiny --gpu h100-96g")
+    run = resolve(config_from_args(args))
+    ranks = args.ranks or ",".join(str(r) for r in sorted({*range(0, mesh.world_size, per), mesh.world_size - 1}))
     return argparse.Namespace(**{**vars(args), "module": BUILTIN, "nodes": nodes, "nproc_per_node": per,
-                                 "job_argv": [*flags, *(args.job_argv or ())]})
+                                 "job_argv": [*flags, *(args.job_argv or ())], "ranks": ranks,
+                                 "pipeline": (run.config.schedule, run.local_stages, run.config.microbatches)})
 
 
 def _check(args: argparse.Namespace) -> tuple[int, int]:
@@ -203,7 +207,7 @@ def _plan_once(args, argv: list[str], ranks, world: int, per: int, env: dict, de
         where = os.path.abspath(args.trace_dir or tmp)
         with ThreadPoolExecutor(max_workers=2) as pool:
             outs = list(pool.map(lambda r: _one_rank(args, argv, r, world, per, env, where), ranks))
-        return _collect(outs, ranks, world, device, expandable)
+        return _collect(outs, ranks, world, device, expandable, getattr(args, "pipeline", None))
 
 
 def _one_rank(args, argv: list[str], rank: int, world: int, per: int, env: dict, tmp: str) -> str:
@@ -228,23 +232,31 @@ def _one_rank(args, argv: list[str], rank: int, world: int, per: int, env: dict,
     return out
 
 
-def _collect(outs: list[str], ranks: list[int], world: int, device, expandable: bool) -> dict:
-    """Read the traces, replay, time: to_dict's data."""
+def _collect(outs: list[str], ranks: list[int], world: int, device, expandable: bool,
+             pipeline: tuple[str, int, int] | None = None) -> dict:
+    """Read the traces, replay, time (a pipeline by ``pipeline``'s (schedule, local stages,
+    microbatches): the built-in trainer's; else 1F1B assumed, said in the output): to_dict's data."""
+    from simcluster.train.plan.fullsize.device import MATMUL_EFFICIENCY
     from simcluster.train.plan.fullsize.memory import replay
     from simcluster.train.plan.fullsize.report import RankResult, to_dict
-    from simcluster.train.plan.fullsize.speed import speed
+    from simcluster.train.plan.fullsize.schedule import step_speeds
     from simcluster.train.plan.fullsize.trace import read
 
-    results, placeholders = [], {}
+    traces, placeholders = {}, {}
     for rank, path in zip(ranks, outs):
-        trace = read(path)
+        traces[rank] = trace = read(path)
         if trace.error:
             raise ConfigError(_failure(rank, trace.error))
         placeholders.update(trace.placeholders)
-        stands = [r for r in range(world) if _stood_for_by(r, ranks) == rank]
-        results.append(RankResult(rank, tuple(stands), replay(trace, device, expandable),
-                                  speed(trace, device) if trace.steps else None, trace.seconds, trace.custom))
-    return to_dict(results, device, expandable, placeholders)
+    schedule, local_stages, m = pipeline or ("1f1b", 1, None)
+    speeds = step_speeds(traces, device, MATMUL_EFFICIENCY, schedule, local_stages, m)
+    results = [RankResult(rank, tuple(r for r in range(world) if _stood_for_by(r, ranks) == rank),
+                          replay(t, device, expandable), speeds[rank], t.seconds, t.custom)
+               for rank, t in traces.items()]
+    data = to_dict(results, device, expandable, placeholders)
+    if pipeline is None and any(s is not None and s.schedule for s in speeds.values()):
+        data["unseen"].append("the pipeline's schedule: not known for your program, 1F1B's order assumed")
+    return data
 
 
 def _stood_for_by(rank: int, ranks: list[int]) -> int:

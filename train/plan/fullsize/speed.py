@@ -11,9 +11,9 @@ r on host layout.node_of(r, ranks_per_node)), else each GPU's network port; all-
 reduce-scatter (g-1)/g x input bytes, all-reduce twice that, plus (g-1) latencies. FSDP and DDP
 overlap communication with compute on their own CUDA streams: the step is max(compute,
 communication) plus the first collective of the step (nothing to hide it behind). Tokens are the
-indices the step's forward embeddings looked up. Not modelled: a pipeline schedule's bubble (its
-sends and receives are counted as communication; the output names the stages), kernel launch
-overheads, the optimizer step's host synchronisation. Tokens a GPU: the rank's tokens x dp / world,
+indices the step's forward embeddings looked up. Not modelled here: kernel launch
+overheads, the optimizer step's host synchronisation. With a pipeline, schedule.py's
+pipelined() replaces the step by the schedule's window (its bubble) plus the tail. Tokens a GPU: the rank's tokens x dp / world,
 dp being the largest group of the step's reduce-scatters and all-reduces (FSDP's, DDP's, the loss's):
 the other ranks (tensor, context parallel) share a data-parallel rank's tokens, as torchtitan counts.
 """
@@ -48,6 +48,8 @@ class Speed:
     mfu: float
     pipeline: bool
     step: int
+    bubble: float | None = None  # a pipeline's bubble fraction (schedule.py), None without one
+    schedule: str = ""  # the pipeline schedule whose order timed the step ("" without one)
 
 
 def step_of(name: str) -> int:
