@@ -2,7 +2,8 @@
 
     python -m bench.fullsize_agree [--gpu h100-96g] [--cases 2x2x2:small:4,...]
 
-Each case (MESH:MODEL:MICROBATCHES, model a preset, or DIMxLAYERS for --dim/--n-layers on `small`)
+Each case (MESH:MODEL:MICROBATCHES[:SCHEDULE], model a preset, or DIMxLAYERS for --dim/--n-layers on
+`small`; schedule 1f1b unless named)
 runs `launcher plan --full-size` of the built-in trainer (two steps, the traces kept), then compares
 every traced rank with the analytic plan of the same run (train/plan/fullsize/agree.py: the
 tolerances and their reasons). Prints the table of BENCHMARKS.md, "Full size against the analytic
@@ -17,14 +18,15 @@ import sys
 import tempfile
 import time
 
-CASES = ("1x2x1:small:1", "2x1x1:small:4", "2x2x2:small:4", "4x1x1:small:8", "2x1x2:512x8:4", "4x2x1:512x8:8")
+CASES = ("1x2x1:small:1", "2x1x1:small:4", "2x2x2:small:4", "4x1x1:small:8", "4x1x1:small:4:gpipe",
+         "2x1x1:small:4:interleaved-1f1b", "2x1x2:1024x8:4", "4x2x1:1024x8:8")
 
 
 def _flags(case: str) -> list[str]:
-    mesh, model, m = case.split(":")
+    mesh, model, m, *schedule = case.split(":")
     size = ["--model", model] if "x" not in model else \
         ["--model", "small", "--dim", model.split("x")[0], "--n-layers", model.split("x")[1]]
-    return ["--mesh", mesh, *size, "--microbatches", m, "--steps", "2"]
+    return ["--mesh", mesh, *size, "--microbatches", m, "--steps", "2", *(["--schedule", *schedule] if schedule else [])]
 
 
 def run_case(case: str, gpu: str, where: str, ranks: str | None = None):
@@ -59,7 +61,10 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         with tempfile.TemporaryDirectory() as where:
             rows = run_case(case, a.gpu, where)
-        print(f"{case} on {a.gpu} ({time.monotonic() - t0:.0f} s here, load {os.getloadavg()[0]:.1f})")
+        mesh, _, m, *sched = case.split(":")
+        pp, m = int(mesh.split("x")[0]), int(m)
+        book = f", textbook bubble {(pp - 1) / (m + pp - 1):.3f}" if pp > 1 and (sched or ["1f1b"])[0] in ("1f1b", "gpipe") else ""
+        print(f"{case} on {a.gpu} ({time.monotonic() - t0:.0f} s here, load {os.getloadavg()[0]:.1f}{book})")
         print(to_text(rows), flush=True)
         missed += [m for r in rows for m in r.misses()]
     print("\n".join(missed) if missed else "every rank agrees within the tolerances")

@@ -3,7 +3,7 @@ distinct rank; its memory as the GPU's caching allocator would report it, its st
 
     python -m launcher plan --full-size --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 --gpu h100-96g -- --steps 1 --dim 256 --layers 2
     python -m launcher plan --full-size --search --knob batch=4,8,16 --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 --gpu h100-96g -- --steps 1 --dim 256 --layers 2
-    python -m launcher plan --full-size --mesh 2x2x2 --model tiny --microbatches 4 --gpu h100-96g   # the built-in trainer
+    python -m launcher plan --full-size --mesh 2x1x1 --model tiny --microbatches 4 --steps 2 --gpu h100-96g   # the built-in trainer
     python -m launcher plan --full-size --module torchtitan.train --code DIR --nodes 1 --nproc-per-node 8 \
         --gpu h100-96g --env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True --json -- --model.flavor 8B ...
 

@@ -11,7 +11,7 @@ group's link (speed.collective_s). The order is torch's own (train/plan/schedule
 the schedule classes' pipeline_order), run on that clock by schedule.simulate: an action starts when
 its rank is free and its input arrived (the previous stage's forward, the next stage's backward, each
 after its send on the sender's link); a split backward's I and W take half the backward each, and a
-pp rank's local stages share its seconds equally. The bubble: simulate's (the mean over pp ranks of
+pp rank's forward (backward) seconds are shared equally by its forward (backward) actions. The bubble: simulate's (the mean over pp ranks of
 the window's share without compute), as the analytic plan reports it. A pp rank with no trace of its
 own takes the stood-for rank's seconds (the nearest traced pp rank below it).
 """
@@ -30,8 +30,9 @@ P2P = ("send", "recv")
 
 @dataclass(frozen=True)
 class StageTimes:
-    """One pp rank's seconds: forward and backward of one microbatch (all its local stages), the tail
-    after its last microbatch, one send of its activations or gradients; its pp rank and pp size."""
+    """One pp rank's seconds: forward and backward a microbatch as its trace counts them (``microbatches``:
+    forwards of an outermost module, so a microbatch of each local stage), the tail after its last
+    microbatch, one send of its activations or gradients; its pp rank and pp size."""
 
     pp_rank: int
     pp: int
@@ -103,7 +104,8 @@ def pipeline(stages: list[StageTimes], schedule: str = "1f1b", local_stages: int
     for r, order in enumerate(orders):
         st = own[r]
         for _, s, _ in order:
-            f, b = st.forward_s * m / (m * local_stages), st.backward_s * m / (m * local_stages)
+            actions = m * local_stages  # the rank's forwards (and backwards) of the step
+            f, b = st.forward_s * st.microbatches / actions, st.backward_s * st.microbatches / actions
             durations.update({("F", s): f, ("B", s): b, ("I", s): b / 2, ("W", s): b / 2})
             transfers.update({("F", s): st.send_s, ("B", s): st.send_s, ("I", s): st.send_s})
     line = simulate(orders, durations, transfers)
