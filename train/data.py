@@ -142,6 +142,7 @@ class Batches:
         if args.kind == "llama":
             self.train_tokens, self.val_tokens = train_val_split(Corpus(cfg.data), cfg.val_fraction)
         self.train_set, self.val_set = StepData(self, self.train_tokens, 0), StepData(self, self.val_tokens, 1_000_000_007)
+        self._seeds = torch.Generator().manual_seed(cfg.seed)
 
     def make(self, tokens, step: int, salt: int):
         """The global batch ``step`` drawn with ``salt`` (seed_batch or lm_batch)."""
@@ -150,9 +151,11 @@ class Batches:
             return seed_batch(cfg.seed, step, cfg.global_batch, args.dim, args.vocab_size, salt)
         return lm_batch(tokens, cfg.seed, step, cfg.global_batch, cfg.seq_len, salt)
 
-    @staticmethod
-    def _load(dataset: StepData, k: int):
-        return next(iter(torch.utils.data.DataLoader(dataset, batch_size=None, sampler=[k], collate_fn=_as_made)))
+    def _load(self, dataset: StepData, k: int):
+        # its own generator: a DataLoader's iterator draws its base seed from it, never from torch's global one
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, sampler=[k], collate_fn=_as_made,
+                                             generator=self._seeds)
+        return next(iter(loader))
 
     def train(self, step: int):
         return self._load(self.train_set, step)
