@@ -3,6 +3,7 @@ distinct rank; its memory as the GPU's caching allocator would report it, its st
 
     python -m launcher plan --full-size --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 --gpu h100-96g -- --steps 1 --dim 256 --layers 2
     python -m launcher plan --full-size --search --knob batch=4,8,16 --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 --gpu h100-96g -- --steps 1 --dim 256 --layers 2
+    python -m launcher plan --full-size --mesh 2x1x1 --model tiny --microbatches 4 --steps 2 --gpu h100-96g   # the built-in trainer
     python -m launcher plan --full-size --module torchtitan.train --code DIR --nodes 1 --nproc-per-node 8 \
         --gpu h100-96g --env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True --json -- --model.flavor 8B ...
 
@@ -51,6 +52,57 @@ def _which_ranks(text: str | None, world: int) -> list[int]:
     return ranks
 
 
+BUILTIN = "simcluster.train"
+
+
+def _trainer_flags(args: argparse.Namespace) -> list[str]:
+    """The built-in trainer's flags the user set on `plan` (--config and every Config field), as its argv."""
+    from dataclasses import fields
+
+    from simcluster.core.config import Config
+
+    out = ["--config", args.config] if getattr(args, "config", None) else []
+    for f in fields(Config):
+        if getattr(args, f.name, None) is not None:
+            out += [f"--{f.name.replace('_', '-')}", str(getattr(args, f.name))]
+    return out
+
+
+def _builtin(args: argparse.Namespace) -> argparse.Namespace:
+    """`plan --full-size --mesh PPxDPxTP --model ...` (a trainer flag, no --script/--module): the built-in trainer
+    (``--module simcluster.train``, its flags from `plan`'s own, the cluster's layout: a node a pipeline
+    stage, dp x tp ranks a node; by default the first rank of every stage and the last rank run, and its
+    schedule times the pipeline). With --script/--module, the trainer's flags are refused (they go after --).
+
+    Raises:
+        ConfigError: trainer flags beside your own program; neither; --nodes x --nproc-per-node not the mesh's size.
+    """
+    from simcluster.core.flags import config_from_args
+    from simcluster.core.config import parse_mesh, resolve
+
+    flags = _trainer_flags(args)
+    if args.script or args.module:
+        if flags:
+            raise ConfigError(f"full_size: {' '.join(flags[::2])} are the built-in trainer's flags, not read for your "
+                              f"--script/--module; give your program's own after --, e.g. {EXAMPLE}")
+        return args
+    if not flags:
+        raise ConfigError(f"full_size: needs your program, --script FILE or --module NAME (one of them), or the "
+                          f"built-in trainer's flags (--mesh, --model...); e.g. {EXAMPLE}, or python -m launcher plan "
+                          f"--full-size --mesh 2x2x2 --model tiny --gpu h100-96g")
+    mesh = parse_mesh(config_from_args(args).mesh)
+    nodes, per = args.nodes or mesh.pp, args.nproc_per_node or mesh.ranks_per_node
+    if nodes * per != mesh.world_size:
+        raise ConfigError(f"nodes/nproc_per_node: --nodes {nodes} x --nproc-per-node {per} is not the mesh {mesh}'s "
+                          f"{mesh.world_size} ranks; drop them (default: {mesh.pp} nodes of {mesh.ranks_per_node}), "
+                          f"e.g. python -m launcher plan --full-size --mesh {mesh} --model tiny --gpu h100-96g")
+    run = resolve(config_from_args(args))
+    ranks = args.ranks or ",".join(str(r) for r in sorted({*range(0, mesh.world_size, per), mesh.world_size - 1}))
+    return argparse.Namespace(**{**vars(args), "module": BUILTIN, "nodes": nodes, "nproc_per_node": per,
+                                 "job_argv": [*flags, *(args.job_argv or ())], "ranks": ranks,
+                                 "pipeline": (run.config.schedule, run.local_stages, run.config.microbatches)})
+
+
 def _check(args: argparse.Namespace) -> tuple[int, int]:
     """Every input of a full-size plan checked before anything starts; (world size, ranks a node)."""
     if bool(args.script) == bool(args.module):
@@ -81,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     from simcluster.train.plan.fullsize.device import constants
     from simcluster.train.plan.fullsize.report import to_text
 
+    args = _builtin(args)
     world, per = _check(args)
     device = constants(args.gpu or DEFAULT_GPU)
     env = dict(env_pairs(tuple(args.env or ())))
@@ -158,7 +211,7 @@ def _plan_once(args, argv: list[str], ranks, world: int, per: int, env: dict, de
         where = os.path.abspath(args.trace_dir or tmp)
         with ThreadPoolExecutor(max_workers=2) as pool:
             outs = list(pool.map(lambda r: _one_rank(args, argv, r, world, per, env, where), ranks))
-        return _collect(outs, ranks, world, device, alloc)
+        return _collect(outs, ranks, world, device, alloc, getattr(args, "pipeline", None))
 
 
 def _one_rank(args, argv: list[str], rank: int, world: int, per: int, env: dict, tmp: str) -> str:
@@ -183,23 +236,32 @@ def _one_rank(args, argv: list[str], rank: int, world: int, per: int, env: dict,
     return out
 
 
-def _collect(outs: list[str], ranks: list[int], world: int, device, alloc: tuple) -> dict:
-    """Read the traces, replay, time: to_dict's data."""
+def _collect(outs: list[str], ranks: list[int], world: int, device, alloc: tuple,
+             pipeline: tuple[str, int, int] | None = None) -> dict:
+    """Read the traces, replay, time (a pipeline by ``pipeline``'s (schedule, local stages,
+    microbatches): the built-in trainer's; else 1F1B assumed, said in the output; ``alloc``: replay's
+    options after the trace and device): to_dict's data."""
+    from simcluster.train.plan.fullsize.device import MATMUL_EFFICIENCY
     from simcluster.train.plan.fullsize.memory import replay
     from simcluster.train.plan.fullsize.report import RankResult, to_dict
-    from simcluster.train.plan.fullsize.speed import speed
+    from simcluster.train.plan.fullsize.schedule import step_speeds
     from simcluster.train.plan.fullsize.trace import read
 
-    results, placeholders = [], {}
+    traces, placeholders = {}, {}
     for rank, path in zip(ranks, outs):
-        trace = read(path)
+        traces[rank] = trace = read(path)
         if trace.error:
             raise ConfigError(_failure(rank, trace.error))
         placeholders.update(trace.placeholders)
-        stands = [r for r in range(world) if _stood_for_by(r, ranks) == rank]
-        results.append(RankResult(rank, tuple(stands), replay(trace, device, *alloc),
-                                  speed(trace, device) if trace.steps else None, trace.seconds, trace.custom))
-    return to_dict(results, device, alloc[0], placeholders)
+    schedule, local_stages, m = pipeline or ("1f1b", 1, None)
+    speeds = step_speeds(traces, device, MATMUL_EFFICIENCY, schedule, local_stages, m)
+    results = [RankResult(rank, tuple(r for r in range(world) if _stood_for_by(r, ranks) == rank),
+                          replay(t, device, *alloc), speeds[rank], t.seconds, t.custom)
+               for rank, t in traces.items()]
+    data = to_dict(results, device, alloc[0], placeholders)
+    if pipeline is None and any(s is not None and s.schedule for s in speeds.values()):
+        data["unseen"].append("the pipeline's schedule: not known for your program, 1F1B's order assumed")
+    return data
 
 
 def _stood_for_by(rank: int, ranks: list[int]) -> int:

@@ -174,7 +174,8 @@ def _plan_args(pl: argparse.ArgumentParser) -> None:
     pl.add_argument("--memory-per-rank", type=float, default=None, metavar="GB",
                     help="mark (search) or warn about (plan) ranks needing more than GB (1e9 bytes)")
     fs = pl.add_argument_group("full size (your program at its real size, nothing computed: launcher/fullsize.py)")
-    fs.add_argument("--full-size", action="store_true", help="run your --script/--module (its arguments after --) "
+    fs.add_argument("--full-size", action="store_true", help="run your --script/--module (its arguments after --), "
+                    "or the built-in trainer by its own flags (--mesh, --model...), "
                     "under torch's FakeTensorMode and fake process group, one host process a rank run; per rank "
                     "peak allocated/reserved memory (CUDA caching allocator model), fits/OOM on --gpu, step time, "
                     "tokens/s")

@@ -9,6 +9,7 @@ import bisect
 import os
 
 import torch
+import torch.utils.data
 
 from simcluster.train.corpus import corpus_files, split_sizes
 
@@ -113,22 +114,51 @@ def dp_shard(t: torch.Tensor, dp_rank: int, dp: int) -> torch.Tensor:
     return t[dp_rank * per:(dp_rank + 1) * per]
 
 
+def _as_made(batch):
+    """The DataLoader's collate function: the dataset's batch as it was made (a tuple of tensors)."""
+    return batch
+
+
+class StepData(torch.utils.data.Dataset):
+    """A map-style dataset of global batches: item ``k`` is batch ``k`` (a step, or a validation index)
+    of ``Batches``, drawn with ``salt``; read through torch's DataLoader as a real job's loader reads."""
+
+    def __init__(self, batches: "Batches", tokens, salt: int):
+        self.batches, self.tokens, self.salt = batches, tokens, salt
+
+    def __getitem__(self, k: int):
+        return self.batches.make(self.tokens, k, self.salt)
+
+
 class Batches:
-    """Global batches of a run: ``train(step)`` and ``val(k)`` return (inputs, targets)."""
+    """Global batches of a run: ``train(step)`` and ``val(k)`` return (inputs, targets), each read
+    through a ``torch.utils.data.DataLoader`` (no worker, no collation: the dataset's item is the
+    batch), the host-side door a data loader is on a GPU host (a full-size plan makes a loader's batches
+    outside its fake mode, with their values: launcher/instrument/fullsize.py)."""
 
     def __init__(self, cfg, args):
         self.cfg, self.args = cfg, args
+        self.train_tokens = self.val_tokens = None
         if args.kind == "llama":
             self.train_tokens, self.val_tokens = train_val_split(Corpus(cfg.data), cfg.val_fraction)
+        self.train_set, self.val_set = StepData(self, self.train_tokens, 0), StepData(self, self.val_tokens, 1_000_000_007)
+        self._seeds = torch.Generator().manual_seed(cfg.seed)
 
-    def _get(self, tokens, step, salt):
+    def make(self, tokens, step: int, salt: int):
+        """The global batch ``step`` drawn with ``salt`` (seed_batch or lm_batch)."""
         cfg, args = self.cfg, self.args
         if args.kind == "seed":
             return seed_batch(cfg.seed, step, cfg.global_batch, args.dim, args.vocab_size, salt)
         return lm_batch(tokens, cfg.seed, step, cfg.global_batch, cfg.seq_len, salt)
 
+    def _load(self, dataset: StepData, k: int):
+        # its own generator: a DataLoader's iterator draws its base seed from it, never from torch's global one
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, sampler=[k], collate_fn=_as_made,
+                                             generator=self._seeds)
+        return next(iter(loader))
+
     def train(self, step: int):
-        return self._get(getattr(self, "train_tokens", None), step, 0)
+        return self._load(self.train_set, step)
 
     def val(self, k: int):
-        return self._get(getattr(self, "val_tokens", None), k, 1_000_000_007)
+        return self._load(self.val_set, k)

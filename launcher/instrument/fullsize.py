@@ -105,6 +105,16 @@ def _host_data_real(torch) -> None:
     torch.frombuffer, torch.from_numpy = _outside(torch.frombuffer), _outside(torch.from_numpy)
 
 
+def _loader_batches_real(torch) -> None:
+    """A torch DataLoader's batches are made outside the fake mode, as on a GPU host, where a loader
+    reads and indexes real data on the CPU (its sampler's draws, the corpus's bytes): they hold their
+    values and become fake tensors where they meet the program's device tensors (the model's door)."""
+    import torch.utils.data.dataloader as dl
+
+    for name in ("__init__", "__next__"):  # __init__ draws the iterator's base seed (an .item())
+        setattr(dl._BaseDataLoaderIter, name, _outside(getattr(dl._BaseDataLoaderIter, name)))
+
+
 def _no_fake_saves(torch) -> None:
     """torch.save of tensors without data (a checkpoint) is refused before a byte is written: the
     program's line is then named with the switch that skips it (launcher/fullsize.py)."""
@@ -174,12 +184,58 @@ def _install(torch, local_world_size: int, local_rank: int, gpu: str) -> None:
     import torch.distributed.device_mesh  # noqa: F401  (the "cuda" mesh, built on the CPU)
     install_mesh(torch)
     for change in (_mesh_outside_fake, _fake_backend, _same_tensor_swap, _optimizers_as_on_gpus, _host_data_real,
-                   _no_fake_saves, _sdpa_as_on_gpus):
+                   _loader_batches_real, _no_fake_saves, _sdpa_as_on_gpus):
         change(torch)
+
+
+class _ProgramExit(SystemExit):
+    """The program's own ``os._exit(code)`` in its main thread, made an exit that unwinds to
+    _run_program: the trace is then written (the built-in trainer ends a fresh interpreter so)."""
+
+
+def _exit_unwinds() -> None:
+    """os._exit in the program's main thread and process raises _ProgramExit; elsewhere (a forked
+    worker, another thread) it stays torch's and the OS's."""
+    import threading
+
+    orig, pid = os._exit, os.getpid()
+
+    def _exit(code):
+        if os.getpid() == pid and threading.current_thread() is threading.main_thread():
+            raise _ProgramExit(code)
+        orig(code)
+
+    os._exit = _exit
+
+
+def _meta_real_mode(torch):
+    """A dispatch mode above the fake mode: an op whose tensors are all real meta tensors, or a factory
+    on the meta device, runs outside the fake mode. Meta tensors hold no data and no device memory, so
+    nothing is lost; a module built on the meta device keeps torch's own parameters, and its
+    ``to_empty`` takes torch's path for them (a FakeTensor on meta, weakly referenced by the fake
+    mode, cannot be swapped for its materialized one: "Couldn't swap Embedding.weight")."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+    from torch.utils._pytree import tree_flatten
+
+    class MetaReal(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+            meta = all(t.is_meta and not isinstance(t, FakeTensor) for t in flat) and (
+                bool(flat) or str(kwargs.get("device", "")) == "meta")
+            if meta:
+                with _disable_current_modes():
+                    return func(*args, **kwargs)
+            return func(*args, **kwargs)
+
+    return MetaReal()
 
 
 def _run_program(script: str | None, module: str | None) -> str | None:
     """Run the program as __main__; its failure (a traceback, or a non-zero exit) or None."""
+    orig_exit = os._exit
+    _exit_unwinds()
     try:
         if script:
             sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
@@ -193,6 +249,8 @@ def _run_program(script: str | None, module: str | None) -> str | None:
     except Exception as e:  # the program's own failure under the fake mode: reported with its line
         import traceback
         return "".join(traceback.format_exception(e))
+    finally:
+        os._exit = orig_exit
     return None
 
 
@@ -225,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     rec = Recorder()
     started = time.monotonic()
     sys.argv = [a.script or a.module, *prog_args]
-    with FakeTensorMode(allow_non_fake_inputs=True), rec:
+    with FakeTensorMode(allow_non_fake_inputs=True), rec, _meta_real_mode(torch):
         error = _run_program(a.script, a.module)
     write(a.out, rec, rank=a.rank, world_size=a.world_size, seconds=time.monotonic() - started, error=error)
     sys.stdout.flush()

@@ -5,7 +5,8 @@ person reads or as JSON; what the run could not see, named.
 
 JSON: ``{"gpu", "expandable_segments", "ranks": [{"rank", "stands_for", "peak_allocated_gib",
 "peak_reserved_gib", "device_peak_gib", "phase", "fits", "oom_by_gib", "step_s", "compute_s",
-"comm_s", "tokens_per_s", "mfu", "seconds_here"}], "placeholders", "unseen", "sources"}``.
+"comm_s", "tokens_per_s", "mfu", "seconds_here", "bubble", "schedule"}], "placeholders", "unseen", "sources"}``
+(bubble: the pipeline's fraction, schedule.py; None without a pipeline).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ UNSEEN = (f"the CUDA context: not allocated by torch; estimated {CUDA_CONTEXT >>
           "streams: a block's reuse waits for no event here (on a GPU, record_stream and events may hold a freed "
           "block longer; with --env TORCH_NCCL_AVOID_RECORD_STREAMS=0 tensor parallelism's collectives hold theirs "
           "for a launch queue of 1,000 ops, an assumption): reserved may be under the GPU's",
-          "a pipeline schedule's bubble: not in the step time")
+          "a pipeline's sends overlapping the other collectives: each on its own link, none sharing")
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ def to_dict(results: list[RankResult], device: Hardware, expandable: bool, place
                       "comm_s": round(s.comm_s, 4) if s else None,
                       "tokens_per_s": round(s.tokens_per_s, 1) if s and s.tokens_per_s else None,
                       "mfu": round(s.mfu, 4) if s else None, "seconds_here": round(r.seconds, 1),
+                      "bubble": round(s.bubble, 4) if s and s.bubble is not None else None,
+                      "schedule": s.schedule if s else "",
                       "custom_ops": list(r.custom_ops)})
     unseen = list(UNSEEN) + [f"custom op {op}: its outputs counted, its workspace unknown"
                              for op in sorted({op for r in results for op in r.custom_ops})]
@@ -76,6 +79,10 @@ def to_text(data: dict) -> str:
         mfu = f"{r['mfu']:.0%}" if r["mfu"] is not None else "-"
         lines.append(f"{r['rank']:>4}  {stands:<12} {r['peak_allocated_gib']:>9.2f} {r['peak_reserved_gib']:>9.2f} "
                      f"{r['device_peak_gib']:>8.2f}  {verdict:<16} {step:>7} {tps:>9} {mfu:>5}  {r['phase']}")
+    piped = [r for r in data["ranks"] if r.get("bubble") is not None]
+    if piped:
+        lines.append(f"pipeline: {piped[0]['schedule']} order (torch's), bubble {piped[0]['bubble']:.3f} of the "
+                     f"schedule's window, in the step time")
     lines.append("alloc/reserved: torch.cuda.max_memory_allocated/reserved as the caching allocator would report them; "
                  "device: reserved + CUDA context + NCCL buffers (the verdict's figure)")
     if data["placeholders"]:

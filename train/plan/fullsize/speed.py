@@ -19,9 +19,9 @@ sequence-parallel all-gathers and reduce-scatters, the loss parallel's and the g
 all-reduces), are waited for by the very next op that reads their output: they are exposed, added
 to compute (the reason AsyncTP exists: torchtitan's benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md,
 1.09x on 70B bf16 from overlapping them). Tokens are the
-indices the step's forward embeddings looked up. Not modelled: a pipeline schedule's bubble (its
-sends and receives are counted as communication; the output names the stages), kernel launch
-overheads, the optimizer step's host synchronisation. Tokens a GPU: the rank's tokens x dp / world,
+indices the step's forward embeddings looked up. Not modelled here: kernel launch
+overheads, the optimizer step's host synchronisation. With a pipeline, schedule.py's
+pipelined() replaces the step by the schedule's window (its bubble) plus the tail. Tokens a GPU: the rank's tokens x dp / world,
 dp being the largest group of the step's reduce-scatters and all-reduces (FSDP's, DDP's, the loss's):
 the other ranks (tensor, context parallel) share a data-parallel rank's tokens, as torchtitan counts.
 """
@@ -57,6 +57,8 @@ class Speed:
     mfu: float
     pipeline: bool
     step: int
+    bubble: float | None = None  # a pipeline's bubble fraction (schedule.py), None without one
+    schedule: str = ""  # the pipeline schedule whose order timed the step ("" without one)
 
 
 def step_of(name: str) -> int:
