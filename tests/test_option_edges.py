@@ -267,6 +267,7 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
     ([*G, "--target", "jobset", "--push", "localhost:70000"], ["push: 'localhost:70000' names port 70000, and a TCP "
                                                                "port is 1 to 65535"]),
     ([*G, "--target", "jobset", "--push", "reg.io:0/me"], ["names port 0"]),
+    ([*G, "--target", "jobset", "--push", "reg.io/-me"], ["push: 'reg.io/-me' is not a registry"]),
     ([*G, "--target", "slurm", "--container-image", "http://x/y"], ["container_image: 'http://x/y' has a scheme"]),
     ([*G, "--gpu-memory", "24"], ["--gpu-memory: '24' is 24 bytes (a number without a unit counts bytes), below 1 MiB",
                                   "e.g. --gpu-memory 24GiB"]),

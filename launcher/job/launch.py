@@ -56,7 +56,8 @@ def check_node_options(node: NodeOptions) -> list[str]:
     return errors
 
 
-REGISTRY = re.compile(r"([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(:[0-9]+)?|[A-Za-z0-9-]+:[0-9]+|localhost)(/[a-z0-9._-]+)*")
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"  # a host name's part; a path part: distribution/reference's
+REGISTRY = re.compile(rf"({_LABEL}(\.{_LABEL})+(:[0-9]+)?|{_LABEL}:[0-9]+|localhost)(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
