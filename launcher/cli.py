@@ -68,7 +68,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if req.stdout:
         sys.stdout.write(text)
     else:
-        write_atomic(out, text)
+        try:
+            write_atomic(out, text)
+        except OSError as e:
+            raise ConfigError(f"out: {out} cannot be written ({e.strerror}); e.g. --out "
+                              f"{engine.out_path(launch.job_name)}") from None
         print(os.path.relpath(out) if not repo_path(out).startswith("/") else out)
     return 0
 

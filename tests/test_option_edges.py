@@ -269,6 +269,8 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
     ([*G, "--target", "jobset", "--push", "reg.io:0/me"], ["names port 0"]),
     ([*G, "--target", "jobset", "--push", "reg.io/-me"], ["push: 'reg.io/-me' is not a registry"]),
     ([*G, "--target", "slurm", "--container-image", "http://x/y"], ["container_image: 'http://x/y' has a scheme"]),
+    (["generate", "--mesh", "1x1x1", "--out", "/proc/simcluster/x.yml"], ["out: /proc/simcluster/x.yml cannot be "
+                                                                          "written (No such file or directory)"]),
     ([*G, "--gpu-memory", "24"], ["--gpu-memory: '24' is 24 bytes (a number without a unit counts bytes), below 1 MiB",
                                   "e.g. --gpu-memory 24GiB"]),
     ([*G, "--gpu-memory", "1e400GB"], ["'1e400GB' is over 10^409 bytes, above the --gpu h100-sxm model's"]),

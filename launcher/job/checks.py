@@ -194,4 +194,11 @@ def out_problem(path: str) -> str | None:
     full = os.path.abspath(path)
     if os.path.isdir(full):
         return f"{full} is a folder; name the file to write"
-    return run_dir_problem(os.path.dirname(full))
+    if why := run_dir_problem(os.path.dirname(full)):
+        return why
+    parent = os.path.dirname(full)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{parent}, where {full} would be made, cannot be written to"
+    return None
