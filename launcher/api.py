@@ -163,6 +163,9 @@ def up(args: JobRequest, chaos: tuple = (), chaos_lines: list[str] | None = None
             raise ConfigError(f"metric_regex: {e}") from None
     engine = engine_named(args.target)
     launch, command = resolve(args, user=container_user())
+    if args.metric_regex is not None and launch.train is not None:
+        raise ConfigError(f"metric_regex: {args.metric_regex!r} reads a loss your code only prints, and the built-in "
+                          f"trainer writes its own to metrics.jsonl (the summary reads it there); drop --metric-regex")
     opts = args.section(UpOptions)
     engine.check(launch, opts)  # an engine that only renders here refuses `up` first
     shaping.check(launch, engine, dict(opts.start_late))

@@ -68,7 +68,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if req.stdout:
         sys.stdout.write(text)
     else:
-        write_atomic(out, text)
+        try:
+            write_atomic(out, text)
+        except OSError as e:
+            raise ConfigError(f"out: {out} cannot be written ({e.strerror}); e.g. --out "
+                              f"{engine.out_path(launch.job_name)}") from None
         print(os.path.relpath(out) if not repo_path(out).startswith("/") else out)
     return 0
 
@@ -172,13 +176,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     """The trainer's run, preflighted as `up` would, planned from its shapes (train/plan; torch is
     imported there only); with --full-size, your program run at its real size (launcher/fullsize.py)."""
+    full = ("script", "module", "code", "nodes", "nproc_per_node", "gpu", "requirements", "env", "ranks", "python",
+            "knob", "trace_dir")
     if args.full_size:
         from simcluster.launcher.fullsize import run as full_size
 
+        unread = [f"--{k.replace('_', '-')}" for k, v in vars(args).items() if v not in (None, False)
+                  and k not in (*full, "command", "json", "search", "full_size", "job_argv")]
+        if unread:
+            raise ConfigError(f"plan --full-size: {', '.join(unread)} plan the built-in trainer and are not read "
+                              f"here (your program takes its own flags after --); drop them, e.g. python -m launcher "
+                              f"plan --full-size --script train.py --nodes 1 --nproc-per-node 8 --gpu h100-96g -- ARGS")
         return full_size(args)
-    only_full = [f"--{k.replace('_', '-')}" for k in ("script", "module", "code", "nodes", "nproc_per_node", "gpu",
-                                                         "requirements", "env", "ranks", "python", "knob", "trace_dir")
-                 if getattr(args, k, None)]
+    only_full = [f"--{k.replace('_', '-')}" for k in full if getattr(args, k, None)]
     if only_full or args.job_argv:
         raise ConfigError(f"plan: {', '.join(only_full or ['arguments after --'])} read by --full-size only; add "
                           f"--full-size, e.g. python -m launcher plan --full-size --script train.py --nodes 1 "

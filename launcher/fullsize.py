@@ -43,9 +43,12 @@ def _which_ranks(text: str | None, world: int) -> list[int]:
     if text == "all":
         return list(range(world))
     try:
-        ranks = sorted({int(x) for x in text.split(",") if x.strip()})
+        given = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        ranks = []
+        given = []
+    ranks = sorted(set(given))
+    if len(ranks) < len(given):
+        raise ConfigError(f"ranks: {text!r} names a rank twice; name each once, e.g. --ranks {','.join(map(str, ranks))}")
     if not ranks or not all(0 <= r < world for r in ranks):
         raise ConfigError(f"ranks: {text!r} is not 'all' or ranks in 0..{world - 1} separated by commas; "
                           f"e.g. --ranks 0,{world - 1}")
@@ -107,20 +110,41 @@ def _check(args: argparse.Namespace) -> tuple[int, int]:
     """Every input of a full-size plan checked before anything starts; (world size, ranks a node)."""
     if bool(args.script) == bool(args.module):
         raise ConfigError(f"full_size: needs your program, --script FILE or --module NAME (one of them); e.g. {EXAMPLE}")
-    nodes, per = args.nodes or 1, args.nproc_per_node or 1
+    nodes, per = (1 if n is None else n for n in (args.nodes, args.nproc_per_node))
     if nodes < 1 or per < 1:
         raise ConfigError(f"nodes/nproc_per_node: must be >= 1, got --nodes {nodes} --nproc-per-node {per}; e.g. {EXAMPLE}")
     if args.code and not os.path.isdir(args.code):
         raise ConfigError(f"code: {args.code!r} is not a folder; give your code's folder, e.g. --code examples")
-    if args.script and not os.path.isfile(os.path.join(args.code or ".", args.script)):
-        raise ConfigError(f"script: {args.script!r} not found{' under ' + args.code if args.code else ''}; e.g. {EXAMPLE}")
-    if args.python and not os.access(args.python, os.X_OK):
+    if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
         raise ConfigError(f"python: {args.python!r} is not an executable interpreter; e.g. --python .venv/bin/python")
+    if why := _program_problem(args):
+        raise ConfigError(f"{why}; e.g. {EXAMPLE}")
     if args.requirements:
         raise ConfigError("requirements: a full-size plan runs your code on this host's interpreter; install them into "
                           "a virtual environment and name its interpreter, e.g. --python .venv/bin/python "
                           "(python -m venv --system-site-packages .venv && .venv/bin/pip install -r requirements.txt)")
     return nodes * per, per
+
+
+def _program_problem(args: argparse.Namespace) -> str | None:
+    """Why --script is no Python file, or --module is no module --python finds from --code (or here)."""
+    if args.script:
+        path = os.path.join(args.code or ".", args.script)
+        if not os.path.exists(path):
+            return f"script: {args.script!r} not found{' under ' + args.code if args.code else ''}"
+        if not (os.path.isfile(path) and args.script.endswith(".py")):
+            return f"script: {args.script!r} is {'a folder' if os.path.isdir(path) else 'not a .py file'}; give a Python file"
+        return None
+    if not all(part.isidentifier() for part in args.module.split(".")):
+        return f"module: {args.module!r} is not a dotted module name (identifiers joined by '.')"
+    proc = subprocess.run([args.python or sys.executable, "-c", "import importlib.util, sys; "
+                           "sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 3)", args.module],
+                          cwd=args.code or os.getcwd(), capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        said = (proc.stderr.strip().splitlines() or ["not found"])[-1]
+        return (f"module: {args.module!r} cannot be imported by {args.python or 'this interpreter'} from "
+                f"{args.code or 'here'} ({said}); give --code DIR holding it, or --python with it installed")
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -145,7 +169,11 @@ def run(args: argparse.Namespace) -> int:
     alloc = (expandable, avoid.strip().lower() in ("0", "false"))
     knob = _knob(args)
     if args.trace_dir:
-        os.makedirs(args.trace_dir, exist_ok=True)
+        try:
+            os.makedirs(args.trace_dir, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"trace_dir: {args.trace_dir!r} cannot be made a folder ({e.strerror}); give one you can "
+                              f"write, e.g. --trace-dir runs/fullsize-traces") from None
     argv = list(args.job_argv or ())
     if knob is None:
         data = _plan_once(args, argv, ranks, world, per, env, device, alloc)
@@ -187,6 +215,11 @@ def _knob(args) -> tuple[str, list[str]] | None:
         raise ConfigError(f"knob: --full-size --search needs --knob NAME=V1,V2,... (your program's own flag --NAME, "
                           f"without its dashes, and the values to try, smallest first), got {text or 'none'!r}; "
                           f"e.g. --search --knob training.local-batch-size=1,2,4")
+    nums = [float(v) for v in vals] if all(v.replace(".", "", 1).isdigit() for v in vals) else None
+    if len(set(vals)) < len(vals) or (nums is not None and nums != sorted(nums)):
+        raise ConfigError(f"knob: {text!r}: the values are tried smallest first and the last that fits is named, so "
+                          f"give each once, in increasing order; e.g. --knob {name}="
+                          f"{','.join(sorted(set(vals), key=float) if nums is not None else dict.fromkeys(vals))}")
     return f"--{name}", vals
 
 

@@ -185,7 +185,7 @@ def test_generated_files_carry_the_instruments(tmp_path, target, file):
 
 
 @pytest.mark.parametrize("args, problem", [
-    (["--total-steps", "3"], "--total-steps: an option of your own code's runs; the built-in trainer takes --steps N"),
+    (["--total-steps", "3"], "--total-steps 3: an option of your own code's runs; the built-in trainer takes --steps N"),
     (["--script", "examples/ddp.py", "--traffic", "2"], "--traffic: 0 or 1, got 2"),
     (["--script", "examples/ddp.py", "--total-steps", "3", "--trace-steps", "4"],
      "trace_steps: '4' in '4' lies outside the run's steps 1..3"),

@@ -46,6 +46,11 @@ def launcher(*argv: str) -> subprocess.CompletedProcess:
     ("PYTHONHASHSEED=abc", r"env: the interpreter refuses PYTHONHASHSEED='abc': .*PYTHONHASHSEED.*; fix the value"),
     ("PYTHONIOENCODING=bogus", r"env: the interpreter refuses PYTHONIOENCODING='bogus': .*; fix the value"),
     ("PYTHONWARNINGS=bogus", r"env: the interpreter refuses PYTHONWARNINGS='bogus': Invalid -W option ignored"),
+    ("TORCH_FR_BUFFER_SIZE=abc", r"env: TORCH_FR_BUFFER_SIZE='abc': torch takes a whole number of entries from 0 to "
+                                 r"999999 \(torch reads it with std::stoi: a non-number .* aborts every rank"),
+    ("TORCH_FR_BUFFER_SIZE=99999999999", r"TORCH_FR_BUFFER_SIZE='99999999999': torch takes a whole number"),
+    ("TORCH_GLOO_LAZY_INIT=on", r"env: TORCH_GLOO_LAZY_INIT='on': torch takes 0, 1, true, false, yes, no, y or n"),
+    ("TORCH_DISTRIBUTED_DEBUG=", r"env: TORCH_DISTRIBUTED_DEBUG='': torch takes OFF, INFO or DETAIL"),
 ])
 def test_env_keys_torchrun_and_the_interpreter_own_are_refused(entry, match):
     with pytest.raises(ConfigError, match=match) as e:
@@ -117,6 +122,9 @@ def test_a_number_a_timer_cannot_hold_is_refused_with_the_range(name, value, mat
     (r"(?P<step>\d+)", r"has 1 group\(s\) named step"),
     (r"(\d+)+x", r"tried on a long line, still ran after 2 s: the pattern backtracks"),
     (r"(a|a)*b", r"still ran after 2 s: the pattern backtracks"),
+    (r"(\d*)", r"matches an empty line, so every line the ranks print would be a step with an empty value"),
+    (r"(?P<value>[0-9.]+)?", r"matches an empty line"),
+    (r"loss (", r"is not a regular expression: missing \), .*; e\.g\. 'loss \(\[0-9\.eE\+-\]\+\)'"),
 ])
 def test_a_metric_regex_of_other_groups_or_that_backtracks_is_refused(regex, match):
     from simcluster.launcher.compare_read import check_options
@@ -232,3 +240,68 @@ def test_a_trainer_option_on_your_codes_job_is_answered_in_the_values_typed():
     assert str(e.value) == ("--steps, --seed: options of the built-in trainer, not of your code; where your code takes "
                             "them, pass them after --, e.g. ... -- --steps 3 --seed 4; your code's step count for the "
                             "progress line is --total-steps 3")
+
+
+def refused(capsys, argv: list[str], *named: str) -> None:
+    """`launcher ARGV` in this process exits 2 with one error naming each of ``named``; no traceback, nothing printed
+    on stdout (generate --stdout: no document)."""
+    from simcluster.launcher.cli import main
+
+    rc = main(argv)
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == "" and "Traceback" not in err and "error: " in err, (rc, out, err)
+    for word in named:
+        assert word in err, (word, err)
+
+
+G = ["generate", "--nodes", "1", "--nproc-per-node", "1", "--module", "mypkg.train", "--stdout"]
+F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-node", "2"]
+
+
+@pytest.mark.parametrize("argv, named", [
+    ([*G, "--target", "jobset", "--image", "reg.io/a:1", "--pyxis"], ["--pyxis: a jobset document has no use for it, "
+                                                                     "only --target slurm writes it; drop it"]),
+    ([*G, "--container-image", "reg.io/a:1"], ["--container-image 'reg.io/a:1': a compose document has no use"]),
+    ([*G, "--workdir", "/x"], ["--workdir '/x': a compose document", "only --target slurm or swarm writes it"]),
+    ([*G, "--target", "jobset", "--image", "reg.io/a:1", "--setup", "x"], ["only --target slurm or skypilot"]),
+    ([*G, "--target", "jobset", "--push", "localhost:70000"], ["push: 'localhost:70000' names port 70000, and a TCP "
+                                                               "port is 1 to 65535"]),
+    ([*G, "--target", "jobset", "--push", "reg.io:0/me"], ["names port 0"]),
+    ([*G, "--target", "jobset", "--push", "reg.io/-me"], ["push: 'reg.io/-me' is not a registry"]),
+    ([*G, "--target", "slurm", "--container-image", "http://x/y"], ["container_image: 'http://x/y' has a scheme"]),
+    (["generate", "--mesh", "1x1x1", "--out", "/proc/simcluster/x.yml"], ["out: /proc/simcluster/x.yml cannot be "
+                                                                          "written (No such file or directory)"]),
+    ([*G, "--gpu-memory", "24"], ["--gpu-memory: '24' is 24 bytes (a number without a unit counts bytes), below 1 MiB",
+                                  "e.g. --gpu-memory 24GiB"]),
+    ([*G, "--gpu-memory", "1e400GB"], ["'1e400GB' is over 10^409 bytes, above the --gpu h100-sxm model's"]),
+    (["generate", "--mesh", "2x1x1", "--gpu-memory", "24GiB", "--stdout"], [
+        "--gpu-memory 24GiB: an option of your own code's runs; the built-in trainer runs on --device cpu or cuda"]),
+    ([*F[:4], "--nodes", "0"], ["nodes/nproc_per_node: must be >= 1, got --nodes 0"]),
+    ([*F[:3], "examples", *F[4:]], ["script: 'examples' is a folder; give a Python file"]),
+    ([*F[:3], "README.md", *F[4:]], ["script: 'README.md' is not a .py file"]),
+    ([*F[:2], "--module", "no_such_pkg.train", *F[4:]], ["module: 'no_such_pkg.train' cannot be imported by this "
+                                                         "interpreter", "No module named 'no_such_pkg'"]),
+    ([*F[:2], "--module", "bad name", *F[4:]], ["module: 'bad name' is not a dotted module name"]),
+    ([*F, "--ranks", "1,1"], ["ranks: '1,1' names a rank twice"]),
+    ([*F, "--search", "--knob", "x=4,2,1"], ["knob: 'x=4,2,1'", "in increasing order; e.g. --knob x=1,2,4"]),
+    ([*F, "--trace-dir", "README.md/traces"], ["trace_dir: 'README.md/traces' cannot be made a folder"]),
+    ([*F, "--mesh", "2x2x2", "--hardware", "h200"], ["plan --full-size: --mesh, --hardware plan the built-in trainer"]),
+    (["up", "--mesh", "1x1x1", "--target", "jobset", "--metric-regex", r"loss (\S+)"], [
+        "metric_regex: 'loss (\\\\S+)' reads a loss your code only prints, and the built-in trainer writes its own"]),
+])
+def test_the_new_options_refuse_at_the_edge(capsys, monkeypatch, argv, named):
+    monkeypatch.chdir(ROOT)
+    refused(capsys, argv, *named)
+
+
+@pytest.mark.parametrize("files, named", [
+    ({"nccl_trace_rank_0": b"garbage\n"}, "nccl_trace_rank_0: it is no pickle (it begins b'garbage\\n')"),
+    ({"nccl_trace_rank_0": b'{"version": "2.4"}'}, "it is JSON, and diagnose reads the pickled dumps"),
+    ({"nccl_trace_rank_0": b""}, "nccl_trace_rank_0: it is empty"),
+    ({"nccl_trace_rank_0": b"x", "nccl_trace_rank_00": b"x"}, "nccl_trace_rank_0 and nccl_trace_rank_00 both name rank 0"),
+    (None, "a file, not folder"),
+])
+def test_diagnose_names_what_the_folder_holds(capsys, tmp_path, files, named):
+    for name, data in (files or {}).items():
+        (tmp_path / name).write_bytes(data)
+    refused(capsys, ["diagnose", str(tmp_path) if files is not None else str(ROOT / "README.md")], named)

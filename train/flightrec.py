@@ -86,8 +86,12 @@ def read_dump(path: str) -> dict:
     try:
         dump = _PlainData(io.BytesIO(data)).load()
     except (EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError, KeyError, MemoryError) as e:
-        why = ("it ends early (truncated: the rank was killed while writing it, or a copy was cut short)"
-               if data and not data.endswith(pickle.STOP) else f"it is no Flight Recorder dump ({type(e).__name__}: {e})")
+        why = ("it is empty (the rank died before writing it)" if not data else
+               "it ends early (truncated: the rank was killed while writing it, or a copy was cut short)"
+               if data.startswith(pickle.PROTO) and not data.endswith(pickle.STOP) else
+               "it is JSON, and diagnose reads the pickled dumps torch writes by default" if data.lstrip()[:1] in (b"{", b"[")
+               else f"it is no pickle (it begins {data[:12]!r})" if not data.startswith(pickle.PROTO)
+               else f"it is no Flight Recorder dump ({type(e).__name__}: {e})")
         raise ConfigError(f"{path}: {why}; remove it, or {FIX}") from None
     if not isinstance(dump, dict) or not {"version", "entries"} <= set(dump):
         raise ConfigError(f"{path}: a pickle without a Flight Recorder dump's keys (version, entries); {FIX}")
@@ -106,12 +110,16 @@ def dump_files(folder: str) -> dict[int, str]:
     if os.path.isdir(os.path.join(folder, DUMP_DIR)):
         folder = os.path.join(folder, DUMP_DIR)
     if not os.path.isdir(folder):
-        raise ConfigError(f"diagnose {folder}: no such folder; {FIX}")
+        raise ConfigError(f"diagnose {folder}: {'a file, not' if os.path.exists(folder) else 'no such'} folder; {FIX}")
     prefixes: dict[str, dict[int, str]] = {}
     for name in sorted(os.listdir(folder)):
         m = _RANK.match(name)
         if m and os.path.isfile(os.path.join(folder, name)):
-            prefixes.setdefault(m.group(1), {})[int(m.group(2))] = os.path.join(folder, name)
+            ranks = prefixes.setdefault(m.group(1), {})
+            if int(m.group(2)) in ranks:
+                raise ConfigError(f"diagnose {folder}: {os.path.basename(ranks[int(m.group(2))])} and {name} both name "
+                                  f"rank {int(m.group(2))}; keep one dump a rank; {FIX}")
+            ranks[int(m.group(2))] = os.path.join(folder, name)
     if not prefixes:
         raise ConfigError(f"diagnose {folder}: no Flight Recorder dumps in it (files PREFIX<rank>, e.g. "
                           f"{FILE_PREFIX}0); {FIX}")

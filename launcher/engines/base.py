@@ -51,6 +51,7 @@ class Engine(abc.ABC):
     unsupported: dict[str, str] = {}
     gpu_refusal = ""  # why `generate` refuses --gpu (the document cannot name a GPU model); "": it names it
     pulls_nothing = "runs the image of this machine's Docker and pulls none from a registry"  # why --push is refused
+    reads: frozenset[str] = frozenset()  # the EngineOptions fields of a few engines (checks.py OWN) this one writes
 
     def pulls_image(self, launch: Launch) -> bool:
         """True when the document's nodes pull their image from a registry (--push then names it there)."""

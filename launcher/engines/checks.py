@@ -17,6 +17,7 @@ any target that pulls an image; ``--gpu`` is refused where a document cannot nam
 from __future__ import annotations
 
 import os
+import re
 
 from simcluster.launcher.job.launch import Launch
 from simcluster.core.errors import ConfigError
@@ -69,7 +70,7 @@ def common_problems(engine, launch: Launch, local: bool) -> list[str]:
                       f"without the instruments (stock torchrun, no node wrapper), so nothing would watch them on its "
                       f"cluster; drop --stall-s there (the built-in trainer watches itself), or rehearse the hang here "
                       f"with launcher up")
-    errors += _image_problems(engine, launch, local)
+    errors += _image_problems(engine, launch, local) + _unread_options(engine, launch)
     if launch.requirements and not engine.runs_here and not launch.engine.push:
         errors.append(f"--requirements: the image it derives lives in this machine's Docker only, and a {engine.name} "
                       f"job pulls its image on its own hosts; build an image with your dependencies (docs/own-code.md), "
@@ -92,6 +93,23 @@ def _image_problems(engine, launch: Launch, local: bool) -> list[str]:
     if engine.gpu_refusal and not local and launch.train is None and launch.instruments.gpu_given:
         errors.append(f"--gpu {launch.instruments.gpu}: {engine.gpu_refusal}; drop --gpu")
     return errors
+
+
+# The EngineOptions fields only some engines write (Engine.reads): given to another, refused, never dropped unsaid.
+OWN = ("pyxis", "container_image", "workdir", "setup", "runs_claim")
+
+
+def _unread_options(engine, launch: Launch) -> list[str]:
+    """Each option of OWN given other than its default to an engine whose document does not write it; the help
+    of the option (launcher/job/sections.py) names the engines that do."""
+    from simcluster.launcher.job.sections import EngineOptions, specs
+
+    given = {name: spec for name, spec in specs(EngineOptions).items() if name in OWN
+             and name not in engine.reads and getattr(launch.engine, name) != spec.default}
+    return [f"{spec.flag}{'' if spec.kind == 'bool' else f' {getattr(launch.engine, name)!r}'}: a {engine.name} "
+            f"document has no use for it, only --target "
+            f"{' or '.join(re.findall(r'(?:^|; )([a-z/]+):', spec.help)).replace('/', ' or ')} writes it; drop it"
+            for name, spec in given.items()]
 
 
 def _colon_errors(launch: Launch) -> list[str]:

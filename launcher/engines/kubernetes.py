@@ -34,6 +34,7 @@ class Kubernetes(RenderOnly):
     that builds it in the header (launcher/engines/MODULE.py)."""
 
     module = ""
+    reads = frozenset({"runs_claim"})
     requires = ""  # a header line naming what the cluster needs (a release), or nothing
 
     @staticmethod

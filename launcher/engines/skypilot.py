@@ -79,6 +79,7 @@ class SkyPilot(RenderOnly):
     """The SkyPilot engine: rendered here (``generate --target skypilot``), run with ``sky launch``."""
 
     name = "skypilot"
+    reads = frozenset({"setup"})
     default_path = "skypilot/{job}.yaml"
     tool = "sky"
     how = "sky launch -c sc skypilot/mesh-2x2x2.yaml, sky queue sc, sky logs sc, sky down sc"

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import os
 import re
+from fractions import Fraction
 
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 MIN_MEMORY = 6 * 1024 * 1024  # Docker's linuxMinMemory: 6291456 bytes
+MIN_GPU_MEMORY = 2**20  # --gpu-memory's floor: below 1 MiB a unit was surely forgotten (24 = 24 bytes)
 MIN_CPUS = 0.01
 _MEMORY = re.compile(r"(?P<n>(0|[1-9]\d*)(\.\d+)?)(?P<unit>[kmg])|(?P<bytes>[1-9]\d*)b?")
 _UNIT = {"k": 2**10, "m": 2**20, "g": 2**30}
@@ -93,9 +95,10 @@ _SIZE_UNIT = {"": 1, "b": 1, **{u: 2**(10 * i) for i, u in enumerate("kmgt", 1)}
 def size_bytes(text: str) -> int | None:
     """The bytes of a device memory size: a number with a unit (``24GiB``, ``512MiB``, ``24g`` =
     GiB; ``40GB`` = 40 * 10^9 bytes, as GPU datasheets count) or whole bytes; None when it is not one.
-    A negative size parses (to a negative int): the caller names that problem."""
+    A negative size parses (to a negative int): the caller names that problem; a number too large for a
+    float (``1e400GB``) parses exactly (fractions.Fraction), to be refused by its size."""
     m = _SIZE.fullmatch(str(text).strip().lower())
-    return None if m is None else int(float(m.group("n")) * _SIZE_UNIT[m.group("unit")])
+    return None if m is None else int(Fraction(m.group("n")) * _SIZE_UNIT[m.group("unit")])
 
 
 def gpu_memory_problem(text: str, gpu: str | None) -> str | None:
@@ -110,7 +113,12 @@ def gpu_memory_problem(text: str, gpu: str | None) -> str | None:
                 f"(or 512MiB, 40GB = 40 * 10^9 bytes)")
     if size <= 0:
         return f"--gpu-memory: {text!r} is {size} bytes; a device holds more than 0, e.g. --gpu-memory 24GiB"
+    if size < MIN_GPU_MEMORY:
+        bare = re.fullmatch(r"\d+(\.\d+)?", str(text).strip())
+        return (f"--gpu-memory: {text!r} is {size} bytes (a number without a unit counts bytes), below 1 MiB, the "
+                f"least a simulated GPU holds; e.g. --gpu-memory {text.strip() if bare else 24}GiB")
     if size > most:
+        size = size if size < 10**20 else f"over 10^{len(str(size)) - 1}"
         return (f"--gpu-memory: {text!r} is {size} bytes, above the --gpu {gpu} model's {most} bytes "
                 f"({most / 2**30:.2f} GiB); give at most that, e.g. --gpu-memory 24GiB, or a larger --gpu")
     return None
@@ -186,4 +194,11 @@ def out_problem(path: str) -> str | None:
     full = os.path.abspath(path)
     if os.path.isdir(full):
         return f"{full} is a folder; name the file to write"
-    return run_dir_problem(os.path.dirname(full))
+    if why := run_dir_problem(os.path.dirname(full)):
+        return why
+    parent = os.path.dirname(full)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"{parent}, where {full} would be made, cannot be written to"
+    return None

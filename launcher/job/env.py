@@ -13,8 +13,9 @@ CUDA_VISIBLE_DEVICES), the interpreter's home and path (PYTHONHOME, PYTHONPLATLI
 the node wrapper cannot start without them as the image set them) and every SIMCLUSTER_* variable (the
 launcher's options set those). Any other ``PYTHON*`` value is tried once: the host's interpreter starts
 with it, and one it refuses or warns about (PYTHONHASHSEED=abc, PYTHONIOENCODING=bogus) is refused
-with its own words. A key one of our options sets too is refused with that option
-(``env_conflicts``). An entry longer than the kernel lets one variable be (MAX_ARG_STRLEN) or
+with its own words; a torch variable every rank reads at its first process group (TORCH_READS: the
+Flight Recorder's size, gloo's lazy init, the debug level) only with a value torch takes.
+A key one of our options sets too is refused with that option (``env_conflicts``). An entry longer than the kernel lets one variable be (MAX_ARG_STRLEN) or
 entries together larger than ENV_BUDGET (of the kernel's ARG_MAX for a process's start) are refused
 with the limit.
 """
@@ -49,6 +50,17 @@ PREFIXES = {"SIMCLUSTER_": "the launcher's own options", "TORCHELASTIC_": "torch
 MAX_ARG_STRLEN = 32 * 4096
 ENV_BUDGET = 1 << 20  # --env's share of ARG_MAX: half, the other half the image's, the node's and the command line
 EXAMPLE = "e.g. --env WANDB_MODE=offline (env=['WANDB_MODE=offline'])"
+# torch variables every rank reads as its first process group starts -> (the values it takes, what it does with
+# another): checked here, since a rank that gets another dies before its first line (torch 2.13, gloo, tried).
+_COUNT = (r"\d{1,6}", "a whole number of entries from 0 to 999999 (torch reads it with std::stoi: a non-number or "
+          "one over 2^31-1 aborts every rank with 'terminate called', and a ring of 2^31-1 entries never exits)")
+_BOOL = (r"(?i:0|1|true|false|yes|no|y|n)", "0, 1, true, false, yes, no, y or n (another: 'RuntimeError: Invalid "
+         "value for environment variable' as the process group starts)")
+TORCH_READS = {
+    "TORCH_FR_BUFFER_SIZE": _COUNT, "TORCH_NCCL_TRACE_BUFFER_SIZE": _COUNT, "TORCH_GLOO_LAZY_INIT": _BOOL,
+    "TORCH_DISTRIBUTED_DEBUG": (r"(?i:OFF|INFO|DETAIL)", "OFF, INFO or DETAIL (another: 'ValueError: The value of "
+                                "TORCH_DISTRIBUTED_DEBUG must be OFF, INFO, or DETAIL' at import torch.distributed)"),
+}
 
 
 def _error(problem: str) -> ConfigError:
@@ -85,6 +97,8 @@ def env_pairs(entries) -> tuple[tuple[str, str], ...]:
             problem = f"env: {key} is given twice ({key}={out[key]!r} and {entry!r}); give it once"
         elif owner := _owner(key):
             problem = f"env: {key} is set by the cluster ({owner}) on every rank; drop it from --env"
+        elif key in TORCH_READS and not re.fullmatch(TORCH_READS[key][0], value):
+            problem = f"env: {key}={value!r}: torch takes {TORCH_READS[key][1]}; fix the value or drop it from --env"
         elif size > MAX_ARG_STRLEN:
             problem = (f"env: {key}=... is {size} bytes, and Linux starts no process with a variable over "
                        f"{MAX_ARG_STRLEN} bytes (MAX_ARG_STRLEN); pass such a value in a file your code reads")

@@ -56,7 +56,8 @@ def check_node_options(node: NodeOptions) -> list[str]:
     return errors
 
 
-REGISTRY = re.compile(r"([A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(:[0-9]+)?|[A-Za-z0-9-]+:[0-9]+|localhost)(/[a-z0-9._-]+)*")
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"  # a host name's part; a path part: distribution/reference's
+REGISTRY = re.compile(rf"({_LABEL}(\.{_LABEL})+(:[0-9]+)?|{_LABEL}:[0-9]+|localhost)(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -72,9 +73,16 @@ def check_engine_options(eng: EngineOptions) -> list[str]:
     if eng.container_image is not None and (not eng.container_image or re.search(r"\s", eng.container_image)):
         errors.append(f"container_image: {eng.container_image!r} is empty or holds whitespace; e.g. "
                       f"--container-image nvcr.io#nvidia/pytorch:24.05-py3")
+    elif eng.container_image is not None and "://" in eng.container_image:
+        errors.append(f"container_image: {eng.container_image!r} has a scheme, which pyxis does not take (it reads "
+                      f"[USER@][REGISTRY#]IMAGE[:TAG] or a squashfs path); e.g. --container-image "
+                      f"nvcr.io#nvidia/pytorch:24.05-py3")
     if eng.push is not None and not REGISTRY.fullmatch(eng.push):
         errors.append(f"push: {eng.push!r} is not a registry (a host with a dot or a port, or localhost, then "
                       f"optional path parts; no scheme); e.g. --push registry.example.com:5000 or --push ghcr.io/me")
+    elif eng.push is not None and (port := re.match(r"[^/]*:([0-9]+)(/|$)", eng.push)) and not 0 < int(port[1]) < 65536:
+        errors.append(f"push: {eng.push!r} names port {port[1]}, and a TCP port is 1 to 65535; e.g. --push "
+                      f"localhost:5000")
     if eng.workdir is not None and (not eng.workdir or re.search(r"\s", eng.workdir)):
         errors.append(f"workdir: {eng.workdir!r} is empty or holds whitespace; e.g. --workdir /shared/me/simcluster")
     if eng.inter_host_bandwidth is not None and (why := tc_rate_problem("--inter-host-bandwidth",

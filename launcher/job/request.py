@@ -121,6 +121,12 @@ def _trace_steps(values: dict, last: int | None) -> None:
                                         f"within the run, e.g. trace_steps='2,3' (--trace-steps 2,3)")
 
 
+# The options of your own code's runs the built-in trainer refuses -> what it takes instead.
+_DEVICE = "the built-in trainer runs on --device cpu or cuda (a real GPU), never a simulated one: drop it"
+OWN_CODE_ONLY = {"total_steps": "the built-in trainer takes --steps N", "no_cpu_bridges": _DEVICE,
+                 "no_simulated_gpus": _DEVICE, "gpu": _DEVICE, "gpu_memory": _DEVICE, "check_devices": _DEVICE}
+
+
 def _combination(v: dict, argv: tuple, builtin: bool) -> None:
     """A field that would have no effect with the others, or two that contradict: an error saying why."""
     if v["script"] is not None and v["module"] is not None:
@@ -132,11 +138,11 @@ def _combination(v: dict, argv: tuple, builtin: bool) -> None:
         if v["nodes"] is not None or v["nproc_per_node"] is not None or argv:
             raise _error("nodes", "the built-in trainer takes --mesh and its own flags, not --nodes/--nproc-per-node "
                                   "or arguments after --; to run your code, add --script FILE or --module NAME")
-        own = [n for n in ("total_steps", "no_cpu_bridges", "no_simulated_gpus", "gpu", "gpu_memory", "check_devices") if v.get(n) not in (None, False)]
+        own = [n for n in OWN_CODE_ONLY if v.get(n) not in (None, False)]
         if own:
             name = own[0]
-            raise _error(name, f"{flag(name)}: an option of your own code's runs; the built-in trainer takes "
-                               f"--steps N")
+            given = "" if v[name] is True else f" {v[name]}"
+            raise _error(name, f"{flag(name)}{given}: an option of your own code's runs; {OWN_CODE_ONLY[name]}")
         return
     if v.get("no_cpu_bridges") and not v.get("no_simulated_gpus"):
         raise _error("no_cpu_bridges", "--no-cpu-bridges: the simulated GPUs need the CPU bridges (a \"cuda\" mesh is a "

@@ -174,7 +174,7 @@ class EngineOptions:
                                  "relative to the stack file)")
     setup: str | None = option(None, "module load pytorch", metavar="SHELL", help="slurm: shell line that gives a "
                                "node torchrun and torch (default: source .venv/bin/activate; e.g. 'module load "
-                               "pytorch')")
+                               "pytorch')); skypilot: the task's setup runs it first")
     container_image: str | None = option(None, "nvcr.io/nvidia/pytorch:24.05-py3", metavar="IMAGE", help="slurm: "
                                          "run torchrun in this registry image through pyxis (srun "
                                          "--container-image); with --image both must name one image (or use --pyxis)")

@@ -249,7 +249,7 @@ def metric_pattern(text: str) -> re.Pattern:
     try:
         pattern = re.compile(text)
     except (re.error, RecursionError, OverflowError) as e:
-        raise ValueError(f"{text!r} is not a regular expression: {e}") from None
+        raise ValueError(f"{text!r} is not a regular expression: {e}; e.g. 'loss ([0-9.eE+-]+)'") from None
     names = set(pattern.groupindex)
     one = pattern.groups == 1 and "step" not in names
     named = "value" in names and names <= {"step", "value"} and pattern.groups == len(names)
@@ -260,6 +260,9 @@ def metric_pattern(text: str) -> re.Pattern:
     with time_bound(TRY_BOUND_S, f"{text!r}, tried on a long line,"):
         for line in PROBES:
             pattern.search(line)
+    if pattern.search(""):
+        raise ValueError(f"{text!r} matches an empty line, so every line the ranks print would be a step with an empty "
+                         f"value; anchor it on the text before the value, e.g. 'loss ([0-9.eE+-]+)'")
     return pattern
 
 

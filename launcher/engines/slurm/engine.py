@@ -24,6 +24,7 @@ class Slurm(Engine):
     instruments_user_code_up = True  # the simulation's sbatch exports them (run.py submit_env)
     unsupported = run.UNSUPPORTED
 
+    reads = frozenset({"pyxis", "container_image", "workdir", "setup"})
     pulls_nothing = "without --pyxis runs no image (the venv line); add --pyxis"
 
     def registry_image(self, launch: Launch, local: bool) -> tuple[str, str] | None:

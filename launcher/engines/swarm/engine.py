@@ -31,6 +31,7 @@ class Swarm(Engine):
     default_path = "swarm/{job}.yml"
     bind_mounts = True
     supports_hosts = True
+    reads = frozenset({"workdir"})
     unsupported = run.UNSUPPORTED  # --inter-node-bandwidth: refused by drills/shaping.py (supports_shaping)
     gpu_refusal = ("a stack reserves GPUs as a count of the NVIDIA-GPU generic resource and cannot name a model; pin "
                    "the nodes to hosts of that GPU with deploy.placement.constraints instead")
