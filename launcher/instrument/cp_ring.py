@@ -95,8 +95,9 @@ def handler(op_call, args, kwargs):
 
 
 def cp_on() -> bool:
-    """Whether context parallel's dispatcher is on in this process (torch enables its handler table
-    while a context_parallel() context is open), read from DTensor's custom handlers."""
+    """Whether context parallel's dispatcher is on in this process (torch merges CP's handler table
+    into DTensor's custom handlers while a context_parallel() context is open, or between
+    _enable_context_parallel_dispatcher and its disable, torchtitan's way), read from those handlers."""
     import torch
     from torch.distributed.tensor import DTensor
     op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
