@@ -136,6 +136,22 @@ def test_masks(measured):
     assert "takes a Replicate attn_mask, got (Shard(dim=1),)" in measured["sharded_mask"]
 
 
+def test_context_parallel_runs_torchs_ring_on_the_cpu_op(tmp_path):
+    """examples/context_parallel.py on 2 ranks through the bridges: torch's context_parallel() (sequence
+    sharded, causal load-balanced) equals one process's SDPA, output and gradients, causal and not, both
+    K/V rotations; torch 2.13 alone fails there (its ring handles the CUDA ops only)."""
+    out = tmp_path / "cp.json"
+    cmd = [*TORCHRUN, "--nproc-per-node=2", "-m", "simcluster.launcher.instrument.bridges",
+           "examples/context_parallel.py", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    res = json.loads(out.read_text())
+    assert [(r["causal"], r["rotate"]) for r in res["results"]] == [
+        (c, r) for c in (False, True) for r in ("allgather", "alltoall")]
+    assert all(r["local_seq"] == 32 for r in res["results"])  # seq 64 split in two: the ring ran
+    assert res["worst"] <= 1e-5, res
+
+
 def _data(tmp_path: Path) -> Path:
     """The shared corpus beside the repository, else a small stand-in text."""
     shared = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"

@@ -16,7 +16,8 @@ in the ranks, with the public extension point
 - What cannot be bridged from outside the user's code is listed in NOT_BRIDGED with its one-line
   fix, never patched behind the user's back.
 
-Random ops on DTensors on a CPU mesh (shards drawn alike) are bridged by rng.py, installed here too.
+Random ops on DTensors on a CPU mesh (shards drawn alike) are bridged by rng.py, installed here too;
+context parallel's ring attention for the CPU op by cp_ring.py (its handler and CP's Shard(2) strategy).
 
 The gap it closes (torch 2.13, CPU): F.scaled_dot_product_attention on DTensors runs
 aten._scaled_dot_product_flash_attention_for_cpu, which has no DTensor strategy. With
@@ -34,7 +35,7 @@ import os
 import runpy
 import sys
 
-from simcluster.launcher.instrument import rng
+from simcluster.launcher.instrument import cp_ring, rng
 
 FORWARD = "aten._scaled_dot_product_flash_attention_for_cpu.default"
 BACKWARD = "aten._scaled_dot_product_flash_attention_for_cpu_backward.default"
@@ -50,6 +51,8 @@ BRIDGED: dict[str, str] = {
              "replicated (q, k, v gathered).",
     BACKWARD: "its backward: grad_out, q, k, v, out, logsumexp -> grad_q, grad_k, grad_v with the same "
               "placements, as torch's strategy for aten._scaled_dot_product_flash_attention_backward (CUDA).",
+    # context parallel: while torch's context_parallel() is on, both ops also take Shard(2) (the sequence)
+    # and CP's handler runs torch's ring on the CPU kernel (cp_ring.py)
 }
 
 # gap -> (what fails on CPU, the one-line fix in the user's code)
@@ -101,7 +104,8 @@ def sdpa_cpu_strategies(query, key, value, dropout_p=0.0, is_causal=False, *, at
     tensors), attn_mask see _placements. DTensor's propagator picks the cheapest for the inputs.
     Raises NotImplementedError for a sharded attn_mask.
     """
-    return [([p, p], [p, p, p, None, None] + ([m] if m else [])) for p, m in _placements(attn_mask)]
+    return [([p, p], [p, p, p, None, None] + ([m] if m else [])) for p, m in _placements(attn_mask)] + [
+        ([s, s], [s, s, s, None, None] + ([m] if m else [])) for s, m in _context_parallel(attn_mask)]
 
 
 def sdpa_cpu_backward_strategies(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, *,
@@ -114,7 +118,21 @@ def sdpa_cpu_backward_strategies(grad_out, query, key, value, out, logsumexp, dr
     _scaled_dot_product_flash_attention_backward_base_strategies does for the CUDA backward.
     Raises NotImplementedError for a sharded attn_mask.
     """
-    return [([p, p, p], [p] * 6 + [None, None] + ([m] if m else [])) for p, m in _placements(attn_mask)]
+    return [([p, p, p], [p] * 6 + [None, None] + ([m] if m else [])) for p, m in _placements(attn_mask)] + [
+        ([s] * 3, [s] * 6 + [None, None] + ([m] if m else [])) for s, m in _context_parallel(attn_mask)]
+
+
+def _context_parallel(attn_mask) -> list:
+    """CP's strategy [(Shard(2) for q, k, v and the outputs, Replicate or None for attn_mask)] while
+    torch's context parallel is on (cp_ring.cp_on), else []: the strategy torch's
+    _context_parallel/_sharding_rules.py appends for the CUDA ops only while CP is on, since Shard(2)
+    (the sequence) is no valid sharding of attention outside the ring. CP's handler (cp_ring.handler)
+    then runs the ring; a mask is refused there. As for torch's own rules, DTensor's sharding cache
+    keeps what it chose under CP after CP is off."""
+    if not cp_ring.cp_on():
+        return []
+    from torch.distributed.tensor import Replicate, Shard
+    return [(Shard(cp_ring.SEQ_DIM), None if attn_mask is None else Replicate())]
 
 
 def has_strategy(op) -> bool:
@@ -166,6 +184,7 @@ def install() -> list[str]:
             _key_on_mask_and_scalars(op)
             _MINE.add(name)
     rng.install()
+    cp_ring.install()
     return [name for name in ops if name in _MINE]
 
 
