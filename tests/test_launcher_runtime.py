@@ -370,3 +370,19 @@ def test_metrics_tail_skips_a_previous_runs_file(tmp_path):
         fh.write(', "loss": 4.0}\n')
     assert tail.rows() == [{"step": 2, "loss": 4.0}]
     assert MetricsTail(str(tmp_path)).rows() == [{"step": 1, "loss": 5.0}, {"step": 2, "loss": 4.0}]
+
+
+def test_flight_recorder_entries_shrink_past_64_ranks_and_a_users_setting_wins(monkeypatch):
+    """An entry holds its call's Python stack (2000 grew a rank by 3.3 MB: 1.7 GB at 512 ranks): torch's
+    2000 up to 64 ranks, 250 at 512; TORCH_FR_BUFFER_SIZE in the node's environment wins."""
+    from simcluster.launcher.container.node import node_parser, ranks_env
+
+    def env_of(nnodes: int, per: int) -> str:
+        args = node_parser().parse_args(["--nnodes", str(nnodes), "--node-rank", "0", "--nproc-per-node", str(per),
+                                         "--lost-after-s", "60"])
+        return ranks_env(args, "node-0")["TORCH_FR_BUFFER_SIZE"]
+
+    monkeypatch.delenv("TORCH_FR_BUFFER_SIZE", raising=False)
+    assert (env_of(2, 4), env_of(8, 8), env_of(8, 16), env_of(16, 32)) == ("2000", "2000", "1000", "250")
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "4000")
+    assert env_of(16, 32) == "4000"

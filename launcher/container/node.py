@@ -66,6 +66,7 @@ from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
 from simcluster.launcher.container.layout import JOIN_TIMEOUT_S
 from simcluster.core.layout import TRAINER_MODULE, node_ranks, rank_range
 from simcluster.core.hang import EXIT_HANG, read_hang
+from simcluster.core.flightrec import rehearsal_entries
 
 STOP_GRACE_S = 2.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
 GONE_WAIT_S = 15.0  # after FINISHED, wait this long at most for the rendezvous to exit (it takes a few seconds)
@@ -221,6 +222,7 @@ def ranks_env(args: argparse.Namespace, name: str) -> dict:
     # gloo's pairs made on first use, not a full mesh at each group's creation (a world of N ranks: N-1
     # connections a rank, through the rendezvous' store); a user's own setting wins
     env.setdefault("TORCH_GLOO_LAZY_INIT", "1")
+    env.setdefault("TORCH_FR_BUFFER_SIZE", str(rehearsal_entries(args.nnodes * args.nproc_per_node)))  # torch's 2000 to 64
     cache_env(env, args.run_dir, name)  # torch.compile's code where it can be loaded (/tmp is noexec)
     if args.script or args.module != TRAINER_MODULE:
         instrument_env(env)

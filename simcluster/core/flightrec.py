@@ -37,3 +37,16 @@ def dump_env(run_dir: str) -> dict[str, str]:
     return {"TORCH_NCCL_TRACE_BUFFER_SIZE": str(BUFFER_ENTRIES), "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
             "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": dump_prefix(run_dir), "TORCH_NCCL_ENABLE_MONITORING": "1",
             "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC": str(DUMP_WAIT_MS), "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(HEARTBEAT_S)}
+
+
+TORCH_ENTRIES = 2000  # torch's own default of TORCH_FR_BUFFER_SIZE
+ENTRIES_PER_WORLD = 128_000  # a rehearsal beyond 64 ranks keeps this many entries over the world's ranks
+LEAST_ENTRIES = 250  # never fewer: the stall watch's snapshot keeps a group's last 24 (train/commrecord.py KEEP)
+
+
+def rehearsal_entries(world: int) -> int:
+    """TORCH_FR_BUFFER_SIZE's default in a rehearsal's ranks (a user's own setting wins): torch's 2000
+    up to 64 ranks, then ENTRIES_PER_WORLD / world, at least LEAST_ENTRIES (250 at 512 ranks). An entry
+    holds its call's Python stack: 2000 of them grew a rank by 3.3 MB (BENCHMARKS.md), 1.7 GB at 512 ranks on a
+    24 GB machine that pages past about 21 GB; the snapshot at a hang needs only the newest."""
+    return max(LEAST_ENTRIES, min(TORCH_ENTRIES, ENTRIES_PER_WORLD // max(world, 1)))
