@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import fields
 
 from simcluster.launcher.job.checks import out_problem
 from simcluster.launcher.docker.client import LauncherError
@@ -37,6 +38,7 @@ from simcluster.launcher.parser import build_parser as _build_parser
 from simcluster.launcher.parser_hints import fix_negative_values, unknown_hint
 from simcluster.launcher.job.options import resolve, split_job_argv
 from simcluster.launcher.job.request import cli_values, request_from_cli
+from simcluster.core.config import Config
 from simcluster.core.errors import ConfigError
 
 EXIT_USAGE = 2
@@ -181,12 +183,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.full_size:
         from simcluster.launcher.fullsize import run as full_size
 
+        trainer = {f.name for f in fields(Config)} | {"config"}  # the built-in trainer's: launcher/fullsize.py reads them
         unread = [f"--{k.replace('_', '-')}" for k, v in vars(args).items() if v not in (None, False)
-                  and k not in (*full, "command", "json", "search", "full_size", "job_argv")]
+                  and k not in (*full, *trainer, "command", "json", "search", "full_size", "job_argv")]
         if unread:
-            raise ConfigError(f"plan --full-size: {', '.join(unread)} plan the built-in trainer and are not read "
-                              f"here (your program takes its own flags after --); drop them, e.g. python -m launcher "
-                              f"plan --full-size --script train.py --nodes 1 --nproc-per-node 8 --gpu h100-96g -- ARGS")
+            raise ConfigError(f"plan --full-size: {', '.join(unread)} set the analytic plan (plan without --full-size) "
+                              f"and are not read here; drop them, e.g. python -m launcher plan --full-size --script "
+                              f"train.py --nodes 1 --nproc-per-node 8 --gpu h100-96g -- ARGS")
         return full_size(args)
     only_full = [f"--{k.replace('_', '-')}" for k in full if getattr(args, k, None)]
     if only_full or args.job_argv:

@@ -285,7 +285,8 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
     ([*F, "--ranks", "1,1"], ["ranks: '1,1' names a rank twice"]),
     ([*F, "--search", "--knob", "x=4,2,1"], ["knob: 'x=4,2,1'", "in increasing order; e.g. --knob x=1,2,4"]),
     ([*F, "--trace-dir", "README.md/traces"], ["trace_dir: 'README.md/traces' cannot be made a folder"]),
-    ([*F, "--mesh", "2x2x2", "--hardware", "h200"], ["plan --full-size: --mesh, --hardware plan the built-in trainer"]),
+    ([*F, "--hardware", "h200"], ["plan --full-size: --hardware set the analytic plan (plan without --full-size)"]),
+    ([*F, "--mesh", "2x2x2"], ["full_size: --mesh are the built-in trainer's flags, not read for your --script/--module"]),
     (["up", "--mesh", "1x1x1", "--target", "jobset", "--metric-regex", r"loss (\S+)"], [
         "metric_regex: 'loss (\\\\S+)' reads a loss your code only prints, and the built-in trainer writes its own"]),
 ])
