@@ -8,7 +8,8 @@ Facility: a ``TorchDispatchMode`` (``torch.utils._python_dispatch``), the mechan
 communication of this code goes through the dispatcher as a c10d op on the calling thread:
 pipeline ``c10d.send``/``c10d.recv_`` (``batch_isend_irecv``), DTensor's TP all-reduces
 (``_c10d_functional.all_reduce``), FSDP2's ``c10d._allgather_base_`` and
-``c10d._reduce_scatter_base_``, and the world ``c10d.allreduce_`` of clipping. The mode sees each
+``c10d._reduce_scatter_base_``, and clipping's sum over the world (``c10d.allreduce_`` over tp, dp,
+then pp: one ``world_all_reduce`` record, ``TrafficMode.as_one``). The mode sees each
 op with its tensors, its process group and, for p2p, the peer: all that bytes per link needs.
 Not chosen: ``CommDebugMode`` itself counts ops but neither bytes, groups nor send/recv; the
 flight recorder (``TORCH_FR_BUFFER_SIZE``) records gloo collectives but, in torch 2.13, no
@@ -24,6 +25,8 @@ all sit on one node ``"i->i"``; one spanning nodes (its per-link pattern is gloo
 ``"span"``.
 """
 from __future__ import annotations
+
+import contextlib
 
 import json
 import os
@@ -120,6 +123,21 @@ class TrafficMode(TorchDispatchMode):
             kind = collective_kind(op, spec[0] == "all_reduce" and g_pos == 2,
                                    {d for d, members in self.groups.items() if members == tuple(sorted(ranks))})
         self.records.append({"kind": kind, "op": op, "bytes": _nbytes(args[t_pos]), "link": link})
+
+    @contextlib.contextmanager
+    def as_one(self, kind: str):
+        """Record the collectives issued inside as one ``kind`` record, of the first one's bytes,
+        on its link if all share one, else "span": the trainer's sum over the world, issued as
+        all-reduces over tp, dp then pp (train/clip.py), counts as the one world all-reduce it is."""
+        start = len(self.records)
+        try:
+            yield
+        finally:
+            inner, self.records[start:] = self.records[start:], []
+            if inner:
+                links = {r["link"] for r in inner}
+                link = links.pop() if len(links) == 1 else "span"
+                self.records.append({"kind": kind, "op": "all_reduce", "bytes": inner[0]["bytes"], "link": link})
 
     def take(self) -> list[dict]:
         out, self.records = self.records, []

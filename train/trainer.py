@@ -24,7 +24,7 @@ from simcluster.core import hang
 from simcluster.train import checkpoint, device, memprobe, stallwatch
 from simcluster.train.checkpoint_meta import CheckpointError, data_identity, make_record
 from simcluster.core.flags import save_config
-from simcluster.train.clip import clip_grad_norm_
+from simcluster.train.clip import all_reduce_over, clip_grad_norm_
 from simcluster.core.config import Config, TrainRun, traced_steps
 from simcluster.train.data import Batches, dp_shard
 from simcluster.core.metrics import MetricsWriter, peak_rss_mb, step_line
@@ -77,6 +77,8 @@ class Trainer:
         self.mesh = init_device_mesh(device.mesh_device_type(cfg.device), (pp, dp, tp), mesh_dim_names=("pp", "dp", "tp"))
         memprobe.mark("mesh")
         self.pp_rank, self.dp_rank, self.tp_rank = self.spec.coords(rank)
+        # the step's sums over the world go tp, dp, then pp (clip.py all_reduce_over)
+        self.sync_groups = [self.mesh[d].get_group() for d in ("tp", "dp", "pp") if self.mesh[d].size() > 1]
 
         def parallelize(model):
             apply_tp(model, self.mesh["tp"])
@@ -142,9 +144,9 @@ class Trainer:
         return stats
 
     def _global_mean(self, losses: list[torch.Tensor]) -> tuple[float, list[float]]:
-        """(global-batch mean loss, peak RSS MB of every rank): one all-reduce on the world."""
+        """(global-batch mean loss, peak RSS MB of every rank): one sum over the world (clip.py)."""
         stats = self._stats(losses)
-        dist.all_reduce(stats)
+        all_reduce_over(stats, self.sync_groups)
         return float(stats[0]), stats[1:].tolist()
 
     def train_step(self, step: int) -> dict:
@@ -155,7 +157,9 @@ class Trainer:
         with self.traffic if self.traffic is not None else contextlib.nullcontext():
             losses = self.pipe.step(inputs, targets)
             stats = self._stats(losses)  # summed over the world in the clipping all-reduce
-            norm = clip_grad_norm_(self.params, self.cfg.max_norm, self.spec.ranks_per_node, extra=stats)
+            with self.traffic.as_one("world_all_reduce") if self.traffic is not None else contextlib.nullcontext():
+                norm = clip_grad_norm_(self.params, self.cfg.max_norm, self.spec.ranks_per_node, extra=stats,
+                                       groups=self.sync_groups)
         if self.rank_writer.path:
             digest = hashlib.sha1(repr(inputs.flatten().tolist()).encode()).hexdigest()
             self.rank_writer.write({"step": step, "inputs_sha1": digest,

@@ -8,7 +8,8 @@ Per rank, in seconds:
   (Thakur et al., "Optimization of Collective Communication Operations in MPICH", 2005): an
   all-reduce over n ranks 2(n-1) latencies + 2(n-1)/n of its bytes / bandwidth, an all-gather
   (n-1) latencies + (n-1) x its shard / bandwidth, a reduce-scatter (n-1) latencies + (n-1)/n of its
-  input / bandwidth, a send one latency + its bytes / bandwidth. The bandwidth is the node's
+  input / bandwidth, a send one latency + its bytes / bandwidth; the step's sum over the world
+  (clipping's) is an all-reduce over tp, then dp, then pp (train/clip.py). The bandwidth is the node's
   (intra) when the group's ranks share a node of the hardware (8 GPUs; on ``local`` a pp stage,
   as the Compose cluster places them), else the network's (inter). None of it overlaps compute:
   all of it is exposed (an upper bound on CUDA, where NCCL streams overlap FSDP's prefetch);
@@ -76,13 +77,21 @@ RING = {"tp_all_reduce": _ring_all_reduce, "world_all_reduce": _ring_all_reduce,
 GROUP = {"tp_all_reduce": "tp", "world_all_reduce": "world", "fsdp_all_gather": "dp", "fsdp_reduce_scatter": "dp"}
 
 
+def _ring_s(messages: int, nbytes: int, ranks: tuple[int, ...], per_node: int, hw: Hardware) -> float:
+    """Seconds of ``messages`` ring all-reduces over ``ranks`` carrying ``nbytes`` in all."""
+    latencies, wire = _ring_all_reduce(len(ranks))
+    return messages * latencies * hw.latency_s + wire * nbytes / _bandwidth(ranks, per_node, hw, len(ranks))
+
+
 def comm_parts(rank: int, traffic: dict, mesh: MeshSpec, hw: Hardware) -> dict[str, float]:
     """Seconds of each kind of one rank's messages in a step (traffic: the accounting's record,
     train/plan/traffic.py), priced as the module docstring's ring model prices them."""
     groups = mesh_groups(rank, mesh.pp, mesh.dp, mesh.tp)
     b, n, per, out = traffic["bytes"], traffic["messages"], mesh.ranks_per_node, {}
     for kind, ring in RING.items():
-        if b.get(kind) and GROUP[kind] in groups:
+        if kind == "world_all_reduce" and b.get(kind):  # the sum over the world: tp, dp, then pp (train/clip.py)
+            out[kind] = sum(_ring_s(n[kind], b[kind], groups[d], per, hw) for d in ("tp", "dp", "pp") if d in groups)
+        elif b.get(kind) and GROUP[kind] in groups:
             g = groups[GROUP[kind]]
             latencies, wire = ring(len(g))
             out[kind] = n[kind] * latencies * hw.latency_s + wire * b[kind] / _bandwidth(g, per, hw, len(g))
