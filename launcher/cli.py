@@ -34,8 +34,8 @@ from simcluster.launcher.job.checks import out_problem
 from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.job.files import ROOT, container_user, repo_path, write_atomic
 from simcluster.launcher.container.layout import IMAGE_USER
-from simcluster.launcher.parser import build_parser as _build_parser
-from simcluster.launcher.parser_hints import fix_negative_values, unknown_hint
+from simcluster.launcher.parser import build_parser as _build_parser, fix_negative_values
+from simcluster.launcher.parser_hints import unknown_hint
 from simcluster.launcher.job.options import resolve, split_job_argv
 from simcluster.launcher.job.request import cli_values, request_from_cli
 from simcluster.core.config import Config

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from simcluster.launcher.job.fields import FIELDS, flag
@@ -251,3 +252,17 @@ COMMANDS = {
     "sweep": ("run your code or the trainer on its own node layout, on one node and on one rank per node, the mesh the "
               "same; compare a metric step by step (exit 1: differs)", _sweep_args),
 }
+
+
+def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -> list[str]:
+    """``--mesh -1x2x2`` -> ``--mesh=-1x2x2`` so argparse passes it on (to fail in parse_mesh)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] in flags and i + 1 < len(argv) and re.match(r"-\d", argv[i + 1]):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out

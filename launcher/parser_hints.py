@@ -1,30 +1,13 @@
-"""The command line's edge cases before and after argparse: a negative value argparse would take for a
-flag, and what an unrecognized argument is (another command's option, a near miss, your code's argument).
+"""What an unrecognized argument of the command line is: another command's option, a near miss, your
+code's argument.
 
-    python -c "from simcluster.launcher.parser_hints import fix_negative_values; print(fix_negative_values(['--mesh', '-1x2x2']))"
+    python -c "from simcluster.launcher.parser import build_parser; from simcluster.launcher.parser_hints import unknown_hint; print(unknown_hint(build_parser(), 'up', ['--mehs'], False))"
 
-launcher/cli.py calls both: ``fix_negative_values`` on the launcher's own arguments before parsing,
-``unknown_hint`` on the error path only (it builds every command's parser).
+launcher/cli.py calls ``unknown_hint`` on the error path only (it builds every command's parser).
 """
 from __future__ import annotations
 
 import argparse
-import re
-
-
-def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -> list[str]:
-    """``--mesh -1x2x2`` -> ``--mesh=-1x2x2`` so argparse passes it on (to fail in parse_mesh)."""
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        if argv[i] in flags and i + 1 < len(argv) and re.match(r"-\d", argv[i + 1]):
-            out.append(f"{argv[i]}={argv[i + 1]}")
-            i += 2
-        else:
-            out.append(argv[i])
-            i += 1
-    return out
-
 
 
 def unknown_hint(parser: argparse.ArgumentParser, command: str, unknown: list[str], yours: bool) -> str:
