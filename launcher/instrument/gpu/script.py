@@ -15,9 +15,19 @@ which the Python-level doors (gpu/tensors.py) never see, and the dispatcher send
 key, where a CPU build has no kernel. ``install_script_factories`` registers one boxed fallback for that
 key (``torch.library.Library("_", "IMPL").fallback``): the call's cuda devices made cpu (the index
 checked, gpu/tensors.py ``to_cpu``), the operator called again. Only calls that reach the CUDA key run
-it (eager code's devices are cpu before dispatch): no cost per op. Not handled: ``.to("cuda")`` and
-``.cuda()`` inside scripted code (``aten::_to_copy``'s device guard refuses a cuda device in a CPU
-build before any kernel runs); call them outside the scripted function.
+it (eager code's devices are cpu before dispatch): no cost per op.
+
+``.to("cuda")``, ``.to(device, dtype)`` and ``.cuda()`` inside scripted code: TorchScript compiles them
+to ``aten::to`` (its overloads that take a Device) and ``aten::cuda``, whose C++ asks for CUDA's
+device guard before any kernel or dispatch key runs (``Cannot initialize CUDA without ATen_cuda
+library``, ``PyTorch is not linked with support for cuda devices``): no fallback can answer. So each
+such overload is defined again in the ``simcluster_gpu`` namespace with torch's own schema
+(``torch._C._jit_get_schemas_for_operator``), implemented as torch's overload called with its
+devices made cpu (the index checked), and ``install_script_moves`` has every graph TorchScript
+compiles (``torch._C._jit_script_compile`` and its overloads' door for functions,
+``torch.jit._recursive.create_script_module`` for modules, each method of each submodule) call
+them instead (``retarget``), before its first run. Only the scripted code's moves pay (one Python
+call each); eager code is untouched.
 """
 from __future__ import annotations
 
@@ -68,3 +78,96 @@ def install_script_factories(torch) -> None:
     lib = torch.library.Library("_", "IMPL")
     lib.fallback(_on_cpu, "CUDA")
     _FALLBACK.append(lib)
+
+
+NS = "simcluster_gpu"  # the namespace of the scripted moves
+MOVES = ("aten::to", "aten::cuda")  # TorchScript's Tensor.to / Tensor.cuda
+_MOVES: dict = {}  # "aten::to.prim_Device" -> "simcluster_gpu::to", once defined (and the library kept alive)
+
+
+def _mover(torch, name: str, overload: str, devices: list[int]):
+    """torch's ``name.overload`` called with the arguments at ``devices`` (and ``device=``) made cpu;
+    ``aten::cuda``: its tensor."""
+    from simcluster.launcher.instrument.gpu.tensors import to_cpu
+    op = getattr(torch.ops.aten, name.split("::")[1])
+    op = getattr(op, overload or "default")
+
+    def move(*args, **kwargs):
+        args = tuple(to_cpu(a) if i in devices and a is not None else a for i, a in enumerate(args))
+        if kwargs.get("device") is not None:
+            kwargs["device"] = to_cpu(kwargs["device"])
+        if name == "aten::cuda":  # the tensor itself, on the current device (checked), as eager .cuda() here
+            to_cpu("cuda")
+            return args[0]
+        return op(*args, **kwargs)
+    return move
+
+
+def define_moves(torch) -> dict:
+    """Define MOVES' overloads that take a Device (and aten::cuda) in NS once; returns _MOVES."""
+    if _MOVES:
+        return _MOVES
+    lib = torch.library.Library(NS, "DEF")
+    for name in MOVES:
+        for schema in torch._C._jit_get_schemas_for_operator(name):
+            devices = [i for i, a in enumerate(schema.arguments) if "Device" in str(a.type)]
+            if not devices and name != "aten::cuda":
+                continue
+            text = str(schema).split("::", 1)[1]
+            lib.define(text)
+            lib.impl(text.split("(", 1)[0], _mover(torch, name, schema.overload_name, devices),
+                     "CompositeImplicitAutograd")
+            _MOVES[str(schema).split("(", 1)[0]] = f"{NS}::{name.split('::')[1]}"
+    _MOVES["library"] = lib
+    return _MOVES
+
+
+def retarget(graph, block=None) -> int:
+    """Make each node of ``graph`` (and its blocks) that calls a move of _MOVES call NS's twin; returns
+    how many were changed."""
+    changed = 0
+    for node in list((block or graph).nodes()):
+        for inner in node.blocks():
+            changed += retarget(graph, inner)
+        if node.kind() not in MOVES:
+            continue
+        twin = _MOVES.get(node.schema().split("(", 1)[0])
+        if twin is None:
+            continue
+        new = graph.create(twin, list(node.inputs()), 1)
+        new.insertBefore(node)
+        new.output().setType(node.output().type())
+        node.output().replaceAllUsesWith(new.output())
+        node.destroy()
+        changed += 1
+    return changed
+
+
+def _retarget_module(module) -> None:
+    for sub in module.modules():
+        for name in sub._c._method_names():
+            retarget(sub._c._get_method(name).graph)
+
+
+def install_script_moves(torch) -> None:
+    """Define the moves and retarget every graph TorchScript compiles from now on (idempotent)."""
+    from simcluster.launcher.instrument.gpu.tensors import _wrap
+    define_moves(torch)
+
+    def compiled(fn):
+        def wrapper(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            retarget(out.graph)
+            return out
+        return wrapper
+
+    def module(fn):
+        def wrapper(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            _retarget_module(out)
+            return out
+        return wrapper
+
+    _wrap(torch._C, "_jit_script_compile", compiled)
+    _wrap(torch._C, "_jit_script_compile_overload", compiled)
+    _wrap(torch.jit._recursive, "create_script_module", module)
