@@ -85,20 +85,26 @@ MOVES = ("aten::to", "aten::cuda")  # TorchScript's Tensor.to / Tensor.cuda
 _MOVES: dict = {}  # "aten::to.prim_Device" -> "simcluster_gpu::to", once defined (and the library kept alive)
 
 
-def _mover(torch, name: str, overload: str, devices: list[int]):
-    """torch's ``name.overload`` called with the arguments at ``devices`` (and ``device=``) made cpu;
-    ``aten::cuda``: its tensor."""
+def _mover(torch, name: str, schema):
+    """The kernel of ``schema`` (an overload of MOVES): eager's doors where they take its arguments
+    (``Tensor.cuda``, ``Tensor.to(device=, dtype=, ...)``: gpu/tensors.py maps the device and checks its
+    index, --check-devices marks the copy), else torch's overload with its devices made cpu."""
     from simcluster.launcher.instrument.gpu.tensors import to_cpu
-    op = getattr(torch.ops.aten, name.split("::")[1])
-    op = getattr(op, overload or "default")
+    op = getattr(getattr(torch.ops.aten, name.split("::")[1]), schema.overload_name or "default")
+    names = [a.name for a in schema.arguments]
+    devices = [i for i, a in enumerate(schema.arguments) if "Device" in str(a.type)]
 
     def move(*args, **kwargs):
+        if name == "aten::cuda":
+            return args[0].cuda()
+        given = {**dict(zip(names, args)), **kwargs}
+        dtype = given.get("dtype")
+        if given.get("layout") is None and given.get("pin_memory") is None and not isinstance(dtype, int):
+            return args[0].to(device=given.get("device"), dtype=dtype, non_blocking=given.get("non_blocking", False),
+                              copy=given.get("copy", False), memory_format=given.get("memory_format"))
         args = tuple(to_cpu(a) if i in devices and a is not None else a for i, a in enumerate(args))
         if kwargs.get("device") is not None:
             kwargs["device"] = to_cpu(kwargs["device"])
-        if name == "aten::cuda":  # the tensor itself, on the current device (checked), as eager .cuda() here
-            to_cpu("cuda")
-            return args[0]
         return op(*args, **kwargs)
     return move
 
@@ -115,8 +121,7 @@ def define_moves(torch) -> dict:
                 continue
             text = str(schema).split("::", 1)[1]
             lib.define(text)
-            lib.impl(text.split("(", 1)[0], _mover(torch, name, schema.overload_name, devices),
-                     "CompositeImplicitAutograd")
+            lib.impl(text.split("(", 1)[0], _mover(torch, name, schema), "CompositeImplicitAutograd")
             _MOVES[str(schema).split("(", 1)[0]] = f"{NS}::{name.split('::')[1]}"
     _MOVES["library"] = lib
     return _MOVES
