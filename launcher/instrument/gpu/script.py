@@ -26,8 +26,10 @@ such overload is defined again in the ``simcluster_gpu`` namespace with torch's 
 devices made cpu (the index checked), and ``install_script_moves`` has every graph TorchScript
 compiles (``torch._C._jit_script_compile`` and its overloads' door for functions,
 ``torch.jit._recursive.create_script_module`` for modules, each method of each submodule) call
-them instead (``retarget``), before its first run. Only the scripted code's moves pay (one Python
-call each); eager code is untouched.
+them instead (``retarget``), before its first run; ``torch.jit.load`` retargets what it loads, and a
+scripted module or function saved (``save``, ``save_to_buffer``, so ``torch.jit.save``) is written
+with torch's operators, so the file loads on a GPU machine. Only the scripted code's moves pay (one
+Python call each); eager code is untouched.
 """
 from __future__ import annotations
 
@@ -127,16 +129,17 @@ def define_moves(torch) -> dict:
     return _MOVES
 
 
-def retarget(graph, block=None) -> int:
-    """Make each node of ``graph`` (and its blocks) that calls a move of _MOVES call NS's twin; returns
-    how many were changed."""
+def retarget(graph, block=None, back: bool = False) -> int:
+    """Make each node of ``graph`` (and its blocks) that calls a move of _MOVES call NS's twin (``back``:
+    each twin call torch's operator again); returns how many were changed."""
     changed = 0
     for node in list((block or graph).nodes()):
         for inner in node.blocks():
-            changed += retarget(graph, inner)
-        if node.kind() not in MOVES:
-            continue
-        twin = _MOVES.get(node.schema().split("(", 1)[0])
+            changed += retarget(graph, inner, back)
+        if back:
+            twin = "aten::" + node.kind()[len(NS) + 2:] if node.kind().startswith(NS + "::") else None
+        else:
+            twin = _MOVES.get(node.schema().split("(", 1)[0]) if node.kind() in MOVES else None
         if twin is None:
             continue
         new = graph.create(twin, list(node.inputs()), 1)
@@ -148,10 +151,15 @@ def retarget(graph, block=None) -> int:
     return changed
 
 
-def _retarget_module(module) -> None:
-    for sub in module.modules():
-        for name in sub._c._method_names():
-            retarget(sub._c._get_method(name).graph)
+def _graphs(torch, scripted) -> list:
+    """The graphs of a scripted module (each method of each submodule) or function, and of every
+    function TorchScript compiled in this process (the callees a saved module carries)."""
+    graphs = [f.graph for f in torch.jit._state._python_cu.get_functions()]
+    if hasattr(scripted, "modules"):
+        graphs += [sub._c._get_method(name).graph for sub in scripted.modules() for name in sub._c._method_names()]
+    elif hasattr(scripted, "graph"):
+        graphs.append(scripted.graph)
+    return graphs
 
 
 def install_script_moves(torch) -> None:
@@ -169,10 +177,38 @@ def install_script_moves(torch) -> None:
     def module(fn):
         def wrapper(*args, **kwargs):
             out = fn(*args, **kwargs)
-            _retarget_module(out)
+            for graph in _graphs(torch, out):
+                retarget(graph)
             return out
+        return wrapper
+
+    def saving(fn):  # a saved file calls torch's operators, so that it loads anywhere
+        def wrapper(self, *args, **kwargs):
+            graphs = _graphs(torch, self)
+            for graph in graphs:
+                retarget(graph, back=True)
+            try:
+                return fn(self, *args, **kwargs)
+            finally:
+                for graph in graphs:
+                    retarget(graph)
         return wrapper
 
     _wrap(torch._C, "_jit_script_compile", compiled)
     _wrap(torch._C, "_jit_script_compile_overload", compiled)
     _wrap(torch.jit._recursive, "create_script_module", module)
+    _wrap(torch.jit, "load", module)  # its methods; the functions of the file's own CompilationUnit:
+
+    def imported(fn):
+        def wrapper(cu, *args, **kwargs):
+            out = fn(cu, *args, **kwargs)
+            for function in cu.get_functions():
+                retarget(function.graph)
+            return out
+        return wrapper
+
+    _wrap(torch._C, "import_ir_module", imported)
+    _wrap(torch._C, "import_ir_module_from_buffer", imported)
+    for owner in (torch.jit.RecursiveScriptModule, torch.jit.ScriptFunction):
+        _wrap(owner, "save", saving)
+        _wrap(owner, "save_to_buffer", saving)
