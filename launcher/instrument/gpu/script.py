@@ -84,7 +84,8 @@ def install_script_factories(torch) -> None:
 
 NS = "simcluster_gpu"  # the namespace of the scripted moves
 MOVES = ("aten::to", "aten::cuda")  # TorchScript's Tensor.to / Tensor.cuda
-_MOVES: dict = {}  # "aten::to.prim_Device" -> "simcluster_gpu::to", once defined (and the library kept alive)
+_MOVES: dict = {}  # "aten::to.prim_Device" -> "simcluster_gpu::to", once defined
+_MOVE_LIB: list = []  # their torch.library.Library, kept alive
 
 
 def _mover(torch, name: str, schema):
@@ -113,7 +114,7 @@ def _mover(torch, name: str, schema):
 
 def define_moves(torch) -> dict:
     """Define MOVES' overloads that take a Device (and aten::cuda) in NS once; returns _MOVES."""
-    if _MOVES:
+    if _MOVE_LIB:
         return _MOVES
     lib = torch.library.Library(NS, "DEF")
     for name in MOVES:
@@ -125,7 +126,7 @@ def define_moves(torch) -> dict:
             lib.define(text)
             lib.impl(text.split("(", 1)[0], _mover(torch, name, schema), "CompositeImplicitAutograd")
             _MOVES[str(schema).split("(", 1)[0]] = f"{NS}::{name.split('::')[1]}"
-    _MOVES["library"] = lib
+    _MOVE_LIB.append(lib)
     return _MOVES
 
 
