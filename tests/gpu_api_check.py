@@ -3,8 +3,10 @@ fresh interpreter with a rank's environment: LOCAL_WORLD_SIZE=4). Prints one JSO
 
     SIMCLUSTER_INSTRUMENT=1 RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=4 PYTHONPATH=launcher/instrument/boot:. python tests/gpu_api_check.py
 """
+import io
 import json
 import sys
+import zipfile
 
 import torch
 
@@ -67,6 +69,38 @@ except RuntimeError as e:  # TorchScript's error carries the CUDA error of the b
     bad = "CUDA error: invalid device ordinal" in str(e)
 out["jit_cuda"] = [scripted_on_cuda(2).tolist(), bad]
 out["jit_devices"] = scripted_devices()
+
+
+def moved(x: torch.Tensor, d: torch.device) -> torch.Tensor:  # Tensor.to / .cuda inside scripted code
+    y = x.to("cuda") + x.cuda()
+    if bool(y.sum() > 0):
+        y = y.to(d, torch.float64)
+    return y.to(device="cuda:1", dtype=torch.float32)
+
+
+class Moved(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.cuda().to("cuda:0") * 2
+
+
+def moved_bad(x: torch.Tensor) -> torch.Tensor:
+    return x.to("cuda:9")
+
+
+x = torch.ones(2, requires_grad=True)
+y = torch.jit.script(moved)(x, torch.device("cuda", 1))
+y.sum().backward()
+try:
+    torch.jit.script(moved_bad)(x)
+except RuntimeError as e:
+    bad = "CUDA error: invalid device ordinal" in str(e)
+out["jit_moves"] = [y.tolist(), str(y.dtype), x.grad.tolist(), torch.jit.script(Moved())(torch.ones(2)).tolist(), bad]
+saved = io.BytesIO()
+torch.jit.save(torch.jit.script(Moved()), saved)  # the file calls torch's operators (loads on a GPU machine)
+code = [zipfile.ZipFile(saved).read(n) for n in zipfile.ZipFile(saved).namelist() if n.endswith(".py")]
+saved.seek(0)
+out["jit_saved"] = [any(b"torch.cuda(" in c for c in code), any(b"simcluster" in c for c in code),
+                    torch.jit.load(saved)(torch.ones(2)).tolist()]
 import torch.distributed.optim  # noqa: E402,F401 - scripts functional optimizers at import
 
 out["distributed_optim"] = True

@@ -31,6 +31,13 @@ err("mixed_after_cpu", lambda: model.weight.cpu() @ model.weight.t())
 err("moved", lambda: model(batch.to("cuda")).sum().backward())  # no mistake: runs
 err("device_of_param", lambda: model(batch.to(model.weight.device)))  # x.device says cpu: never refused
 err("scalar", lambda: model.weight * torch.tensor(0.5))  # CUDA takes a 0-dim CPU tensor
+
+
+def scripted(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # moved inside TorchScript: no mistake
+    return x.to("cuda") @ w.t() + x.cuda() @ w.t()
+
+
+err("scripted_moved", lambda: torch.jit.script(scripted)(batch, model.weight))
 dist.init_process_group("nccl", world_size=1, rank=0)
 err("nccl_cpu", lambda: dist.all_reduce(torch.ones(3)))
 err("nccl_cuda", lambda: dist.all_reduce(torch.ones(3, device="cuda")))

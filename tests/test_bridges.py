@@ -263,3 +263,20 @@ if __name__ == "__main__":
     rng_ranks(sys.argv[1]) if sys.argv[2:] == ["rng"] else ranks(sys.argv[1])
     from simcluster.train.__main__ import exit_now
     exit_now(0)  # no interpreter teardown: a gloo thread outliving it aborted a rank on a busy machine
+
+
+def test_compiled_checkpointing_of_a_dtensor_block_needs_the_rng_bridge_on_cpu():
+    """torch 2.13 on the CPU, no simulation: a compiled, checkpointed block with SDPA (a random op) and
+    tensor-parallel Linears (a DeviceMesh saved for backward) fails in AOT autograd's runtime, with
+    torchtitan's error; with launcher/instrument/compile_rng.py it runs and equals eager, loss and grad."""
+    out = subprocess.run([sys.executable, "-m", "simcluster.launcher.instrument.compile_rng", "eager", "compiled",
+                          "bridged"], env=_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["compiled"]["error"].startswith("AssertionError: expected all tensors_saved_with_vc_check to be "
+                                               "Tensors"), got
+    assert "DeviceMesh" in got["compiled"]["error"], got
+    assert "error" not in got["eager"], got
+    assert got["bridged"] == got["eager"], got
+    assert got["eager"]["grad"] > 0, got
+    assert "Traceback" not in out.stderr and "Warning" not in out.stderr, out.stderr[-3000:]

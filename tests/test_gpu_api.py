@@ -67,6 +67,8 @@ def test_a_rank_answers_as_a_gpu(tmp_path, visible, count, uuids):
     assert (got["model_to_int"], got["tensor_to_kw"], got["generator"], got["fftfreq"]) == \
         ("cpu", "torch.float64", "cpu", "cpu")
     assert got["jit_cuda"] == [[1.0, 1.0], True]
+    assert got["jit_moves"] == [[2.0, 2.0], "torch.float32", [2.0, 2.0], [2.0, 2.0], True]
+    assert got["jit_saved"] == [True, False, [2.0, 2.0]]
     assert got["jit"] == [1.0, 1.0, 1.0] and got["distributed_optim"] is True and got["jit_devices"] == count * 100 + 1
     assert got["generators"] == [count, True] and got["seed_repeats"] and got["fork_rng"] == [True, True]
     assert got["initial_seed"] == 11

@@ -25,7 +25,7 @@ ON_A_GPU = {  # mistake -> what a GPU raises (CUDA's, NCCL's and torch's own wor
     "mixed_add": MIXED.format("cpu", "cuda:0"),
     "mixed_after_cpu": MIXED.format("cpu", "cuda:0"),
     "nccl_cpu": "ValueError: Tensors must be CUDA and dense",
-    "moved": None, "device_of_param": None, "scalar": None, "nccl_cuda": None, "gloo_cpu": None,  # no mistake
+    "moved": None, "scripted_moved": None, "device_of_param": None, "scalar": None, "nccl_cuda": None, "gloo_cpu": None,  # no mistake
 }
 CHECK_ONLY = ("mixed_forward", "mixed_add", "mixed_after_cpu", "nccl_cpu")  # caught with --check-devices only
 

@@ -202,7 +202,9 @@ def test_instrument_flags_refused_with_the_fix(tmp_path, args, problem):
 BRIDGE_CHECK = '''
 import torch, torch.distributed.tensor
 from simcluster.launcher.instrument.bridges import has_strategy
-print("bridged", has_strategy(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default), flush=True)
+import torch._functorch.partitioners as partitioners
+print("bridged", has_strategy(torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default),
+      hasattr(partitioners.functionalize_rng_ops, "__simulated__"), flush=True)  # the compile_rng bridge too
 '''
 
 
@@ -211,7 +213,7 @@ def test_cpu_bridges_are_on_in_a_rank_unless_turned_off(tmp_path, flag, bridged)
     (tmp_path / "b.py").write_text(BRIDGE_CHECK)
     proc = subprocess.run([sys.executable, "b.py"], cwd=tmp_path, env=rank_env(tmp_path / "run", **flag),
                           capture_output=True, text=True, timeout=120)
-    assert proc.stdout.strip() == f"bridged {bridged}" and proc.stderr == "", proc.stdout + proc.stderr
+    assert proc.stdout.strip() == f"bridged {bridged} {bridged}" and proc.stderr == "", proc.stdout + proc.stderr
 
 
 def test_report_merges_the_trace_of_a_run_started_without_up(tmp_path):

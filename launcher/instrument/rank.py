@@ -9,7 +9,7 @@ instrument/lazy.py), registers the clock as torch's global optimizer-step hook, 
 traffic mode (``--traffic 1``), starts the profiler of a traced first step (``--trace-steps``)
 and, once ``torch.distributed.tensor`` is imported, the CPU bridges (on unless
 ``--no-cpu-bridges``; FSDP2's gradient divide factor on gloo too: instrument/fsdp_gloo.py; FlexAttention's backward:
-instrument/flex_cpu.py); with torch, first of all, the simulated GPU (instrument/gpu/, on unless
+instrument/flex_cpu.py; compiled activation checkpointing's CPU RNG states: instrument/compile_rng.py); with torch, first of all, the simulated GPU (instrument/gpu/, on unless
 ``--no-simulated-gpus``), and, once ``torch.distributed`` is imported, the stall watch and the
 communication record (``--stall-s``, train/stallwatch.py). Outside a rank of the cluster (no SIMCLUSTER_OUTPUT_DIR) nothing is written.
 """
@@ -125,8 +125,14 @@ def _fsdp(collectives) -> None:
     bridge(collectives)
 
 
+def _compile_rng(_mod) -> None:
+    from simcluster.launcher.instrument.compile_rng import install as bridge
+    bridge()
+
+
 def _bridges() -> None:
     """The CPU bridges, each once its torch module is imported."""
+    when_imported("torch._functorch.partitioners", lambda m: _guarded("compiled checkpointing CPU bridge", _compile_rng, m))
     when_imported("torch.nn.attention.flex_attention", lambda m: _guarded("FlexAttention CPU bridge", _flex, m))
     when_imported("torch.distributed.tensor", lambda m: _guarded("CPU bridges", _dtensor, m))
     when_imported("torch.distributed.fsdp._fully_shard._fsdp_collectives",

@@ -27,7 +27,8 @@ def install(torch, count: int, gpu: str, gpu_memory: int | None = None, check_de
     from simcluster.launcher.instrument.gpu.device import install_device
     from simcluster.launcher.instrument.gpu.dist import install_ddp, install_dist, install_dp, install_mesh
     from simcluster.launcher.instrument.gpu.kernels import install_kernels, install_standins
-    from simcluster.launcher.instrument.gpu.script import install_script_factories, install_script_ops
+    from simcluster.launcher.instrument.gpu.script import (install_script_factories, install_script_moves,
+                                                            install_script_ops)
     from simcluster.launcher.instrument.gpu.state import STATE
     from simcluster.launcher.instrument.gpu.tensors import install_tensors
     from simcluster.launcher.instrument.lazy import when_imported
@@ -37,6 +38,7 @@ def install(torch, count: int, gpu: str, gpu_memory: int | None = None, check_de
     install_tensors(torch)
     install_script_ops(torch)
     install_script_factories(torch)
+    install_script_moves(torch)
     install_kernels(torch)
     install_standins()
     when_imported("torch.distributed.distributed_c10d", lambda _m: install_dist(torch))
