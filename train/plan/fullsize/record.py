@@ -7,7 +7,10 @@ A TorchDispatchMode entered above torch's FakeTensorMode (so it sees every op fi
 whose untyped storage is new are allocations (a weak reference's callback, when the storage object
 dies, is the free); ``UntypedStorage.resize_`` is wrapped (FSDP2 frees and re-makes its unsharded
 parameters by resizing their storage, which no dispatch mode sees), as torch's own
-torch/distributed/_tools/mem_tracker.py does. FLOPs come from torch.utils.flop_counter's formulas
+torch/distributed/_tools/mem_tracker.py does. An op with a DTensor argument is left to DTensor's
+dispatch (the mode returns NotImplemented), whose local ops then come back here: the temporaries of
+DTensor's handlers and the collectives of its redistributions are recorded, except the ops of its
+sharding propagation (global-shape fakes, no device memory: wrapped while recording). FLOPs come from torch.utils.flop_counter's formulas
 (CPU flash attention counted by the CUDA kernel's formula, a causal mask halving the work done);
 bytes of an op are its tensors' bytes in and out (a DTensor's: its local tensor's). A ``.item()`` (aten._local_scalar_dense) on a fake
 tensor, which FakeTensorMode cannot answer, is answered 1 (a flag False) here and its line in the program recorded.
