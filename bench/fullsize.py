@@ -14,11 +14,10 @@ variants.py for torch.compile and Float8 (the full-size run executes neither; th
 ran a torchtitan that compiles its loss too: compile-loss), and is printed against its published
 figures. Sources:
 - "T1".."T4": torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Grand Teton H100 96 GB at
-  500 W; torchtitan's launcher set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; torch of
-  2024-12-23, whose NCCL process group called record_stream on async collectives; the rows are
-  replayed without it, and the 70B row's reserved memory is also printed with it, for launch
-  queues of 0 to 1,000 ops: memory.py's record_streams). Table 1 row 1 is the only row any constant
-  is set from: MATMUL_EFFICIENCY is solved on it (bisection).
+  500 W; torchtitan's launcher set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and its
+  init_distributed set TORCH_NCCL_AVOID_RECORD_STREAMS=1 before the process group (torchtitan
+  9dec370, torchtitan/utils.py), so no row is replayed with memory.py's record_streams). Table 1
+  row 1 is the only row any constant is set from: MATMUL_EFFICIENCY is solved on it (bisection).
 - "async": benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (compile, tokens/s only).
 - "H200": benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (torchrun without the allocator
   setting; compile + Float8 with FSDP's Float8 all-gather).
@@ -116,19 +115,6 @@ def fit(trace_path: str, target_tps: float) -> float:
     return (lo + hi) / 2
 
 
-def held(trace_path: str) -> str:
-    """The trace's peak reserved (expandable segments) with record_stream, for launch queues of 0..1,000 ops."""
-    from simcluster.train.plan.fullsize import memory
-    from simcluster.train.plan.fullsize.device import constants
-    from simcluster.train.plan.fullsize.trace import read
-
-    trace, out = read(trace_path), []
-    for queue in (0, 25, 50, 100, 1000):
-        m = memory.replay(trace, constants("h100-96g"), True, queue > 0, queue)
-        out.append(f"queue {queue}: {m.peak_reserved / 2**30:.1f} GiB{'' if m.fits else ' OOM'}")
-    return "; ".join(out)
-
-
 def row_line(row: str, data: dict, wall: float, trace_path: str) -> str:
     """One row: predicted against published; memory and speed of the trace under the row's techniques."""
     from simcluster.train.plan.fullsize.device import constants
@@ -172,8 +158,6 @@ def main() -> None:
         elif name not in done:
             done[name] = plan(name, a.python, a.assets, traces)
         print(row_line(row, *done[name], os.path.join(traces, "trace-0.json")), flush=True)
-        if row == "70b-fsdp32-tp8":
-            print(f"  with record_stream (TORCH_NCCL_AVOID_RECORD_STREAMS=0): {held(os.path.join(traces, 'trace-0.json'))}")
         if row == "8b-fsdp8":
             print(f"  fitted MATMUL_EFFICIENCY on this row: {fit(os.path.join(traces, 'trace-0.json'), ROWS[row][2]):.4f}")
 

@@ -131,8 +131,10 @@ class StageCost:
     """One stage on one tp rank, per microbatch. saved_bytes: what its forward saves for backward
     (parameters and the stage input excluded, each storage once); output_bytes: its output, which
     the pipeline keeps until the microbatch's backward (logits on the last stage); input_bytes:
-    its input (0 for token ids); fwd_flops, bwd_flops: ``FlopCounterMode`` counts (matmuls and
-    attention only; the last stage's include the loss)."""
+    its input (0 for token ids); fwd_flops, bwd_flops: ``FlopCounterMode`` counts (matmuls only:
+    torch 2.13's counter has no formula for the CPU flash attention op the stage runs, so attention
+    is left out, as in calibrate.block_flops' count that `local`'s FLOP/s divides: BENCHMARKS.md,
+    "the analytic plan's attention FLOPs"; the last stage's include the loss)."""
 
     saved_bytes: int
     output_bytes: int

@@ -7,7 +7,10 @@ A TorchDispatchMode entered above torch's FakeTensorMode (so it sees every op fi
 whose untyped storage is new are allocations (a weak reference's callback, when the storage object
 dies, is the free); ``UntypedStorage.resize_`` is wrapped (FSDP2 frees and re-makes its unsharded
 parameters by resizing their storage, which no dispatch mode sees), as torch's own
-torch/distributed/_tools/mem_tracker.py does. FLOPs come from torch.utils.flop_counter's formulas
+torch/distributed/_tools/mem_tracker.py does. An op with a DTensor argument is left to DTensor's
+dispatch (the mode returns NotImplemented), whose local ops then come back here: the temporaries of
+DTensor's handlers and the collectives of its redistributions are recorded, except the ops of its
+sharding propagation (global-shape fakes, no device memory: wrapped while recording). FLOPs come from torch.utils.flop_counter's formulas
 (CPU flash attention counted by the CUDA kernel's formula, a causal mask halving the work done);
 bytes of an op are its tensors' bytes in and out (a DTensor's: its local tensor's). A ``.item()`` (aten._local_scalar_dense) on a fake
 tensor, which FakeTensorMode cannot answer, is answered 1 (a flag False) here and its line in the program recorded.
@@ -74,6 +77,8 @@ class Recorder(TorchDispatchMode):
         self.tracker = ModTracker()
         self._orig_resize = None
         self._hook = None
+        self._quiet = 0  # > 0 inside DTensor's sharding propagation
+        self._orig_meta = None
 
     # -- phases
     def phase(self) -> int:
@@ -150,8 +155,29 @@ class Recorder(TorchDispatchMode):
 
         torch.UntypedStorage.resize_ = resize_
 
+    def _wrap_propagation(self) -> None:
+        """DTensor's sharding propagation runs each new op on fake tensors of the global shape (torch's
+        ShardingPropagator._propagate_tensor_meta_non_cached, private in torch 2.13) to learn its output's
+        shape; the ops it runs come back to this mode and are not the rank's: recorded as nothing."""
+        try:
+            from torch.distributed.tensor._sharding_prop import ShardingPropagator
+        except ImportError:
+            return
+        orig = self._orig_meta = ShardingPropagator._propagate_tensor_meta_non_cached
+        rec = self
+
+        def quiet(prop, op_schema):
+            rec._quiet += 1
+            try:
+                return orig(prop, op_schema)
+            finally:
+                rec._quiet -= 1
+
+        ShardingPropagator._propagate_tensor_meta_non_cached = quiet
+
     def __enter__(self):
         self._wrap_resize()
+        self._wrap_propagation()
         self._pre = torch.nn.modules.module.register_module_forward_pre_hook(self._root_pre_hook)
         self.tracker.__enter__()  # after the hook above: that one sees the parents before this one adds the module
         self._hook = register_optimizer_step_post_hook(self._step_hook)
@@ -163,6 +189,10 @@ class Recorder(TorchDispatchMode):
         self._pre.remove()
         self.tracker.__exit__(*exc)
         torch.UntypedStorage.resize_ = self._orig_resize
+        if self._orig_meta is not None:
+            from torch.distributed.tensor._sharding_prop import ShardingPropagator
+
+            ShardingPropagator._propagate_tensor_meta_non_cached = self._orig_meta
         return out
 
     # -- ops
@@ -170,6 +200,10 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is aten._local_scalar_dense.default:
             return self._placeholder(args[0])
+        if any(is_traceable_wrapper_subclass(t) for t in tree_flatten((args, kwargs))[0]):
+            return NotImplemented  # a DTensor's op: its own dispatch runs, and its local ops come back here
+        if self._quiet:  # DTensor's sharding propagation: global-shape fakes, no device memory, no work
+            return func(*args, **kwargs)
         out = func(*args, **kwargs)
         ph = self.phase()
         if func.namespace not in _TORCH_NAMESPACES:

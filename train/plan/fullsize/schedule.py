@@ -6,7 +6,10 @@ schedule order, the sends on the modelled links -> the step's window and its bub
 Per traced pipeline rank, from the last complete step of its trace (speed.py's): the forward seconds
 (ops in a forward phase, and outside the model after a forward: the loss) and the backward seconds (in
 or after a backward) up to the rank's last op inside a module, each divided by the microbatches; the
-tail (ops after it: clipping, the optimizer) runs once after the schedule; each send's time on its
+tail (ops after it: clipping, the optimizer) runs once after the schedule. Ops are timed as speed.py
+times them (event_op_s), and so are the functional collectives (speed.EXPOSED: tensor parallelism's,
+waited by the next op on the compute stream): they count in the stage's forward, backward or tail
+where they happen, never overlapped; only the c10d ones (FSDP's, DDP's) overlap the window. Each send's time on its
 group's link (speed.collective_s). The order is torch's own (train/plan/schedule.py rank_orders:
 the schedule classes' pipeline_order), run on that clock by schedule.simulate: an action starts when
 its rank is free and its input arrived (the previous stage's forward, the next stage's backward, each
@@ -21,7 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from simcluster.core.hardware import Hardware
-from simcluster.train.plan.fullsize.speed import Speed, collective_s, op_s, step_of
+from simcluster.train.plan.fullsize.speed import EXPOSED, Speed, collective_s, event_op_s, step_of
 from simcluster.train.plan.fullsize.trace import Trace
 from simcluster.train.plan.schedule import rank_orders, simulate
 
@@ -68,14 +71,14 @@ def stage_times(trace: Trace, device: Hardware, efficiency: float) -> StageTimes
     if not p2p:
         return None
     group = sorted(p2p[0][4])
-    ops = [e for e in trace.events if e[0] == "op" and in_step[e[3]]]
-    last_inside = max((i for i, e in enumerate(ops) if ", microbatch " in trace.phases[e[3]]), default=-1)
+    ops = [(e[3], event_op_s(e, device, efficiency)) if e[0] == "op" else (e[5], collective_s(e[1], e[2], tuple(e[4]), device))
+           for e in trace.events if (e[0] == "op" and in_step[e[3]]) or (e[0] == "c" and e[1] in EXPOSED and in_step[e[5]])]
+    last_inside = max((i for i, (ph, _) in enumerate(ops) if ", microbatch " in trace.phases[ph]), default=-1)
     fwd = bwd = tail = 0.0
-    for i, e in enumerate(ops):
-        t = op_s(e[1], e[2], bool(e[4]) if len(e) > 4 else False, device, efficiency)
+    for i, (ph, t) in enumerate(ops):
         if i > last_inside:
             tail += t
-        elif _backward(trace.phases[e[3]]):
+        elif _backward(trace.phases[ph]):
             bwd += t
         else:
             fwd += t
@@ -114,11 +117,12 @@ def pipeline(stages: list[StageTimes], schedule: str = "1f1b", local_stages: int
 
 def pipelined(spd: Speed, trace: Trace, device: Hardware, pipe: Pipeline) -> Speed:
     """``spd`` (speed.speed's, of ``trace``) with the pipeline's step: the schedule's window plus this
-    pp rank's tail, the other collectives (FSDP's, TP's) overlapped with it as speed.py overlaps them
-    with compute, plus the first of them; tokens/s and MFU on that step."""
+    pp rank's tail, the c10d collectives (FSDP's, DDP's) overlapped with it as speed.py overlaps them
+    with compute, plus the first of them (the functional ones, TP's, are in the stages' seconds);
+    tokens/s and MFU on that step."""
     in_step = [step_of(p) == trace.steps for p in trace.phases]
     others = [collective_s(e[1], e[2], tuple(e[4]), device) for e in trace.events
-              if e[0] == "c" and e[1] not in P2P and in_step[e[5]]]
+              if e[0] == "c" and e[1] not in P2P and e[1] not in EXPOSED and in_step[e[5]]]
     p2p = next(e for e in trace.events if e[0] == "c" and e[1] in P2P and in_step[e[5]])
     tail = pipe.tails[sorted(p2p[4]).index(trace.rank)]
     step = max(pipe.window_s + tail, sum(others)) + (others[0] if others else 0.0)

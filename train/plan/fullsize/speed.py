@@ -9,7 +9,8 @@ FP32 peak (torch's default: no TF32 for matmuls); an attention op (FlashAttentio
 backward) runs at FlashAttention-2's measured rate on the GPU where device.py has one (ATTENTION_RATE). Each collective takes the ring's time on its
 group's link: NVLink when every rank of the group is on one host (ranks_per_node GPUs a host, rank
 r on host layout.node_of(r, ranks_per_node)), else each GPU's network port; all-gather (g-1)/g x output bytes,
-reduce-scatter (g-1)/g x input bytes, all-reduce twice that, plus (g-1) latencies. FSDP and DDP
+reduce-scatter (g-1)/g x input bytes, each plus (g-1) latencies; an all-reduce twice both (the ring's
+reduce-scatter then its all-gather: Thakur et al. 2005, as train/plan/steptime.py prices it). FSDP and DDP
 overlap their collectives (torch.distributed's c10d ops: allgather_base, reduce_scatter_base,
 allreduce) with compute on their own CUDA streams: the step is max(compute, overlapped
 communication) plus the first such collective of the step (nothing to hide it behind). The
@@ -37,6 +38,7 @@ from simcluster.train.plan.fullsize.trace import Trace
 RING = {"allgather_base": 1.0, "allgather": 1.0, "all_gather_into_tensor": 1.0, "reduce_scatter_base": 1.0,
         "reduce_scatter": 1.0, "reduce_scatter_tensor": 1.0, "allreduce": 2.0, "all_reduce": 2.0,
         "alltoall_base": 1.0, "all_to_all_single": 1.0}
+LATENCIES = {"allreduce": 2, "all_reduce": 2}  # ring steps a collective takes, in units of (g - 1); 1 unless named
 POINT = ("send", "recv", "broadcast")
 EXPOSED = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single")  # functional
 GRADIENT = ("reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor", "allreduce", "all_reduce")
@@ -76,13 +78,22 @@ def collective_s(kind: str, nbytes: int, ranks: tuple, device: Hardware) -> floa
     if kind in POINT:
         return nbytes / bw + device.latency_s
     factor = RING.get(kind, 0.0)
-    return factor * (g - 1) / g * nbytes / bw + (g - 1) * device.latency_s
+    return factor * (g - 1) / g * nbytes / bw + LATENCIES.get(kind, 1) * (g - 1) * device.latency_s
 
 
 def op_s(flops: int, nbytes: int, fp32: bool, device: Hardware, efficiency: float = MATMUL_EFFICIENCY) -> float:
     """Seconds of one op on ``device``: the slower of its FLOPs and its bytes at their efficiencies."""
     peak = device.flops if fp32 else device.bf16_flops
     return max(flops / (peak * efficiency), nbytes / (device.memory_bw * BANDWIDTH_EFFICIENCY))
+
+
+def event_op_s(e: tuple, device: Hardware, efficiency: float = MATMUL_EFFICIENCY) -> float:
+    """Seconds of one recorded ``("op", flops, bytes, phase, fp32, name)`` event on ``device``: attention at
+    its measured rate where device.py has one (still bound by its bytes), else op_s."""
+    rate = ATTENTION_RATE.get(device.name, {}).get(e[5]) if len(e) > 5 else None
+    if rate:
+        return max(e[1] / rate, e[2] / (device.memory_bw * BANDWIDTH_EFFICIENCY))
+    return op_s(e[1], e[2], bool(e[4]) if len(e) > 4 else False, device, efficiency)
 
 
 def speed(trace: Trace, device: Hardware, efficiency: float = MATMUL_EFFICIENCY) -> Speed:
@@ -102,9 +113,7 @@ def speed(trace: Trace, device: Hardware, efficiency: float = MATMUL_EFFICIENCY)
     for e in trace.events:
         kind = e[0]
         if kind == "op" and in_step[e[3]]:
-            rate = ATTENTION_RATE.get(device.name, {}).get(e[5]) if len(e) > 5 else None
-            compute += max(e[1] / rate, e[2] / (device.memory_bw * BANDWIDTH_EFFICIENCY)) if rate else \
-                op_s(e[1], e[2], bool(e[4]) if len(e) > 4 else False, device, efficiency)
+            compute += event_op_s(e, device, efficiency)
             flops += e[1]
         elif kind == "c" and in_step[e[5]]:
             t = collective_s(e[1], e[2], tuple(e[4]), device)
