@@ -41,6 +41,13 @@ def user_job(**kw):
     ("TORCH_FR_BUFFER_SIZE=99999999999", r"TORCH_FR_BUFFER_SIZE='99999999999': torch takes a whole number"),
     ("TORCH_GLOO_LAZY_INIT=on", r"env: TORCH_GLOO_LAZY_INIT='on': torch takes 0, 1, true, false, yes, no, y or n"),
     ("TORCH_DISTRIBUTED_DEBUG=", r"env: TORCH_DISTRIBUTED_DEBUG='': torch takes OFF, INFO or DETAIL"),
+    ("LOGLEVEL=info", r"env: LOGLEVEL='info': torch takes one of CRITICAL, ERROR, WARNING, INFO, DEBUG or NOTSET, in "
+                      r"capitals \(torchrun hands it to logging.setLevel as it starts"),
+    ("LOGLEVEL=10", r"env: LOGLEVEL='10': torch takes one of CRITICAL"),
+    ("TORCH_NCCL_DUMP_ON_TIMEOUT=maybe", r"env: TORCH_NCCL_DUMP_ON_TIMEOUT='maybe': torch takes 0, 1, true, false"),
+    ("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC=10m", r"env: TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC='10m': torch takes a whole number "
+                                             r"from 0 to 999999999 \(torch reads it with std::stoi"),
+    ("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC=99999999999", r"TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC='99999999999': torch"),
 ])
 def test_env_keys_torchrun_and_the_interpreter_own_are_refused(entry, match):
     with pytest.raises(ConfigError, match=match) as e:
@@ -51,6 +58,8 @@ def test_env_keys_torchrun_and_the_interpreter_own_are_refused(entry, match):
 def test_env_values_the_interpreter_takes_pass():
     assert user_job(env=["PYTHONHASHSEED=0", "PYTHONFAULTHANDLER=1", "WANDB_MODE=offline"]).env == (
         "PYTHONHASHSEED=0", "PYTHONFAULTHANDLER=1", "WANDB_MODE=offline")
+    assert user_job(env=["LOGLEVEL=WARNING", "TORCH_NCCL_DUMP_ON_TIMEOUT=0"]).env == ("LOGLEVEL=WARNING",
+                                                                                    "TORCH_NCCL_DUMP_ON_TIMEOUT=0")
 
 
 def test_env_keys_our_options_set_are_refused_with_the_option():
