@@ -148,6 +148,24 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
     ([*F, "--ranks", "1,1"], ["ranks: '1,1' names a rank twice"]),
     ([*F, "--search", "--knob", "x=4,2,1"], ["knob: 'x=4,2,1'", "in increasing order; e.g. --knob x=1,2,4"]),
     ([*F, "--trace-dir", "README.md/traces"], ["trace_dir: 'README.md/traces' cannot be made a folder"]),
+    ([*F, "--trace-dir", ""], ["trace_dir: --trace-dir '' is empty; give one, e.g. --trace-dir runs/fullsize-traces, or "
+                               "drop --trace-dir for its default"]),
+    ([*F, "--python", ""], ["python: --python '' is empty"]),
+    ([*F, "--python", "/bin/true"], ["python: '/bin/true' is not a Python interpreter that imports torch (exit 0"]),
+    ([*F, "--ranks", "0,,1"], ["ranks: '0,,1' is not 'all' or ranks in 0..1 separated by commas; e.g. --ranks 0,1"]),
+    ([*F, "--search", "--knob", "x=1,,2"], ["knob: 'x=1,,2': an empty value"]),
+    ([*F, "--search", "--knob", "x y=1,2"], ["knob: 'x y=1,2': 'x y' is no flag name"]),
+    ([*F, "--knob", "x=1,2"], ["got 'x=1,2' without --search"]),
+    (["plan", "--full-size", "--mesh", "2x1x1", "--model", "tiny", "--stall-s", "1"], [
+        "stall_s: must be 0 (off) or a finite number of seconds in [5, 1e+06]", "got 1.0",
+        "(plan --full-size --mesh 2x1x1: the built-in trainer's flags)"]),
+    (["generate", "--mesh", "2x1x1", "--out", ""], ["out: must be text, not empty or blank (to take the default, leave "
+                                                   "--out out), got ''"]),
+    ([*G, "--user", " "], ["user: must be text, not empty or blank", "e.g. user='1000:1000'"]),
+    ([*G, "--code", ""], ["code: must be text, not empty or blank"]),
+    (["generate", "--mesh", "2x1x1", "--trace-steps", "", "--stdout"], ["trace_steps: must be text, not empty"]),
+    (["plan", "--full-size", "--mesh", "2x1x1", "--model", "tiny", "--lr", "nan"], ["lr: must be a finite number > 0, "
+                                                                                   "got nan"]),
     ([*F, "--hardware", "h200"], ["plan --full-size: --hardware set the analytic plan (plan without --full-size)"]),
     ([*F, "--mesh", "2x2x2"], ["full_size: --mesh are the built-in trainer's flags, not read for your --script/--module"]),
     (["up", "--mesh", "1x1x1", "--target", "jobset", "--metric-regex", r"loss (\S+)"], [
