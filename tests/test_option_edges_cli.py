@@ -164,6 +164,7 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
     ([*G, "--user", " "], ["user: must be text, not empty or blank", "e.g. user='1000:1000'"]),
     ([*G, "--code", ""], ["code: must be text, not empty or blank"]),
     (["generate", "--mesh", "2x1x1", "--trace-steps", "", "--stdout"], ["trace_steps: must be text, not empty"]),
+    (["report", "--run-dir", ""], ["report: --run-dir '' is empty; give a run folder of `launcher up`"]),
     (["plan", "--full-size", "--mesh", "2x1x1", "--model", "tiny", "--lr", "nan"], ["lr: must be a finite number > 0, "
                                                                                    "got nan"]),
     ([*F, "--hardware", "h200"], ["plan --full-size: --hardware set the analytic plan (plan without --full-size)"]),
