@@ -164,6 +164,13 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
     ([*G, "--user", " "], ["user: must be text, not empty or blank", "e.g. user='1000:1000'"]),
     ([*G, "--code", ""], ["code: must be text, not empty or blank"]),
     (["generate", "--mesh", "2x1x1", "--trace-steps", "", "--stdout"], ["trace_steps: must be text, not empty"]),
+    ([*G, "--target", "slurm", "--user", "1000:0"], ["--user '1000:0': a slurm document has no use for it: its nodes are "
+                                                    "the cluster's own", "only --target compose or swarm writes it"]),
+    ([*G, "--target", "jobset", "--image", "reg.io/a:1", "--join-timeout-s", "100"], [
+        "--join-timeout-s 100.0: a jobset document has no use for it"]),
+    ([*G, "--target", "skypilot", "--image", "reg.io/a:1", "--mount", "/tmp:/scratch"], [
+        "--mount /tmp:/scratch: a skypilot document has no use for it"]),
+    ([*G, "--target", "trainjob", "--image", "reg.io/a:1", "--mount-code"], ["--mount-code: a trainjob document"]),
     (["report", "--run-dir", ""], ["report: --run-dir '' is empty; give a run folder of `launcher up`"]),
     (["plan", "--full-size", "--mesh", "2x1x1", "--model", "tiny", "--lr", "nan"], ["lr: must be a finite number > 0, "
                                                                                    "got nan"]),
