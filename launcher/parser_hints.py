@@ -3,8 +3,9 @@ flag, and what an unrecognized argument is (another command's option, a near mis
 
     python -c "from simcluster.launcher.parser_hints import fix_negative_values; print(fix_negative_values(['--mesh', '-1x2x2']))"
 
-launcher/cli.py calls both: ``fix_negative_values`` on the launcher's own arguments before parsing,
-``unknown_hint`` on the error path only (it builds every command's parser).
+launcher/cli.py calls them: ``fix_negative_values`` on the launcher's own arguments before parsing,
+``given_twice`` after it (a flag given twice is refused, never the last silently kept), ``unknown_hint``
+on the error path only (it builds every command's parser).
 """
 from __future__ import annotations
 
@@ -25,6 +26,33 @@ def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -
             i += 1
     return out
 
+
+REPEATABLE = (argparse._AppendAction, argparse._CountAction, argparse._HelpAction, argparse._VersionAction)
+
+
+def given_twice(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The first option of ``parser`` (a command's) given more than once in ``argv`` (the launcher's own
+    arguments, flags as typed or ``--flag=value``, a prefix argparse takes resolved) that is not repeatable
+    (``--env``, ``--mount``... append): ``--nodes: given twice (--nodes 2, --nodes 3)...``; None when none is.
+    argparse keeps the last silently: the first would be dropped unsaid."""
+    strings = parser._option_string_actions
+    seen: dict[argparse.Action, list[str]] = {}
+    for i, token in enumerate(argv):
+        if not token.startswith("--"):
+            continue
+        flag, eq, value = token.partition("=")
+        matches = [strings[flag]] if flag in strings else \
+            list({id(a): a for s, a in strings.items() if parser.allow_abbrev and s.startswith(flag)}.values())
+        if len(matches) != 1 or isinstance(matches[0], REPEATABLE):
+            continue
+        action = matches[0]
+        shown = token if eq or action.nargs == 0 or i + 1 >= len(argv) else f"{token} {argv[i + 1]}"
+        seen.setdefault(action, []).append(shown)
+        if len(seen[action]) > 1:
+            name = action.option_strings[-1]
+            return (f"{name}: given twice ({', '.join(seen[action])}); argparse would keep the last and drop the "
+                    f"first unsaid; give it once, e.g. {seen[action][-1]}")
+    return None
 
 
 def unknown_hint(parser: argparse.ArgumentParser, command: str, unknown: list[str], yours: bool) -> str:

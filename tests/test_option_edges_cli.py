@@ -110,7 +110,10 @@ def refused(capsys, argv: list[str], *named: str) -> None:
     on stdout (generate --stdout: no document)."""
     from simcluster.launcher.cli import main
 
-    rc = main(argv)
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse's own usage errors (a flag given twice)
+        rc = e.code
     out, err = capsys.readouterr()
     assert rc == 2 and out == "" and "Traceback" not in err and "error: " in err, (rc, out, err)
     for word in named:
@@ -171,6 +174,9 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
     ([*G, "--target", "skypilot", "--image", "reg.io/a:1", "--mount", "/tmp:/scratch"], [
         "--mount /tmp:/scratch: a skypilot document has no use for it"]),
     ([*G, "--target", "trainjob", "--image", "reg.io/a:1", "--mount-code"], ["--mount-code: a trainjob document"]),
+    ([*G, "--nodes", "2"], ["--nodes: given twice (--nodes 1, --nodes 2); argparse would keep the last and drop the first "
+                            "unsaid; give it once, e.g. --nodes 2"]),
+    ([*F, "--search", "--knob", "x=1,2", "--knob=y=1,2"], ["--knob: given twice (--knob x=1,2, --knob=y=1,2)"]),
     (["report", "--run-dir", ""], ["report: --run-dir '' is empty; give a run folder of `launcher up`"]),
     (["plan", "--full-size", "--mesh", "2x1x1", "--model", "tiny", "--lr", "nan"], ["lr: must be a finite number > 0, "
                                                                                    "got nan"]),
