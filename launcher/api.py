@@ -154,7 +154,7 @@ def up(args: JobRequest, chaos: tuple = (), chaos_lines: list[str] | None = None
     from simcluster.launcher.engines.registry import ENGINES, engine_named
     from simcluster.core.layout import host_names
 
-    from simcluster.core.series import metric_pattern
+    from simcluster.core.series_read import metric_pattern
 
     if args.metric_regex is not None:
         try:

@@ -34,7 +34,7 @@ from simcluster.launcher.job.checks import out_problem
 from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.job.files import ROOT, container_user, repo_path, write_atomic
 from simcluster.launcher.container.layout import IMAGE_USER
-from simcluster.launcher.parser import build_parser as _build_parser, fix_negative_values
+from simcluster.launcher.parser import build_parser as _build_parser, fix_negative_values, given_twice
 from simcluster.launcher.parser_hints import unknown_hint
 from simcluster.launcher.job.options import resolve, split_job_argv
 from simcluster.launcher.job.request import cli_values, request_from_cli
@@ -257,8 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     command = next((a for a in own if not a.startswith("-")), None)  # the top level takes no option but --help
     parser = build_parser(command if command in COMMANDS else None)
     args, unknown = parser.parse_known_args(fix_negative_values(own, ("--mesh", "--against", "--rtol")))
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
+    if twice := given_twice(sub, own):
+        sub.error(twice)  # the command's own usage line, exit 2
     if unknown:
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
         yours = bool(getattr(args, "script", None) or getattr(args, "module", None))
         hint = unknown_hint(build_parser(), args.command, unknown, yours)  # every command's flags: the error path only
         sub.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")  # the command's own usage line

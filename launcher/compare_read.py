@@ -13,7 +13,8 @@ from simcluster.launcher.job.files import repo_path
 from simcluster.core.errors import ConfigError
 from simcluster.core.rundir import METRICS, step_rows
 from simcluster.core.runlog import printed_series, rank_lines, summary_lines
-from simcluster.core.series import Comparison, Series, metric_pattern, series_from_lines, series_from_rows
+from simcluster.core.series import Comparison, Series, series_from_rows
+from simcluster.core.series_read import metric_pattern, series_from_lines
 
 
 MAX_RTOL = 1.0  # |A - B| / |B| above 1 lets A = 0 or -B pass

@@ -29,31 +29,9 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 from simcluster.launcher.instrument.spec import DEFAULT_GPU
+from simcluster.launcher.fullsize_checks import EXAMPLE, check, knob as knob_of, which_ranks
 from simcluster.launcher.job.env import env_pairs
 from simcluster.core.errors import ConfigError
-
-EXAMPLE = ("python -m launcher plan --full-size --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 "
-           "--gpu h100-96g -- --steps 2")
-
-
-def _which_ranks(text: str | None, world: int) -> list[int]:
-    """--ranks: 'all', or comma-separated ranks in 0..world-1; default the first and the last."""
-    if text is None:
-        return sorted({0, world - 1})
-    if text == "all":
-        return list(range(world))
-    try:
-        given = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        given = []
-    ranks = sorted(set(given))
-    if len(ranks) < len(given):
-        raise ConfigError(f"ranks: {text!r} names a rank twice; name each once, e.g. --ranks {','.join(map(str, ranks))}")
-    if not ranks or not all(0 <= r < world for r in ranks):
-        raise ConfigError(f"ranks: {text!r} is not 'all' or ranks in 0..{world - 1} separated by commas; "
-                          f"e.g. --ranks 0,{world - 1}")
-    return ranks
-
 
 BUILTIN = "simcluster.train"
 
@@ -82,6 +60,7 @@ def _builtin(args: argparse.Namespace) -> argparse.Namespace:
     """
     from simcluster.core.flags import config_from_args
     from simcluster.core.config import parse_mesh, resolve
+    from simcluster.core.preflight_values import value_errors
 
     flags = _trainer_flags(args)
     if args.script or args.module:
@@ -100,51 +79,12 @@ def _builtin(args: argparse.Namespace) -> argparse.Namespace:
                           f"{mesh.world_size} ranks; drop them (default: {mesh.pp} nodes of {mesh.ranks_per_node}), "
                           f"e.g. python -m launcher plan --full-size --mesh {mesh} --model tiny --gpu h100-96g")
     run = resolve(config_from_args(args))
+    if errors := value_errors(run.config):  # as the trainer's preflight would, before a rank starts
+        raise ConfigError(f"{'; '.join(errors)} (plan --full-size --mesh {mesh}: the built-in trainer's flags)")
     ranks = args.ranks or ",".join(str(r) for r in sorted({*range(0, mesh.world_size, per), mesh.world_size - 1}))
     return argparse.Namespace(**{**vars(args), "module": BUILTIN, "nodes": nodes, "nproc_per_node": per,
                                  "job_argv": [*flags, *(args.job_argv or ())], "ranks": ranks,
                                  "pipeline": (run.config.schedule, run.local_stages, run.config.microbatches)})
-
-
-def _check(args: argparse.Namespace) -> tuple[int, int]:
-    """Every input of a full-size plan checked before anything starts; (world size, ranks a node)."""
-    if bool(args.script) == bool(args.module):
-        raise ConfigError(f"full_size: needs your program, --script FILE or --module NAME (one of them); e.g. {EXAMPLE}")
-    nodes, per = (1 if n is None else n for n in (args.nodes, args.nproc_per_node))
-    if nodes < 1 or per < 1:
-        raise ConfigError(f"nodes/nproc_per_node: must be >= 1, got --nodes {nodes} --nproc-per-node {per}; e.g. {EXAMPLE}")
-    if args.code and not os.path.isdir(args.code):
-        raise ConfigError(f"code: {args.code!r} is not a folder; give your code's folder, e.g. --code examples")
-    if args.python and not (os.path.isfile(args.python) and os.access(args.python, os.X_OK)):
-        raise ConfigError(f"python: {args.python!r} is not an executable interpreter; e.g. --python .venv/bin/python")
-    if why := _program_problem(args):
-        raise ConfigError(f"{why}; e.g. {EXAMPLE}")
-    if args.requirements:
-        raise ConfigError("requirements: a full-size plan runs your code on this host's interpreter; install them into "
-                          "a virtual environment and name its interpreter, e.g. --python .venv/bin/python "
-                          "(python -m venv --system-site-packages .venv && .venv/bin/pip install -r requirements.txt)")
-    return nodes * per, per
-
-
-def _program_problem(args: argparse.Namespace) -> str | None:
-    """Why --script is no Python file, or --module is no module --python finds from --code (or here)."""
-    if args.script:
-        path = os.path.join(args.code or ".", args.script)
-        if not os.path.exists(path):
-            return f"script: {args.script!r} not found{' under ' + args.code if args.code else ''}"
-        if not (os.path.isfile(path) and args.script.endswith(".py")):
-            return f"script: {args.script!r} is {'a folder' if os.path.isdir(path) else 'not a .py file'}; give a Python file"
-        return None
-    if not all(part.isidentifier() for part in args.module.split(".")):
-        return f"module: {args.module!r} is not a dotted module name (identifiers joined by '.')"
-    proc = subprocess.run([args.python or sys.executable, "-c", "import importlib.util, sys; "
-                           "sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else 3)", args.module],
-                          cwd=args.code or os.getcwd(), capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        said = (proc.stderr.strip().splitlines() or ["not found"])[-1]
-        return (f"module: {args.module!r} cannot be imported by {args.python or 'this interpreter'} from "
-                f"{args.code or 'here'} ({said}); give --code DIR holding it, or --python with it installed")
-    return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -158,16 +98,16 @@ def run(args: argparse.Namespace) -> int:
     from simcluster.train.plan.fullsize.report import to_text
 
     args = _builtin(args)
-    world, per = _check(args)
+    world, per = check(args)
     device = constants(args.gpu or DEFAULT_GPU)
     env = dict(env_pairs(tuple(args.env or ())))
-    ranks = _which_ranks(args.ranks, world)
+    ranks = which_ranks(args.ranks, world)
     conf = env.get("PYTORCH_CUDA_ALLOC_CONF", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
     expandable = "expandable_segments:true" in conf.replace(" ", "").lower()
     # record_stream on async collectives' tensors: torch's default before 2025, off since (memory.py)
     avoid = env.get("TORCH_NCCL_AVOID_RECORD_STREAMS", os.environ.get("TORCH_NCCL_AVOID_RECORD_STREAMS", "1"))
     alloc = (expandable, avoid.strip().lower() in ("0", "false"))
-    knob = _knob(args)
+    knob = knob_of(args)
     if args.trace_dir:
         try:
             os.makedirs(args.trace_dir, exist_ok=True)
@@ -202,25 +142,6 @@ def run(args: argparse.Namespace) -> int:
                   f"{'fits' if f['fits'] else 'OOM by ' + format(f['oom_by_gib'], '.2f') + ' GiB':<18}  {tps}")
         print(f"largest that fits: {flag} {out['largest_fitting']}" if best else "none fits")
     return 0
-
-
-def _knob(args) -> tuple[str, list[str]] | None:
-    """--search --knob NAME=V1,V2,...: the program's flag --NAME and its values, in the order given."""
-    if not args.search and not args.knob:
-        return None
-    text = args.knob or ""
-    name, eq, values = text.partition("=")
-    vals = [v for v in values.split(",") if v]
-    if not (args.search and eq and name and not name.startswith("-") and vals):
-        raise ConfigError(f"knob: --full-size --search needs --knob NAME=V1,V2,... (your program's own flag --NAME, "
-                          f"without its dashes, and the values to try, smallest first), got {text or 'none'!r}; "
-                          f"e.g. --search --knob training.local-batch-size=1,2,4")
-    nums = [float(v) for v in vals] if all(v.replace(".", "", 1).isdigit() for v in vals) else None
-    if len(set(vals)) < len(vals) or (nums is not None and nums != sorted(nums)):
-        raise ConfigError(f"knob: {text!r}: the values are tried smallest first and the last that fits is named, so "
-                          f"give each once, in increasing order; e.g. --knob {name}="
-                          f"{','.join(sorted(set(vals), key=float) if nums is not None else dict.fromkeys(vals))}")
-    return f"--{name}", vals
 
 
 def _with_flag(argv: list[str], flag: str, value: str) -> list[str]:

@@ -5,7 +5,9 @@ flags of `up`, `generate` and `compare` made from their one declaration (job/sec
 
 Only the command line builds or calls it (cli.py): the Python API takes keywords (job/request.py).
 The job request's options stay text here and are typed by the request, so both refuse a bad value
-with one message. The trainer's own flags are simcluster/core/flags.py's.
+with one message. The trainer's own flags are simcluster/core/flags.py's. Around argparse, for cli.py:
+``fix_negative_values`` before parsing (a negative value passed on to its check), ``given_twice`` after
+(a flag given twice is refused, never the last silently kept).
 """
 from __future__ import annotations
 
@@ -266,3 +268,31 @@ def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -
             out.append(argv[i])
             i += 1
     return out
+
+
+REPEATABLE = (argparse._AppendAction, argparse._CountAction, argparse._HelpAction, argparse._VersionAction)
+
+
+def given_twice(parser: argparse.ArgumentParser, argv: list[str]) -> str | None:
+    """The first option of ``parser`` (a command's) given more than once in ``argv`` (the launcher's own
+    arguments, flags as typed or ``--flag=value``, a prefix argparse takes resolved) that is not repeatable
+    (``--env``, ``--mount``... append): ``--nodes: given twice (--nodes 2, --nodes 3)...``; None when none is.
+    argparse keeps the last silently: the first would be dropped unsaid."""
+    strings = parser._option_string_actions
+    seen: dict[argparse.Action, list[str]] = {}
+    for i, token in enumerate(argv):
+        if not token.startswith("--"):
+            continue
+        flag, eq, value = token.partition("=")
+        matches = [strings[flag]] if flag in strings else \
+            list({id(a): a for s, a in strings.items() if parser.allow_abbrev and s.startswith(flag)}.values())
+        if len(matches) != 1 or isinstance(matches[0], REPEATABLE):
+            continue
+        action = matches[0]
+        shown = token if eq or action.nargs == 0 or i + 1 >= len(argv) else f"{token} {argv[i + 1]}"
+        seen.setdefault(action, []).append(shown)
+        if len(seen[action]) > 1:
+            name = action.option_strings[-1]
+            return (f"{name}: given twice ({', '.join(seen[action])}); argparse would keep the last and drop the "
+                    f"first unsaid; give it once, e.g. {seen[action][-1]}")
+    return None

@@ -192,7 +192,7 @@ FLOORS = (
     ("launcher/__main__.py", "launcher/cli.py", "launcher/parser.py", "launcher/parser_hints.py"),  # the door: the command line
     ("launcher/testing",),  # the pytest plugin: the API's fixture
     ("launcher/api.py", "launcher/compare.py", "launcher/compare_read.py", "launcher/sweep.py",
-     "launcher/fullsize.py"),  # the Python API
+     "launcher/fullsize.py", "launcher/fullsize_checks.py"),  # the Python API
     ("launcher/engines",),  # one class per engine: render, up, status, logs, down; attach, nodes, hosts
     ("launcher/drills",),  # faults and shaping, asking the Engine they are handed
     ("launcher/observe",),  # following a run, its summary, its report

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
-from simcluster.core.series import (compare_series, metric_pattern, rel, series_from_lines, series_from_rank_lines,
-                                                series_from_rows, spans, table_text)
+from simcluster.core.series import compare_series, rel, series_from_rows, spans, table_text
+from simcluster.core.series_read import metric_pattern, series_from_lines, series_from_rank_lines
 
 # examples/manual_3d.py, 3 steps: mesh 2x2x2 against 2x2x1 on the cluster (metrics.jsonl's loss)
 A = [(1, 0.7218401432037354), (2, 0.8116353750228882), (3, 0.7675373554229736)]

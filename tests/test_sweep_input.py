@@ -156,7 +156,7 @@ class Printed(Fake):
 
 
 def test_a_loss_the_ranks_only_print_is_read_as_up_reads_it(tmp_path):
-    """No "loss" in the rows and no --metric-regex: the printed loss, in the common formats (series.LOSS_REGEX)."""
+    """No "loss" in the rows and no --metric-regex: the printed loss, in the common formats (series_read.LOSS_REGEX)."""
     differs = [(1, 0.856526), (2, 0.9), (3, 0.95)]
     fake = Printed(own=(0, GOOD, []), one_node=(0, differs, []), rank_per_node=(0, GOOD, []))
     s = sweep(script=SCRIPT, nodes=2, nproc_per_node=2, args=["--steps", "3"], run_dir=str(tmp_path / "b"),

@@ -21,7 +21,7 @@ Runs inside the trainer image (the compose ``command`` of every node-K service):
      the verdict), and exits with it. A SIGTERM (`docker stop`) gives 143, "stopped by SIGTERM".
      The end is quiet: the heartbeat stops and closes its store client once it reads the
      rendezvous' FINISHED flag, and the wait for the rendezvous to exit makes no store call
-     (the rules are in launcher/container/heartbeat.py).
+     (the rules are in launcher/container/heartbeat.py). Steps 2's watch and 3: launcher/container/supervise.py.
 
 Heartbeat: from the start, a thread registers this node in the rendezvous store and bumps its
 heartbeat counter every second; the rendezvous declares a node lost when it goes silent for
@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -57,20 +56,15 @@ import time
 
 from simcluster.train import forkrun
 from simcluster.train.forked_rank import RANK_HOOK
-from simcluster.launcher.container.heartbeat import Heartbeat, report, wait_gone
+from simcluster.launcher.container.heartbeat import Heartbeat, report
 from simcluster.launcher.container import workdir
 from simcluster.launcher.container.compile_cache import cache_env
-from simcluster.launcher.container.ranks import frozen
+from simcluster.launcher.container.supervise import await_verdict, run_ranks, wait_for
 from simcluster.launcher.instrument.rank import boot
 from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
 from simcluster.launcher.container.layout import JOIN_TIMEOUT_S
-from simcluster.core.layout import TRAINER_MODULE, node_ranks, rank_range
-from simcluster.core.hang import EXIT_HANG, read_hang
+from simcluster.core.layout import TRAINER_MODULE, rank_range
 from simcluster.core.flightrec import rehearsal_entries
-
-STOP_GRACE_S = 2.0  # on a fault: SIGTERM to torchrun, then SIGKILL after this (the container ends with us)
-GONE_WAIT_S = 15.0  # after FINISHED, wait this long at most for the rendezvous to exit (it takes a few seconds)
-LINGER_S = 1.0  # then stay this long, so Compose sees the rendezvous' container end before this one
 
 EXIT_CONFIG = 2
 
@@ -125,55 +119,6 @@ def torchrun_args(args: argparse.Namespace, node_name: str, train_argv: list[str
         out += [f"--master-addr={host}", f"--master-port={port}", f"--local-addr={node_name}"]
     entry = [args.script] if args.script else ["-m", args.module]
     return [*out, "--tee=3", *entry, *train_argv]
-
-
-def supervise(proc: subprocess.Popen | forkrun.ForkedAgent, hb: Heartbeat, name: str, ranks: str, silent_s: float,
-              join_s: float = JOIN_TIMEOUT_S, first_rank: int = 0) -> tuple[int, str | None]:
-    """Wait for torchrun; stop it when the rendezvous names a lost node, cannot be reached for
-    silent_s seconds (join_s before the first contact), or a rank process of this node has been
-    frozen (stopped) for silent_s. Returns (exit code, why it was stopped; None if it ended itself)."""
-    stop_at, why, since, last_scan = None, None, {}, 0.0
-    while True:
-        code = proc.poll()
-        if code is not None:
-            return code, why
-        now = time.monotonic()
-        if stop_at is None:
-            why = hb.lost_message()
-            if why is None and now - hb.last_ok > (silent_s if hb.ever_ok else join_s):
-                why = (f"{name} (ranks {ranks}) lost: cannot reach the rendezvous at {hb.endpoint} for "
-                       f"{now - hb.last_ok:.0f}s (this node is cut off, or the rendezvous is gone)")
-            if why is None and now - last_scan >= 1.0:
-                last_scan = now
-                stuck = frozen(proc.pid, first_rank)
-                since = {r: since.get(r, now) for r in stuck}
-                long = sorted(r for r, t in since.items() if now - t >= silent_s)
-                if long:
-                    why = (f"rank {', '.join(map(str, long))} on {name} frozen: its process is stopped (SIGSTOP) "
-                           f"for {now - since[long[0]]:.0f}s (limit {silent_s:g}s)")
-            if why:
-                print(f"[{name}] error: {why}; stopping ranks {ranks}", file=sys.stderr, flush=True)
-                proc.send_signal(signal.SIGTERM)
-                stop_at = now
-        elif now - stop_at > STOP_GRACE_S:
-            proc.kill()
-        time.sleep(0.25)
-
-
-def wait_for(path: str, timeout_s: float, name: str) -> bool:
-    """Wait (polling every 0.1 s) until ``path`` exists; print its first line (the shaped qdisc).
-    False, with an error line, after ``timeout_s``."""
-    t0 = time.monotonic()
-    while not os.path.exists(path):
-        if time.monotonic() - t0 > timeout_s:
-            print(f"[{name}] error: {path} did not appear within {timeout_s:g}s: the launcher did not shape this "
-                  f"node's network; see its output", file=sys.stderr, flush=True)
-            return False
-        time.sleep(0.1)
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        first = fh.readline().strip()
-    print(f"[{name}] network shaped after {time.monotonic() - t0:.1f}s: {first}", flush=True)
-    return True
 
 
 def node_parser() -> argparse.ArgumentParser:
@@ -269,51 +214,6 @@ def main(argv: list[str] | None = None) -> int:
         await_verdict(hb, name, ranks, code != 0 and why is None)
     hb.halt.set()
     return code
-
-
-def run_ranks(proc, hb: Heartbeat, args: argparse.Namespace, name: str, started: float) -> tuple[int, str | None, list]:
-    """Supervise the started ranks to their end, signals forwarded to them: (this node's exit code, why
-    it failed or was stopped, the signals that stopped it). A hang.json of this run turns torchrun's 1
-    into EXIT_HANG."""
-    signalled: list[int] = []
-
-    def forward(signum, _frame):
-        signalled.append(signum)
-        proc.send_signal(signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, forward)
-    first_rank = node_ranks(args.node_rank, args.nproc_per_node).start
-    ranks = rank_range(args.node_rank, args.nproc_per_node)
-    code, why = supervise(proc, hb, name, ranks, args.lost_after_s, args.join_timeout_s, first_rank)
-    code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
-    if signalled:  # `docker stop` (SIGTERM) or Ctrl-C: stopped, not crashed
-        code, why = 128 + signalled[0], f"stopped by {signal.Signals(signalled[0]).name}"
-    code = code or (1 if why else 0)
-    if code and not why and args.run_dir and read_hang(args.run_dir, started):  # torchrun's 1 for ranks that exited 4
-        code, why = EXIT_HANG, "its ranks ended by the stall watch: hang.json"
-    print(f"[{name}] torchrun exited {code}" + (f" ({why})" if why else ""), flush=True)
-    return code, why, signalled
-
-
-def await_verdict(hb: Heartbeat, name: str, ranks: str, failed: bool, limit_s: float = 120.0) -> None:
-    """Stay until the rendezvous has exited, at most limit_s, so that ``docker compose up
-    --exit-code-from rendezvous`` reports the rendezvous' verdict rather than the abort of a node
-    that left first. A failed node prints the lost node named by the verdict. Once the heartbeat
-    has read FINISHED (and closed its client), wait for the exit without a store call (at most
-    GONE_WAIT_S), then LINGER_S; before that, or if it never comes, until the store stops
-    answering for 2.5 s."""
-    t0, named = time.monotonic(), False
-    while time.monotonic() - t0 < limit_s and time.monotonic() - hb.last_ok < 2.5:
-        why = hb.lost_message()
-        if failed and why and not named:
-            print(f"[{name}] error: {why}; ranks {ranks} stopped", file=sys.stderr, flush=True)
-            named = True
-        if hb.finished:
-            if wait_gone(hb.watch, min(GONE_WAIT_S, max(limit_s - (time.monotonic() - t0), 0.0))):
-                time.sleep(LINGER_S)
-            return
-        time.sleep(0.25)
 
 
 if __name__ == "__main__":

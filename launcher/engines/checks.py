@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 
+from simcluster.launcher.container.layout import DATA_MOUNT, IMAGE_USER, JOIN_TIMEOUT_S
 from simcluster.launcher.job.launch import Launch
 from simcluster.core.errors import ConfigError
 
@@ -70,7 +71,7 @@ def common_problems(engine, launch: Launch, local: bool) -> list[str]:
                       f"without the instruments (stock torchrun, no node wrapper), so nothing would watch them on its "
                       f"cluster; drop --stall-s there (the built-in trainer watches itself), or rehearse the hang here "
                       f"with launcher up")
-    errors += _image_problems(engine, launch, local) + _unread_options(engine, launch)
+    errors += _image_problems(engine, launch, local) + _unread_options(engine, launch) + _wrapper_only(engine, launch, local)
     if launch.requirements and not engine.runs_here and not launch.engine.push:
         errors.append(f"--requirements: the image it derives lives in this machine's Docker only, and a {engine.name} "
                       f"job pulls its image on its own hosts; build an image with your dependencies (docs/own-code.md), "
@@ -110,6 +111,25 @@ def _unread_options(engine, launch: Launch) -> list[str]:
             f"document has no use for it, only --target "
             f"{' or '.join(re.findall(r'(?:^|; )([a-z/]+):', spec.help)).replace('/', ' or ')} writes it; drop it"
             for name, spec in given.items()]
+
+
+# The NodeOptions fields only the simulation's node containers read (Compose, Swarm; Slurm's simulation under `up`):
+# a real cluster's document (an engine that bind-mounts nothing) writes none of them, so `generate` refuses them there.
+WRAPPER_ONLY = {"user": IMAGE_USER, "join_timeout_s": JOIN_TIMEOUT_S, "mount_code": False}  # field -> its default
+
+
+def _wrapper_only(engine, launch: Launch, local: bool) -> list[str]:
+    """generate for a real cluster: each WRAPPER_ONLY option given other than its default, and each --mount whose
+    target is outside /data (a Kubernetes document mounts /data/NAME from its claim, Slurm reads the source path),
+    named with why the document has no use for it."""
+    if local or engine.bind_mounts:
+        return []
+    given = [f"--{name.replace('_', '-')}{'' if isinstance(default, bool) else f' {getattr(launch.node, name)!r}'}"
+             for name, default in WRAPPER_ONLY.items() if getattr(launch.node, name) != default]
+    given += [f"--mount {m.source}:{m.target}" for m in launch.mounts
+              if m.target != launch.code_dir and not m.target.startswith(DATA_MOUNT + "/")]
+    return [f"{flag}: a {engine.name} document has no use for it: its nodes are the cluster's own (no node container "
+            f"of ours, no bind mount), only --target compose or swarm writes it; drop it" for flag in given]
 
 
 def _colon_errors(launch: Launch) -> list[str]:

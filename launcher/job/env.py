@@ -14,7 +14,8 @@ the node wrapper cannot start without them as the image set them) and every SIMC
 launcher's options set those). Any other ``PYTHON*`` value is tried once: the host's interpreter starts
 with it, and one it refuses or warns about (PYTHONHASHSEED=abc, PYTHONIOENCODING=bogus) is refused
 with its own words; a torch variable every rank reads at its first process group (TORCH_READS: the
-Flight Recorder's size, gloo's lazy init, the debug level) only with a value torch takes.
+Flight Recorder's size and dump, gloo's lazy init, the debug level) or torchrun as it starts (LOGLEVEL)
+only with a value torch takes.
 A key one of our options sets too is refused with that option (``env_conflicts``). An entry longer than the kernel lets one variable be (MAX_ARG_STRLEN) or
 entries together larger than ENV_BUDGET (of the kernel's ARG_MAX for a process's start) are refused
 with the limit.
@@ -56,10 +57,19 @@ _COUNT = (r"\d{1,6}", "a whole number of entries from 0 to 999999 (torch reads i
           "one over 2^31-1 aborts every rank with 'terminate called', and a ring of 2^31-1 entries never exits)")
 _BOOL = (r"(?i:0|1|true|false|yes|no|y|n)", "0, 1, true, false, yes, no, y or n (another: 'RuntimeError: Invalid "
          "value for environment variable' as the process group starts)")
+_MS = (r"\d{1,9}", "a whole number from 0 to 999999999 (torch reads it with std::stoi: a non-number or one over "
+       "2^31-1 aborts every rank of the GPU cluster's job as its first NCCL process group starts)")
 TORCH_READS = {
     "TORCH_FR_BUFFER_SIZE": _COUNT, "TORCH_NCCL_TRACE_BUFFER_SIZE": _COUNT, "TORCH_GLOO_LAZY_INIT": _BOOL,
     "TORCH_DISTRIBUTED_DEBUG": (r"(?i:OFF|INFO|DETAIL)", "OFF, INFO or DETAIL (another: 'ValueError: The value of "
                                 "TORCH_DISTRIBUTED_DEBUG must be OFF, INFO, or DETAIL' at import torch.distributed)"),
+    # the Flight Recorder's dump on a real cluster (simcluster/core/flightrec.py dump_env; your value wins there)
+    "TORCH_NCCL_DUMP_ON_TIMEOUT": _BOOL, "TORCH_NCCL_ENABLE_MONITORING": _BOOL,
+    "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC": _MS, "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": _MS,
+    # torchrun's agent: logging.setLevel(LOGLEVEL) at its import (torch.distributed.elastic.utils.logging)
+    "LOGLEVEL": (r"CRITICAL|FATAL|ERROR|WARN|WARNING|INFO|DEBUG|NOTSET", "one of CRITICAL, ERROR, WARNING, INFO, DEBUG "
+                 "or NOTSET, in capitals (torchrun hands it to logging.setLevel as it starts: another, 'info' or '10' "
+                 "too, ends every node with \"ValueError: Unknown level\" before a rank starts)"),
 }
 
 

@@ -6,7 +6,9 @@ by name; one value checked (``check_value``) or converted from command-line text
 Pure and argparse-free: the request (request.py) checks every keyword with it, and the CLI's text
 is typed by it, so both refuse a bad value with one message: the field, the value and an example.
 A bool is no int, an int field refuses floats and text, a float field takes an int but never a
-non-finite number (nor an int too large for a float), a list field refuses a mapping or a string.
+non-finite number (nor an int too large for a float), a list field refuses a mapping or a string, a text
+field an empty or blank text (not --setup: an empty shell line; --image: its own check), which would otherwise
+stand for its default.
 A value checked against a table at the door (--target: the engines) is text here.
 """
 from __future__ import annotations
@@ -22,6 +24,8 @@ SECTIONS = (TrainerOptions, JobOptions, NodeOptions, EngineOptions, UpOptions, G
 FIELDS: dict[str, Spec] = {name: s for section in SECTIONS for name, s in specs(section).items()}
 assert len(FIELDS) == sum(len(specs(s)) for s in SECTIONS), "two sections declare one name"
 UP_ONLY = tuple(specs(UpOptions))
+EMPTY_TEXT_OK = ("setup", "image")  # --setup: an empty shell line sets nothing up; --image: job/checks.py image_problem
+# refuses an empty one in its own words
 GENERATE_ONLY = tuple(specs(GenerateOptions))
 
 
@@ -108,6 +112,8 @@ def check_value(name: str, value):
     if spec.kind == "str":
         if not isinstance(value, str):
             raise _bad(name, value, "text")
+        if not value.strip() and name not in EMPTY_TEXT_OK:  # never read as unset: the default would run unsaid
+            raise _bad(name, value, f"text, not empty or blank (to take the default, leave {flag(name)} out)")
         if spec.choices and value not in spec.choices:
             raise _bad(name, value, f"one of {', '.join(spec.choices)}")
         return value

@@ -181,7 +181,10 @@ def _draw(plots, rows: list[dict], events: list[dict] | None, config: str, run_d
 
 def cmd_report(run_dir: str | None, root: str, metric_regex: str | None = None) -> int:
     """``launcher report``: write the report and print where; 0, or raises ConfigError (exit 2)."""
-    folder = run_dir or newest_run(root)
+    if run_dir is not None and not run_dir.strip():  # never the newest run in its place
+        raise ConfigError(f"report: --run-dir {run_dir!r} is empty; give a run folder of `launcher up`, e.g. launcher "
+                          f"report --run-dir runs/mesh-2x2x2, or leave --run-dir out for the newest run")
+    folder = newest_run(root) if run_dir is None else run_dir
     runlog.run_folder(folder, "report: --run-dir", "launcher report --run-dir runs/mesh-2x2x2")
     path, pngs = make_report(folder, metric_regex)
     for p in pngs:

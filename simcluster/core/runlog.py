@@ -183,14 +183,14 @@ def rank_lines(run_dir: str) -> list[tuple[int, str]]:
 def printed_series(run_dir: str, regex: str | None = None) -> tuple[int | None, list[tuple[int, float]]]:
     """(rank, its (step, value) pairs) of a metric the ranks printed (cluster.log): the highest rank
     (the last pipeline stage's, where the loss lives) whose lines match ``regex`` (a --metric-regex: one group, or groups step and value), by default
-    series.LOSS_REGEX (the common ways of printing a loss); (None, []) when none matches, or when a
-    match of the default is no number (simcluster/core/series.py series_from_rank_lines, the one home of these rules).
+    series_read.LOSS_REGEX (the common ways of printing a loss); (None, []) when none matches, or when a
+    match of the default is no number (simcluster/core/series_read.py series_from_rank_lines, the one home of these rules).
 
     Raises:
-        ValueError: regex is not a --metric-regex (series.metric_pattern's message), a match of it is
-            no number, or reading outlasted series.READ_BOUND_S.
+        ValueError: regex is not a --metric-regex (series_read.metric_pattern's message), a match of it is
+            no number, or reading outlasted series_read.READ_BOUND_S.
     """
-    from simcluster.core.series import metric_pattern, series_from_rank_lines
+    from simcluster.core.series_read import metric_pattern, series_from_rank_lines
 
     pattern = metric_pattern(regex) if regex is not None else None
     try:
