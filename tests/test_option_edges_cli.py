@@ -174,6 +174,14 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
     ([*G, "--target", "skypilot", "--image", "reg.io/a:1", "--mount", "/tmp:/scratch"], [
         "--mount /tmp:/scratch: a skypilot document has no use for it"]),
     ([*G, "--target", "trainjob", "--image", "reg.io/a:1", "--mount-code"], ["--mount-code: a trainjob document"]),
+    ([*G, "--target", "jobset", "--image", "reg.io/a:1", "--check-devices"], [
+        "--check-devices: an instrument of the rehearsal's simulated nodes, and a jobset document runs your code's ranks "
+        "without them"]),
+    ([*G, "--target", "skypilot", "--image", "reg.io/a:1", "--gpu-memory", "24GiB"], ["--gpu-memory: an instrument"]),
+    ([*G, "--target", "slurm", "--traffic", "1"], ["--traffic 1: an instrument of the rehearsal's simulated nodes, and a "
+                                                  "slurm document"]),
+    ([*G, "--target", "trainjob", "--image", "reg.io/a:1", "--stall-s", "30"], [
+        "--stall-s 30: a trainjob document runs your code's ranks without the instruments"]),
     ([*G, "--nodes", "2"], ["--nodes: given twice (--nodes 1, --nodes 2); argparse would keep the last and drop the first "
                             "unsaid; give it once, e.g. --nodes 2"]),
     ([*F, "--search", "--knob", "x=1,2", "--knob=y=1,2"], ["--knob: given twice (--knob x=1,2, --knob=y=1,2)"]),

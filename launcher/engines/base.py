@@ -152,6 +152,8 @@ class RenderOnly(Engine):
     ``logs`` and ``down`` raise ConfigError naming the engine and ``generate --target NAME``."""
 
     runs_here = False
+    instruments_user_code = False  # its documents run your code's ranks with stock torchrun (document.py node_env)
+    instruments_user_code_up = False
     tool = "kubectl"  # the engine's own tool, named in the refusal
     how = ""  # its commands there, in the refusal (default: kubectl's; checks.py refuse)
 

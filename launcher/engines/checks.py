@@ -65,12 +65,7 @@ def common_problems(engine, launch: Launch, local: bool) -> list[str]:
     if launch.engine.hosts is not None and not engine.supports_hosts:
         errors.append(f"--hosts {launch.engine.hosts}: rehearsal hosts are a swarm of Docker engines; add --target "
                       f"swarm (--target {engine.name} runs on its own machines)")
-    instrumented = engine.instruments_user_code_up if local else engine.instruments_user_code
-    if launch.train is None and launch.instruments.stall_given and not instrumented:
-        errors.append(f"--stall-s {launch.instruments.stall_s:g}: a {engine.name} document runs your code's ranks "
-                      f"without the instruments (stock torchrun, no node wrapper), so nothing would watch them on its "
-                      f"cluster; drop --stall-s there (the built-in trainer watches itself), or rehearse the hang here "
-                      f"with launcher up")
+    errors += _uninstrumented(engine, launch, local)
     errors += _image_problems(engine, launch, local) + _unread_options(engine, launch) + _wrapper_only(engine, launch, local)
     if launch.requirements and not engine.runs_here and not launch.engine.push:
         errors.append(f"--requirements: the image it derives lives in this machine's Docker only, and a {engine.name} "
@@ -111,6 +106,27 @@ def _unread_options(engine, launch: Launch) -> list[str]:
             f"document has no use for it, only --target "
             f"{' or '.join(re.findall(r'(?:^|; )([a-z/]+):', spec.help)).replace('/', ' or ')} writes it; drop it"
             for name, spec in given.items()]
+
+
+def _uninstrumented(engine, launch: Launch, local: bool) -> list[str]:
+    """Your code on an engine whose document runs its ranks without the instruments (stock torchrun, no node
+    wrapper: ``instruments_user_code``, ``_up`` for `up`): each instrument's option given, which nothing there
+    would honour (the built-in trainer does these itself, from its own flags)."""
+    inst = launch.instruments
+    if launch.train is not None or (engine.instruments_user_code_up if local else engine.instruments_user_code):
+        return []
+    out = []
+    if inst.stall_given:
+        out.append(f"--stall-s {inst.stall_s:g}: a {engine.name} document runs your code's ranks without the "
+                   f"instruments (stock torchrun, no node wrapper), so nothing would watch them on its cluster; drop "
+                   f"--stall-s there (the built-in trainer watches itself), or rehearse the hang here with launcher up")
+    given = {"--check-devices": inst.check_devices, "--gpu-memory": inst.gpu_memory is not None,
+             "--traffic 1": inst.traffic, "--trace-steps (or --profile-step)": bool(inst.trace_steps),
+             "--check-collectives 1": inst.check_collectives}
+    out += [f"{flag}: an instrument of the rehearsal's simulated nodes, and a {engine.name} document runs your code's "
+            f"ranks without them (stock torchrun, no node wrapper), so nothing would do it on its cluster; drop it "
+            f"there, and rehearse with it here (launcher up)" for flag, on in given.items() if on]
+    return out
 
 
 # The NodeOptions fields only the simulation's node containers read (Compose, Swarm; Slurm's simulation under `up`):
