@@ -182,6 +182,9 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
                                                   "slurm document"]),
     ([*G, "--target", "trainjob", "--image", "reg.io/a:1", "--stall-s", "30"], [
         "--stall-s 30: a trainjob document runs your code's ranks without the instruments"]),
+    (["plan", "--search", "--world-size", "7", "--model", "tiny"], [
+        "search: none of the 21 meshes x schedules of 7 ranks passes preflight (most often: ", "e.g. 1x1x7 gpipe: ",
+        "pick a --world-size the model and --global-batch can be spread over"]),
     ([*G, "--nodes", "2"], ["--nodes: given twice (--nodes 1, --nodes 2); argparse would keep the last and drop the first "
                             "unsaid; give it once, e.g. --nodes 2"]),
     ([*F, "--search", "--knob", "x=1,2", "--knob=y=1,2"], ["--knob: given twice (--knob x=1,2, --knob=y=1,2)"]),

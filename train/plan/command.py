@@ -53,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
         found, refused = searching.search(config_from_args(args), args.world_size, hw,
                                           None if limit is None else limit * 1e9,
                                           progress=lambda line: print(line, file=sys.stderr, flush=True))
+        if not found:
+            raise ConfigError(searching.none_runs(refused, args.world_size))
         if args.json:
             print(json.dumps({"hardware": hw.name, "candidates": [{**dataclasses.asdict(c), "step_s": c.step.total}
                                                                   for c in found], "refused": refused}, indent=1))

@@ -74,6 +74,21 @@ def search(base: Config, world_size: int, hw: Hardware, memory_per_rank: float |
     return sorted(found, key=lambda c: (not c.fits, c.step.total)), refused
 
 
+def none_runs(refused: dict[str, list[str]], world_size: int) -> str:
+    """Why no mesh x schedule of ``world_size`` ranks runs: preflight's commonest reasons (numbers folded,
+    each with its count), one refused candidate's own words, and the fix."""
+    import collections
+    import re
+
+    common = collections.Counter(re.sub(r"\d+", "N", r.split(";")[0]) for rs in refused.values() for r in rs)
+    first = next(iter(refused.items()), None)
+    example = f"; e.g. {first[0]}: {first[1][0]}" if first else ""
+    return (f"search: none of the {len(refused)} meshes x schedules of {world_size} ranks passes preflight (most "
+            f"often: {'; '.join(f'{r} ({n}x)' for r, n in common.most_common(2))}){example}; pick a --world-size "
+            f"the model and --global-batch can be spread over, e.g. --world-size 8, or raise --global-batch "
+            f"and the model's sizes")
+
+
 def to_text(found: list[Candidate], refused: dict[str, list[str]], hw: Hardware, world_size: int,
             memory_per_rank: float | None = None) -> str:
     """The ranked table; its header says which memory a rank "fits" was checked against."""
