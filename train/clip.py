@@ -34,7 +34,6 @@ def _local_and_shards(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     return t, 1
 
 
-@torch.no_grad()
 def all_reduce_over(t: torch.Tensor, groups: list | None) -> None:
     """Sum ``t`` over the world in place: one all-reduce per group of ``groups`` (process groups
     whose ranks, crossed, are the world: a mesh's tp, dp and pp groups), or of the world group
@@ -43,6 +42,7 @@ def all_reduce_over(t: torch.Tensor, groups: list | None) -> None:
         dist.all_reduce(t, group=group)
 
 
+@torch.no_grad()
 def clip_grad_norm_(params: list[torch.Tensor], max_norm: float, ranks_per_stage: int,
                     extra: torch.Tensor | None = None, groups: list | None = None) -> torch.Tensor:
     """Clip gradients in place to a global L2 norm of ``max_norm``; returns the pre-clip norm.
