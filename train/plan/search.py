@@ -13,7 +13,9 @@ memory a rank (hardware.memory_per_rank: a GPU's, or on ``local`` the machine's 
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -77,9 +79,6 @@ def search(base: Config, world_size: int, hw: Hardware, memory_per_rank: float |
 def none_runs(refused: dict[str, list[str]], world_size: int) -> str:
     """Why no mesh x schedule of ``world_size`` ranks runs: preflight's commonest reasons (numbers folded,
     each with its count), one refused candidate's own words, and the fix."""
-    import collections
-    import re
-
     common = collections.Counter(re.sub(r"\d+", "N", r.split(";")[0]) for rs in refused.values() for r in rs)
     first = next(iter(refused.items()), None)
     example = f"; e.g. {first[0]}: {first[1][0]}" if first else ""

@@ -77,9 +77,9 @@ RING = {"tp_all_reduce": _ring_all_reduce, "world_all_reduce": _ring_all_reduce,
 GROUP = {"tp_all_reduce": "tp", "world_all_reduce": "world", "fsdp_all_gather": "dp", "fsdp_reduce_scatter": "dp"}
 
 
-def _ring_s(messages: int, nbytes: int, ranks: tuple[int, ...], per_node: int, hw: Hardware) -> float:
-    """Seconds of ``messages`` ring all-reduces over ``ranks`` carrying ``nbytes`` in all."""
-    latencies, wire = _ring_all_reduce(len(ranks))
+def _ring_s(ring, messages: int, nbytes: int, ranks: tuple[int, ...], per_node: int, hw: Hardware) -> float:
+    """Seconds of ``messages`` collectives of ``ring`` (a RING entry) over ``ranks`` carrying ``nbytes`` in all."""
+    latencies, wire = ring(len(ranks))
     return messages * latencies * hw.latency_s + wire * nbytes / _bandwidth(ranks, per_node, hw, len(ranks))
 
 
@@ -90,11 +90,9 @@ def comm_parts(rank: int, traffic: dict, mesh: MeshSpec, hw: Hardware) -> dict[s
     b, n, per, out = traffic["bytes"], traffic["messages"], mesh.ranks_per_node, {}
     for kind, ring in RING.items():
         if kind == "world_all_reduce" and b.get(kind):  # the sum over the world: tp, dp, then pp (train/clip.py)
-            out[kind] = sum(_ring_s(n[kind], b[kind], groups[d], per, hw) for d in ("tp", "dp", "pp") if d in groups)
+            out[kind] = sum(_ring_s(ring, n[kind], b[kind], groups[d], per, hw) for d in ("tp", "dp", "pp") if d in groups)
         elif b.get(kind) and GROUP[kind] in groups:
-            g = groups[GROUP[kind]]
-            latencies, wire = ring(len(g))
-            out[kind] = n[kind] * latencies * hw.latency_s + wire * b[kind] / _bandwidth(g, per, hw, len(g))
+            out[kind] = _ring_s(ring, n[kind], b[kind], groups[GROUP[kind]], per, hw)
     if b.get("pp_send"):
         out["pp_send"] = 0.0
         for link, nbytes in traffic["links"].items():  # "i->j": simulated nodes (pp stages); "span": the world's
