@@ -88,14 +88,14 @@ _MOVES: dict = {}  # "aten::to.prim_Device" -> "simcluster_gpu::to", once define
 _MOVE_LIB: list = []  # their torch.library.Library, kept alive
 
 
-def _mover(torch, name: str, schema):
-    """The kernel of ``schema`` (an overload of MOVES): eager's doors where they take its arguments
-    (``Tensor.cuda``, ``Tensor.to(device=, dtype=, ...)``: gpu/tensors.py maps the device and checks its
-    index, --check-devices marks the copy), else torch's overload with its devices made cpu."""
+def _mover(torch, name: str, schema, devices: list[int]):
+    """The kernel of ``schema`` (an overload of MOVES; ``devices``: its Device arguments' positions): eager's
+    doors where they take its arguments (``Tensor.cuda``, ``Tensor.to(device=, dtype=, ...)``: gpu/tensors.py
+    maps the device and checks its index, --check-devices marks the copy), else torch's overload with its
+    devices made cpu."""
     from simcluster.launcher.instrument.gpu.tensors import to_cpu
     op = getattr(getattr(torch.ops.aten, name.split("::")[1]), schema.overload_name or "default")
     names = [a.name for a in schema.arguments]
-    devices = [i for i, a in enumerate(schema.arguments) if "Device" in str(a.type)]
 
     def move(*args, **kwargs):
         if name == "aten::cuda":
@@ -124,7 +124,7 @@ def define_moves(torch) -> dict:
                 continue
             text = str(schema).split("::", 1)[1]
             lib.define(text)
-            lib.impl(text.split("(", 1)[0], _mover(torch, name, schema), "CompositeImplicitAutograd")
+            lib.impl(text.split("(", 1)[0], _mover(torch, name, schema, devices), "CompositeImplicitAutograd")
             _MOVES[str(schema).split("(", 1)[0]] = f"{NS}::{name.split('::')[1]}"
     _MOVE_LIB.append(lib)
     return _MOVES
@@ -164,13 +164,14 @@ def _graphs(torch, scripted) -> list:
 
 
 def install_script_moves(torch) -> None:
-    """Define the moves and retarget every graph TorchScript compiles from now on (idempotent)."""
+    """Retarget every graph TorchScript compiles from now on, the moves defined at the first (a program that
+    scripts nothing pays nothing at start-up); idempotent."""
     from simcluster.launcher.instrument.gpu.tensors import _wrap
-    define_moves(torch)
 
     def compiled(fn):
         def wrapper(*args, **kwargs):
             out = fn(*args, **kwargs)
+            define_moves(torch)
             retarget(out.graph)
             return out
         return wrapper
@@ -178,6 +179,7 @@ def install_script_moves(torch) -> None:
     def module(fn):
         def wrapper(*args, **kwargs):
             out = fn(*args, **kwargs)
+            define_moves(torch)
             for graph in _graphs(torch, out):
                 retarget(graph)
             return out
@@ -203,6 +205,7 @@ def install_script_moves(torch) -> None:
     def imported(fn):
         def wrapper(cu, *args, **kwargs):
             out = fn(cu, *args, **kwargs)
+            define_moves(torch)
             for function in cu.get_functions():
                 retarget(function.graph)
             return out
