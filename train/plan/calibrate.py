@@ -4,8 +4,8 @@
 
 Measured: one thread's float32 throughput (the trainer's rank runs one intra-op thread) on the
 trainer's own blocks (two blocks of the small model, forward and backward at 4 x 256 tokens, the
-FLOPs as torch's FlopCounterMode counts them: the kernels' efficiency on those shapes, not a
-bare matmul's), alone and in one process a core at once; one thread's copy bandwidth; gloo's
+FLOPs as torch's FlopCounterMode counts them with train/plan/flops.py's mapping, attention
+included: the kernels' efficiency on those shapes, not a bare matmul's), alone and in one process a core at once; one thread's copy bandwidth; gloo's
 per-message latency and bandwidth between two processes of this host (4-byte and 4 MiB
 ping-pongs over loopback TCP), alone and beside 3 x cores busy processes (ranks outnumbering the
 cores, as 8 ranks on 2: a message waits for its peer's turn on a core); the CPU a rank spends in
@@ -56,6 +56,7 @@ def block_flops(seconds: float = 0.6, processes: int = 1) -> float:
 
     from simcluster.core.config import PRESETS
     from simcluster.train.model import build_model, loss_fn
+    from simcluster.train.plan.flops import counter_mapping
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -67,7 +68,7 @@ def block_flops(seconds: float = 0.6, processes: int = 1) -> float:
         def step():
             loss_fn(model(tokens), tokens).backward()
 
-        with FlopCounterMode(display=False) as counter:
+        with FlopCounterMode(display=False, custom_mapping=counter_mapping()) as counter:
             step()
         if os.environ.get(_READY):  # a child of _concurrent_mean: warm, wait for the others
             print("ready", flush=True)

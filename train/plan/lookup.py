@@ -19,7 +19,7 @@ from simcluster.core.errors import ConfigError
 from simcluster.train.plan.calibrate import calibrate
 from simcluster.core.hardware import HARDWARE, NAMES, Hardware
 
-CACHE_VERSION = 3  # bumped whenever Hardware's fields or the calibration's method change
+CACHE_VERSION = 4  # bumped whenever Hardware's fields or the calibration's method change
 
 
 def cache_path() -> str:

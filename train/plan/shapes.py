@@ -32,6 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from simcluster.core.config import ModelArgs, TrainRun
 from simcluster.train.model import build_model, loss_fn, prune_to_stage
 from simcluster.train.parallel import SEED_TP_PLAN, TP_PLAN
+from simcluster.train.plan.flops import counter_mapping
 from simcluster.train.split import split_layers, stage_ids
 
 F32 = 4
@@ -131,10 +132,10 @@ class StageCost:
     """One stage on one tp rank, per microbatch. saved_bytes: what its forward saves for backward
     (parameters and the stage input excluded, each storage once); output_bytes: its output, which
     the pipeline keeps until the microbatch's backward (logits on the last stage); input_bytes:
-    its input (0 for token ids); fwd_flops, bwd_flops: ``FlopCounterMode`` counts (matmuls only:
-    torch 2.13's counter has no formula for the CPU flash attention op the stage runs, so attention
-    is left out, as in calibrate.block_flops' count that `local`'s FLOP/s divides: BENCHMARKS.md,
-    "the analytic plan's attention FLOPs"; the last stage's include the loss)."""
+    its input (0 for token ids); fwd_flops, bwd_flops: ``FlopCounterMode`` counts with flops.py's
+    mapping (matmuls and attention, the CPU flash kernel by its CUDA twin's formula, halved when
+    causal), as calibrate.block_flops counts what `local`'s FLOP/s divides; the last stage's include
+    the loss)."""
 
     saved_bytes: int
     output_bytes: int
@@ -167,12 +168,12 @@ def _stage_cost(model: ModelArgs, n_stages: int, stage: int, tp: int, mb: int, s
                 seen[s._cdata] = s.nbytes()
             return t
 
-        with saved_tensors_hooks(pack, lambda t: t), FlopCounterMode(display=False) as fwd:
+        with saved_tensors_hooks(pack, lambda t: t), FlopCounterMode(display=False, custom_mapping=counter_mapping()) as fwd:
             out = m(inp)
             output_bytes = out.numel() * out.element_size()
             if stage == n_stages - 1:
                 out = loss_fn(out, torch.zeros(prefix, dtype=torch.int64))
-        with FlopCounterMode(display=False) as bwd:
+        with FlopCounterMode(display=False, custom_mapping=counter_mapping()) as bwd:
             out.backward(torch.ones_like(out))
     input_bytes = inp.numel() * inp.element_size() if inp.dtype.is_floating_point else 0
     return StageCost(sum(seen.values()), output_bytes, input_bytes, fwd.get_total_flops(), bwd.get_total_flops())

@@ -12,10 +12,9 @@ mean the same thing:
   The analytic plan leaves out the temporaries of the op running (its LEFT_OUT), so the full-size
   figure is the larger: they agree when full-size / analytic is within [1 - MEMORY_BELOW, 1 + MEMORY_ABOVE];
 - FLOPs: the rank's forward + backward FLOPs a step, the analytic plan's FlopCounterMode count of a
-  fake forward and backward against the recorder's count of the ops run, attention left out of both:
-  the analytic plan's FlopCounterMode has no formula for the CPU attention ops (the recorder counts
-  them by the CUDA kernel's formula, a causal mask halving it), so its count is matmuls only (on the
-  small preset attention is 9% of the FLOPs: BENCHMARKS.md); within FLOPS_TOLERANCE;
+  fake forward and backward against the recorder's count of the ops run, attention included in both
+  (one count: train/plan/flops.py, the CPU attention kernels by their CUDA twins' formulas, a causal
+  mask halving them); within FLOPS_TOLERANCE;
 - step time on the FLOP clock: the analytic step (each op's FLOPs at the datasheet peak, every
   message exposed, the bubble, the optimizer at the memory bandwidth) against the full-size step on
   the same clock (MATMUL_EFFICIENCY 1.0 and no op bound by its bytes, as the analytic plan counts),
@@ -116,17 +115,16 @@ def agreement(run: TrainRun, traces: dict[int, Trace], device: Hardware) -> list
     for rank, trace in sorted(traces.items()):
         r, s = p.ranks[rank], flop_clock[rank]
         mem = replay(trace, device)
-        out.append(Agreement(rank, r.total, mem.peak_allocated - CUBLAS_WORKSPACE, r.flops, _matmul_flops(trace),
+        out.append(Agreement(rank, r.total, mem.peak_allocated - CUBLAS_WORKSPACE, r.flops, _step_flops(trace),
                              by_rank[rank].total, s.step_s, p.bubble, unsent[rank].bubble or 0.0,
                              s.bubble or 0.0, predicted[rank].step_s))
     return out
 
 
-def _matmul_flops(trace: Trace) -> int:
-    """The FLOPs of the trace's last step but attention's (see the module docstring)."""
+def _step_flops(trace: Trace) -> int:
+    """The FLOPs of the trace's last step, attention included (see the module docstring)."""
     in_step = [step_of(p) == trace.steps for p in trace.phases]
-    return sum(e[1] for e in trace.events if e[0] == "op" and in_step[e[3]]
-               and "scaled_dot_product" not in (e[5] if len(e) > 5 else ""))
+    return sum(e[1] for e in trace.events if e[0] == "op" and in_step[e[3]])
 
 
 def to_text(rows: list[Agreement]) -> str:

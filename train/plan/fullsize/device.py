@@ -21,7 +21,8 @@ Sources (each figure's own):
   head dim 128, causal, sequence 8k-16k: about 335 TFLOPS forward and 320 backward (Shah et al.,
   "FlashAttention-3", arXiv 2407.08608, Figures: attention forward / backward speed, head dim 128).
   ATTENTION_RATE: FLOP/s by op name, for the Hopper models (h100-96g: a 500 W HBM2e part, no
-  figure of its own; h200: the same compute die); other models time attention as a matmul.
+  figure of its own; h200: the same compute die), for bf16/fp16 inputs; other models, and float32
+  attention (FlashAttention has no float32 kernel), time attention as a matmul.
 - kernel efficiency: the fraction of the datasheet's dense tensor-core peak a matmul reaches, and
   of the memory bandwidth an elementwise op reaches. MATMUL_EFFICIENCY is the one constant fitted
   (bench/fullsize.py), on torchtitan's Llama 3.1 8B FSDP row of its H100 benchmark only (5,762 tokens/s

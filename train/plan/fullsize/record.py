@@ -10,8 +10,8 @@ parameters by resizing their storage, which no dispatch mode sees), as torch's o
 torch/distributed/_tools/mem_tracker.py does. An op with a DTensor argument is left to DTensor's
 dispatch (the mode returns NotImplemented), whose local ops then come back here: the temporaries of
 DTensor's handlers and the collectives of its redistributions are recorded, except the ops of its
-sharding propagation (global-shape fakes, no device memory: wrapped while recording). FLOPs come from torch.utils.flop_counter's formulas
-(CPU flash attention counted by the CUDA kernel's formula, a causal mask halving the work done);
+sharding propagation (global-shape fakes, no device memory: wrapped while recording). FLOPs come from train/plan/flops.py
+(torch.utils.flop_counter's formulas; CPU flash attention by the CUDA kernel's, a causal mask halving it);
 bytes of an op are its tensors' bytes in and out (a DTensor's: its local tensor's). A ``.item()`` (aten._local_scalar_dense) on a fake
 tensor, which FakeTensorMode cannot answer, is answered 1 (a flag False) here and its line in the program recorded.
 The phase is torch's ModTracker's deepest module, forward or backward, and the microbatch (the n-th
@@ -31,16 +31,10 @@ from torch.distributed._tools.fake_collectives import CollectiveOp, collective_o
 from torch.distributed._tools.mod_tracker import ModTracker
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_flatten, tree_map
-from torch.utils.flop_counter import flop_registry
+
+from simcluster.train.plan.flops import op_flops
 
 aten = torch.ops.aten
-_FLOP_ALIAS = {aten._scaled_dot_product_flash_attention_for_cpu: aten._scaled_dot_product_flash_attention,
-               aten._scaled_dot_product_flash_attention_for_cpu_backward:
-                   aten._scaled_dot_product_flash_attention_backward}
-_CAUSAL_ARG = {aten._scaled_dot_product_flash_attention_for_cpu: 4,
-               aten._scaled_dot_product_flash_attention_for_cpu_backward: 7,
-               aten._scaled_dot_product_flash_attention: 4, aten._scaled_dot_product_efficient_attention: 6,
-               aten._scaled_dot_product_flash_attention_backward: 11}
 _SKIP_BYTES = {aten.view, aten._unsafe_view, aten.t, aten.transpose, aten.expand, aten.permute, aten.slice,
                aten.select, aten.as_strided, aten.detach, aten.alias, aten.unsqueeze, aten.squeeze, aten.split,
                aten.split_with_sizes, aten.chunk, aten.unbind, aten.empty, aten.empty_strided, aten.new_empty,
@@ -221,13 +215,7 @@ class Recorder(TorchDispatchMode):
         packet = func.overloadpacket
         args, kwargs, out = tree_map(_local, (args, kwargs, out))  # a DTensor's op: its local shard's shapes
         flat_out = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        flops = 0
-        formula = flop_registry.get(_FLOP_ALIAS.get(packet, packet))
-        if formula is not None:
-            flops = formula(*args, **kwargs, out_val=out)
-            at = _CAUSAL_ARG.get(packet)
-            if at is not None and (kwargs.get("is_causal") or (len(args) > at and args[at] is True)):
-                flops //= 2
+        flops = op_flops(packet, args, kwargs, out)
         nbytes = 0
         if flat_out and not func.is_view and packet not in _SKIP_BYTES:
             ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]

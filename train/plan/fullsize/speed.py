@@ -88,12 +88,14 @@ def op_s(flops: int, nbytes: int, fp32: bool, device: Hardware, efficiency: floa
 
 
 def event_op_s(e: tuple, device: Hardware, efficiency: float = MATMUL_EFFICIENCY) -> float:
-    """Seconds of one recorded ``("op", flops, bytes, phase, fp32, name)`` event on ``device``: attention at
-    its measured rate where device.py has one (still bound by its bytes), else op_s."""
-    rate = ATTENTION_RATE.get(device.name, {}).get(e[5]) if len(e) > 5 else None
+    """Seconds of one recorded ``("op", flops, bytes, phase, fp32, name)`` event on ``device``: a bf16/fp16
+    attention at its measured rate where device.py has one (still bound by its bytes), else op_s (a
+    float32 attention too: FlashAttention has no float32 kernel, SDPA takes a matmul-based one)."""
+    wide = bool(e[4]) if len(e) > 4 else False
+    rate = ATTENTION_RATE.get(device.name, {}).get(e[5]) if len(e) > 5 and not wide else None
     if rate:
         return max(e[1] / rate, e[2] / (device.memory_bw * BANDWIDTH_EFFICIENCY))
-    return op_s(e[1], e[2], bool(e[4]) if len(e) > 4 else False, device, efficiency)
+    return op_s(e[1], e[2], wide, device, efficiency)
 
 
 def speed(trace: Trace, device: Hardware, efficiency: float = MATMUL_EFFICIENCY) -> Speed:
