@@ -32,6 +32,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model
 
 from simcluster.train.checkpoint_meta import CheckpointError, write_record
 from simcluster.train.checkpoint_paths import list_checkpoints
+from simcluster.train.optim import restore_kernel_flags
 
 OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
@@ -119,6 +120,28 @@ def load(path: str, global_batch: int, parts: list[nn.Module], opts: list[torch.
         raise CheckpointError(f"resume: checkpoint has seen {samples} samples, not a multiple of global_batch={global_batch};"
                          f" resume with a global batch that divides it")
     return samples // global_batch
+
+
+def resume(path: str, global_batch: int, parts: list[nn.Module],
+           optims: list[tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]]) -> int:
+    """Collective: ``load`` a checkpoint (any mesh, checked by preflight) and advance each LR schedule to
+    its step; returns the step. This run's hyperparameters win over the checkpoint's: the loaded
+    param groups carry the saved lr, weight_decay, betas and eps, which are put back to this
+    config's (lr, min_lr, warmup_steps and steps act through the LR schedule, max_norm in clipping).
+
+    Raises:
+        CheckpointError: as ``load``.
+    """
+    keys = ("lr", "initial_lr", "weight_decay", "betas", "eps")
+    configured = [[{k: g[k] for k in keys if k in g} for g in opt.param_groups] for opt, _ in optims]
+    step = load(path, global_batch, parts, [opt for opt, _ in optims])
+    for (opt, sched), groups in zip(optims, configured):
+        for g, values in zip(opt.param_groups, groups):
+            g.update(values)
+        restore_kernel_flags(opt)
+        for _ in range(step):
+            sched.step()
+    return step
 
 
 def _owner(flat_key: str) -> str:

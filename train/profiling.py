@@ -31,6 +31,9 @@ import time
 from contextlib import contextmanager
 
 import torch
+import torch.distributed as dist
+
+from simcluster.core import timeline
 
 CATEGORIES = {
     "pp_send_recv": ("gloo:send", "gloo:recv"),
@@ -144,3 +147,19 @@ def maybe_profile(enabled: bool, run_dir: str, rank: int, node: int, step: int, 
     name = f"rank-{rank}.json" if first else f"rank-{rank}-step-{step}.json"
     with open(os.path.join(run_dir, "profile", name), "w", encoding="utf-8") as fh:
         json.dump(breakdown(averages, result["step_time_s"]), fh, indent=1, sort_keys=True)
+
+
+def merge_traced_steps(run_dir: str, world_size: int, ranks_per_node: int, schedule: str, n_stages: int,
+                       microbatches: int) -> None:
+    """Collective, once every rank wrote its traced steps: rank 0 merges them into RUN_DIR/trace.json
+    and prints each traced step's measured bubble beside the textbook (p-1)/(m+p-1)."""
+    dist.barrier()
+    if dist.get_rank() != 0:
+        return
+    path, events = timeline.merge(run_dir, world_size, ranks_per_node)
+    book = timeline.textbook_bubble(schedule, n_stages, microbatches)
+    for step, frac in timeline.bubble(events).items():
+        ref = f"textbook (p-1)/(m+p-1) {book:.3f}" if book is not None else "no textbook value for this schedule"
+        print(f"[simcluster] bubble step {step}: measured {frac:.3f}, {ref} ({schedule}, "
+              f"p={n_stages}, m={microbatches})", flush=True)
+    print(f"[simcluster] trace: {path}", flush=True)

@@ -29,13 +29,12 @@ from simcluster.core.config import Config, TrainRun, traced_steps
 from simcluster.train.data import Batches, dp_shard
 from simcluster.core.metrics import MetricsWriter, peak_rss_mb, step_line
 from simcluster.train.model import loss_fn
-from simcluster.train.optim import build_optimizer, restore_kernel_flags
+from simcluster.train.optim import build_optimizer
 from simcluster.train.parallel import apply_fsdp, apply_tp, init_weights
 from simcluster.train.pipeline import apply_pp, build_stage_modules
-from simcluster.train.profiling import maybe_profile
+from simcluster.train.profiling import maybe_profile, merge_traced_steps
 from simcluster.core.runlog import write_data
 from simcluster.train.runtime import GarbageCollection, freeze_imports, tune_malloc
-from simcluster.core import timeline
 from simcluster.train import traffic as traffic_acct
 
 
@@ -91,7 +90,13 @@ class Trainer:
         self.pipe = apply_pp(modules, ids, n_stages, self.mesh["pp"], job, loss_fn)
         self.params = [p for m in modules for p in m.parameters()]
         self.optims = [build_optimizer(m, cfg) for m in modules]  # (AdamW, LR schedule) per model part
-        self.start_step = self._resume(job.resume_path) if job.resume_path else 0
+        self.start_step = 0
+        if job.resume_path:
+            self.start_step = checkpoint.resume(job.resume_path, cfg.global_batch, self.pipe.modules, self.optims)
+            if rank == 0:
+                for note in job.resume_notes:
+                    print(f"[simcluster] {note}", flush=True)
+                print(f"[simcluster] resumed from {job.resume_path} at step {self.start_step}", flush=True)
         memprobe.mark("model")
         self._data_id: dict | None = None  # the corpus identity recorded in checkpoints, computed at the first save
         self.batches = Batches(cfg, self.args)
@@ -105,30 +110,6 @@ class Trainer:
         print(f"[simcluster] rank={rank} local_rank={local_rank} world_size={self.spec.world_size} "
               f"host={socket.gethostname()} coords=pp{self.pp_rank}/dp{self.dp_rank}/tp{self.tp_rank} "
               f"stages={ids}", flush=True)
-
-    def _resume(self, path: str) -> int:
-        """Load a checkpoint (any mesh, checked by preflight) and advance the LR schedules to its
-        step; returns the step. This run's hyperparameters win over the checkpoint's: the loaded
-        param groups carry the saved lr and weight_decay, which are put back to this config's
-        (lr, min_lr, warmup_steps and steps act through the LR schedule, max_norm in clipping).
-
-        Raises:
-            CheckpointError: DCP cannot read the checkpoint.
-        """
-        keys = ("lr", "initial_lr", "weight_decay", "betas", "eps")
-        configured = [[{k: g[k] for k in keys if k in g} for g in opt.param_groups] for opt, _ in self.optims]
-        step = checkpoint.load(path, self.cfg.global_batch, self.pipe.modules, [opt for opt, _ in self.optims])
-        for (opt, sched), groups in zip(self.optims, configured):
-            for g, values in zip(opt.param_groups, groups):
-                g.update(values)
-            restore_kernel_flags(opt)
-            for _ in range(step):
-                sched.step()
-        if self.rank == 0:
-            for note in self.job.resume_notes:
-                print(f"[simcluster] {note}", flush=True)
-            print(f"[simcluster] resumed from {path} at step {step}", flush=True)
-        return step
 
     def _shard(self, batch):
         return [dp_shard(t, self.dp_rank, self.spec.dp).to(self.device) for t in batch]
@@ -229,7 +210,8 @@ class Trainer:
                 collector.step(step)
         wall = time.perf_counter() - start
         if self.trace_steps & set(range(self.start_step + 1, cfg.steps + 1)):
-            self._merge_trace()
+            merge_traced_steps(cfg.run_dir, self.spec.world_size, self.spec.ranks_per_node, cfg.schedule,
+                               self.job.n_stages, cfg.microbatches)
         if not tok_s:
             return rec
         steady = statistics.median_high(tok_s[1:] or tok_s)
@@ -237,19 +219,6 @@ class Trainer:
             print(f"done steps={cfg.steps} final_loss={rec['loss']:.4f} tokens_per_s={steady:.0f} "
                   f"wall_s={wall:.1f} run_dir={cfg.run_dir}", flush=True)
         return rec
-
-    def _merge_trace(self) -> None:
-        """Once every rank wrote its traced steps: rank 0 merges them and prints the bubble."""
-        dist.barrier()
-        if self.rank != 0:
-            return
-        path, events = timeline.merge(self.cfg.run_dir, self.spec.world_size, self.spec.ranks_per_node)
-        book = timeline.textbook_bubble(self.cfg.schedule, self.job.n_stages, self.cfg.microbatches)
-        for step, frac in timeline.bubble(events).items():
-            ref = f"textbook (p-1)/(m+p-1) {book:.3f}" if book is not None else "no textbook value for this schedule"
-            print(f"[simcluster] bubble step {step}: measured {frac:.3f}, {ref} ({self.cfg.schedule}, "
-                  f"p={self.job.n_stages}, m={self.cfg.microbatches})", flush=True)
-        print(f"[simcluster] trace: {path}", flush=True)
 
 
 def diverged(rec: dict) -> str | None:
