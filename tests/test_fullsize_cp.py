@@ -38,11 +38,24 @@ def mesh():
         dist.destroy_process_group()
 
 
-def test_the_rings_collectives_have_their_own_kinds_and_bytes(mesh):
-    """Forward: one all-gather of K and V (its output: both CP ranks' blocks, bf16); backward: the K/V
-    all-gather again and the gradients of K and V sent on round the ring, one permute a ring step (CP of
-    them; float32, CP's accumulators; each the rank's shard). TP's name (all_gather_into_tensor) is not
-    used, so Float8 (variants.py) leaves them alone."""
+@pytest.fixture()
+def rotate(request):
+    """CP's K/V rotation for the test (torch's option, put back after it)."""
+    before = cp._cp_options.rotate_method
+    cp.set_rotate_method(request.param)
+    try:
+        yield request.param
+    finally:
+        cp._cp_options.rotate_method = before
+
+
+@pytest.mark.parametrize("rotate", ["allgather", "alltoall"], indirect=True)
+def test_the_rings_collectives_have_their_own_kinds_and_bytes(mesh, rotate):
+    """allgather: one all-gather of K and V a ring (its output: both CP ranks' blocks, bf16), in the
+    forward and again in the backward; alltoall: CP - 1 permutes of the rank's K and V instead. The
+    backward then sends the gradients of K and V on round the ring, one permute a ring step (CP of them;
+    float32, CP's accumulators; each the rank's shard). TP's name (all_gather_into_tensor) is not used,
+    so Float8 (variants.py) leaves them alone."""
     with FakeTensorMode(allow_non_fake_inputs=True), Recorder() as rec:
         q, k, v = (DTensor.from_local(torch.empty(BATCH, HEADS, SEQ // CP, DIM, dtype=torch.bfloat16,
                                                   requires_grad=True), mesh, [Shard(2)], run_check=False)
@@ -50,10 +63,11 @@ def test_the_rings_collectives_have_their_own_kinds_and_bytes(mesh):
         out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True, False)[0]
         out.to_local().sum().backward()  # the gradient keeps Shard(2), as after torchtitan's attention module
     ring = [(e[1], e[2], e[3]) for e in rec.events if e[0] == "c"]
-    gather = (CP_GATHER, CP * 2 * SHARD * 2, CP)  # output: CP blocks of K and V, bf16
-    permute = (CP_PERMUTE, 2 * SHARD * 4, CP)  # input: the rank's dK and dV, float32
-    assert ring == [gather, gather, *[permute] * CP]
+    gather, permute = (CP_GATHER, CP * 2 * SHARD * 2, CP), (CP_PERMUTE, 2 * SHARD * 2, CP)
+    kv = [gather] if rotate == "allgather" else [permute] * (CP - 1)
+    dkv = (CP_PERMUTE, 2 * SHARD * 4, CP)
+    assert ring == [*kv, *kv, *[dkv] * CP]
     device = constants("h100-96g")
-    assert collective_s(CP_PERMUTE, permute[1], (0, 1), device) == pytest.approx(
-        permute[1] / device.intra_bw + device.latency_s)  # a send: all of it to one peer
+    assert collective_s(CP_PERMUTE, dkv[1], (0, 1), device) == pytest.approx(
+        dkv[1] / device.intra_bw + device.latency_s)  # a send: all of it to one peer
     assert rec.ring == 0
