@@ -21,6 +21,8 @@ for a permute that is twice what leaves the rank. Outside the ring these ops kee
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 CP_GATHER = "cp_all_gather"
 CP_PERMUTE = "cp_permute"
 RING_FUNCTIONS = ("_templated_ring_attention", "_templated_ring_attention_backward")
@@ -37,7 +39,7 @@ def kind(name: str, args: tuple, nbytes: int) -> tuple[str, int]:
     return name, nbytes
 
 
-def wrap(counter) -> callable:
+def wrap(counter) -> Callable[[], None]:
     """Wrap torch's two ring functions so that ``counter.ring`` is above 0 while one runs (they are looked
     up by name in their module at each call: torch's SDPA handlers and launcher/instrument/cp_ring.py's
     CPU ones alike); returns the function that puts torch's back. A torch without them: nothing wrapped."""
