@@ -21,10 +21,12 @@ figures. Sources:
 - "async": benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (compile, tokens/s only).
 - "H200": benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (torchrun without the allocator
   setting; compile + Float8 with FSDP's Float8 all-gather).
-Left out, with the reason: T2 rows 2-4 and T6 (context parallelism: not run under the full-size
-plan yet), T4 row 2 and T5 (AsyncTP's fused matmul-collectives on symmetric memory: no stated model;
-T5 also a pipeline schedule, whose bubble the full-size step does not model), the async page's
-float8 rowwise rows (no stated model of rowwise scaling's kernels).
+T2 rows 2-4 run context parallelism (torch's ring attention: train/plan/fullsize/ring.py), one rank
+standing for all (its load-balanced share of the causal attention is every CP rank's).
+Left out, with the reason: T4 row 2 and T5 (AsyncTP's fused matmul-collectives on symmetric memory: no
+stated model; T5 also a pipeline schedule, whose bubble the full-size step does not model), T6 (405B on
+TP 8 x PP 8 with CP, AsyncTP and 1F1B: the same two reasons), the async page's float8 rowwise rows (no
+stated model of rowwise scaling's kernels).
 """
 from __future__ import annotations
 
@@ -44,6 +46,10 @@ TRACES = {
     "8b-fsdp128": (16, 8, "h100-96g", H100_ENV, ("--model.flavor", "8B", "--training.local-batch-size", "2", *SAC)),
     "8b-seq32k": (1, 8, "h100-96g", H100_ENV, ("--model.flavor", "8B", "--training.local-batch-size", "1",
                                                "--training.seq-len", "32768", *FULL)),
+    **{f"8b-cp{cp}": (1, 8, "h100-96g", H100_ENV, ("--model.flavor", "8B", "--training.local-batch-size", "1",
+                                                   "--training.seq-len", str(32768 * cp),
+                                                   "--parallelism.context-parallel-degree", str(cp), *FULL))
+       for cp in (2, 4, 8)},
     "70b-fsdp32-tp8": (32, 8, "h100-96g", H100_ENV, ("--model.flavor", "70B", "--training.local-batch-size", "16",
                                                      "--parallelism.tensor-parallel-degree", "8", *FULL)),
     "8b-fsdp8-tp8": (8, 8, "h100-96g", H100_ENV, ("--model.flavor", "8B", "--training.local-batch-size", "12",
@@ -57,6 +63,9 @@ ROWS = {
     "8b-fsdp8-compile": ("8b-fsdp8", ("compile",), 6667, 77.0, "T1 row 2: + compile"),
     "8b-fsdp8-compile-float8": ("8b-fsdp8", ("compile", "float8"), 8532, 76.8, "T1 row 3: + compile + Float8"),
     "8b-seq32k": ("8b-seq32k", ("compile", "float8"), 3890, 83.9, "T2 row 1: 8B FSDP 8, seq 32768, full AC, compile + Float8"),
+    "8b-cp2": ("8b-cp2", ("compile", "float8"), 2540, 84.2, "T2 row 2: 8B FSDP 4 x CP 2, seq 65536, full AC, compile + Float8"),
+    "8b-cp4": ("8b-cp4", ("compile", "float8"), 1071, 84.0, "T2 row 3: 8B FSDP 2 x CP 4, seq 131072, full AC, compile + Float8"),
+    "8b-cp8": ("8b-cp8", ("compile", "float8"), 548, 84.5, "T2 row 4: 8B FSDP 1 x CP 8, seq 262144, full AC, compile + Float8"),
     "8b-fsdp128": ("8b-fsdp128", (), 5605, 67.0, "T3 row 1: 8B FSDP 128"),
     "8b-fsdp128-compile": ("8b-fsdp128", ("compile",), 6514, 62.0, "T3 row 2: + compile"),
     "8b-fsdp128-compile-float8": ("8b-fsdp128", ("compile", "float8"), 8380, 61.8, "T3 row 3: + compile + Float8"),
@@ -86,16 +95,17 @@ def plan(name: str, python: str, assets: str, traces: str) -> tuple[dict, float]
     cmd = [sys.executable, "-m", "launcher", "plan", "--full-size", "--module", "torchtitan.train", "--code", assets,
            "--nodes", str(nodes), "--nproc-per-node", str(per), "--gpu", gpu, "--python", python,
            *[x for e in env for x in ("--env", e)], "--ranks", "0", "--trace-dir", traces, "--json", "--", *COMMON,
-           *flags, "--parallelism.data-parallel-shard-degree", str(nodes * per // _tp(flags))]
+           *flags, "--parallelism.data-parallel-shard-degree",
+           str(nodes * per // _degree(flags, "tensor") // _degree(flags, "context"))]
     start = time.monotonic()
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out), time.monotonic() - start
 
 
-def _tp(flags: tuple) -> int:
-    """The tensor-parallel degree among torchtitan's flags (1 when none)."""
-    return int(flags[flags.index("--parallelism.tensor-parallel-degree") + 1]) if \
-        "--parallelism.tensor-parallel-degree" in flags else 1
+def _degree(flags: tuple, kind: str) -> int:
+    """The ``kind`` ("tensor", "context") parallel degree among torchtitan's flags (1 when none)."""
+    flag = f"--parallelism.{kind}-parallel-degree"
+    return int(flags[flags.index(flag) + 1]) if flag in flags else 1
 
 
 def fit(trace_path: str, target_tps: float) -> float:

@@ -34,6 +34,8 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from simcluster.train.plan.flops import op_flops
 
+from simcluster.train.plan.fullsize import ring
+
 aten = torch.ops.aten
 _SKIP_BYTES = {aten.view, aten._unsafe_view, aten.t, aten.transpose, aten.expand, aten.permute, aten.slice,
                aten.select, aten.as_strided, aten.detach, aten.alias, aten.unsqueeze, aten.squeeze, aten.split,
@@ -50,7 +52,7 @@ class Recorder(TorchDispatchMode):
     ``("a", sid, bytes, phase, stream)`` an allocation on a stream (0: the default), ``("f", sid, phase)``
     a free, ``("r", sid, bytes, phase, stream)`` a storage resized to bytes (0: freed), ``("op", flops, bytes, phase, fp32, name)`` a compute op (flops
     already halved for a causal attention; fp32 1 when its first input is float32; name the aten op's), ``("c", kind, bytes,
-    group_size, group_ranks, phase, sids)`` a collective (sids: the storages of its input and output tensors), ``("tok", n, phase)`` an embedding lookup of n
+    group_size, group_ranks, phase, sids)`` a collective (kind the op's name, context parallel's ring's own: ring.py; sids: the storages of its input and output tensors), ``("tok", n, phase)`` an embedding lookup of n
     indices in a forward (the tokens of a microbatch).
     ``self.phases`` is the list of phase names the events index; ``self.placeholders`` the program lines
     whose ``.item()`` got a placeholder (1, False for a flag). ``self.steps`` counts optimizer steps."""
@@ -73,6 +75,8 @@ class Recorder(TorchDispatchMode):
         self._hook = None
         self._quiet = 0  # > 0 inside DTensor's sharding propagation
         self._orig_meta = None
+        self.ring = 0  # > 0 inside context parallel's ring attention (ring.py names its collectives)
+        self._unwrap_ring = None
 
     # -- phases
     def phase(self) -> int:
@@ -172,6 +176,7 @@ class Recorder(TorchDispatchMode):
     def __enter__(self):
         self._wrap_resize()
         self._wrap_propagation()
+        self._unwrap_ring = ring.wrap(self)
         self._pre = torch.nn.modules.module.register_module_forward_pre_hook(self._root_pre_hook)
         self.tracker.__enter__()  # after the hook above: that one sees the parents before this one adds the module
         self._hook = register_optimizer_step_post_hook(self._step_hook)
@@ -183,6 +188,7 @@ class Recorder(TorchDispatchMode):
         self._pre.remove()
         self.tracker.__exit__(*exc)
         torch.UntypedStorage.resize_ = self._orig_resize
+        self._unwrap_ring()
         if self._orig_meta is not None:
             from torch.distributed.tensor._sharding_prop import ShardingPropagator
 
@@ -241,6 +247,8 @@ class Recorder(TorchDispatchMode):
             nbytes = CollectiveOp.get_comm_tensor_size(func, out, args, kwargs)
         except TypeError:
             nbytes = 0
+        if self.ring:
+            name, nbytes = ring.kind(name, args, nbytes)
         tensors = [_local(t) for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
         sids = sorted({self._ids[id(t.untyped_storage())] for t in tensors if id(t.untyped_storage()) in self._ids})
         self.events.append(("c", name, int(nbytes), size, tuple(ranks), ph, tuple(sids)))

@@ -25,7 +25,9 @@ UNSEEN = (f"the CUDA context: not allocated by torch; estimated {CUDA_CONTEXT >>
           "streams: a block's reuse waits for no event here (on a GPU, record_stream and events may hold a freed "
           "block longer; with --env TORCH_NCCL_AVOID_RECORD_STREAMS=0 tensor parallelism's collectives hold theirs "
           "for a launch queue of 1,000 ops, an assumption): reserved may be under the GPU's",
-          "a pipeline's sends overlapping the other collectives: each on its own link, none sharing")
+          "a pipeline's sends overlapping the other collectives: each on its own link, none sharing",
+          "context parallel's ring: its K/V all-gathers and permutes are counted exposed (torch's ring waits for them "
+          "after a block's attention, which may hide them), its attention at the single-GPU kernel's rate")
 
 
 @dataclass(frozen=True)

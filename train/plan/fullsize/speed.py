@@ -19,12 +19,17 @@ all_reduce, all_to_all_single), which DTensor's redistributions issue (tensor pa
 sequence-parallel all-gathers and reduce-scatters, the loss parallel's and the gradient norm's
 all-reduces), are waited for by the very next op that reads their output: they are exposed, added
 to compute (the reason AsyncTP exists: torchtitan's benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md,
-1.09x on 70B bf16 from overlapping them). Tokens are the
+1.09x on 70B bf16 from overlapping them). Context parallel's ring (ring.py: its K/V all-gather, a ring
+all-gather of the output's bytes; its permutes, each a send of the input's bytes to one peer) is
+functional too and counted exposed, an upper bound: torch's ring waits for the K/V after the rank's
+own block's attention, which could hide it (0.6-1.0% of torchtitan's CP 2-8 rows' steps: BENCHMARKS.md). Tokens are the
 indices the step's forward embeddings looked up. Not modelled here: kernel launch
 overheads, the optimizer step's host synchronisation. With a pipeline, schedule.py's
 pipelined() replaces the step by the schedule's window (its bubble) plus the tail. Tokens a GPU: the rank's tokens x dp / world,
 dp being the largest group of the step's reduce-scatters and all-reduces (FSDP's, DDP's, the loss's):
-the other ranks (tensor, context parallel) share a data-parallel rank's tokens, as torchtitan counts.
+the other ranks (tensor parallel) share a data-parallel rank's tokens, as torchtitan counts; context
+parallel's ranks each look up their own shard of the sequence and sit inside FSDP's group (torchtitan
+shards over dp_shard x cp), so they count once each.
 """
 from __future__ import annotations
 
@@ -33,14 +38,16 @@ from dataclasses import dataclass
 from simcluster.core.layout import node_of
 from simcluster.core.hardware import Hardware
 from simcluster.train.plan.fullsize.device import ATTENTION_RATE, BANDWIDTH_EFFICIENCY, MATMUL_EFFICIENCY
+from simcluster.train.plan.fullsize.ring import CP_GATHER, CP_PERMUTE
 from simcluster.train.plan.fullsize.trace import Trace
 
 RING = {"allgather_base": 1.0, "allgather": 1.0, "all_gather_into_tensor": 1.0, "reduce_scatter_base": 1.0,
         "reduce_scatter": 1.0, "reduce_scatter_tensor": 1.0, "allreduce": 2.0, "all_reduce": 2.0,
-        "alltoall_base": 1.0, "all_to_all_single": 1.0}
+        "alltoall_base": 1.0, "all_to_all_single": 1.0, CP_GATHER: 1.0}
 LATENCIES = {"allreduce": 2, "all_reduce": 2}  # ring steps a collective takes, in units of (g - 1); 1 unless named
-POINT = ("send", "recv", "broadcast")
-EXPOSED = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single")  # functional
+POINT = ("send", "recv", "broadcast", CP_PERMUTE)
+EXPOSED = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "all_to_all_single", CP_GATHER,
+           CP_PERMUTE)  # functional
 GRADIENT = ("reduce_scatter_base", "reduce_scatter", "reduce_scatter_tensor", "allreduce", "all_reduce")
 
 
