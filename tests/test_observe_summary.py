@@ -267,15 +267,19 @@ TP_COMPILE_TRACEBACK = [
 
 
 def test_a_known_torch_bug_is_named_with_its_links_a_gpus_outcome_and_workarounds(stream, capsys):
-    """TP under torch.compile's backward error (TORCH_BUGS) on rank 0; the same exception line raised from
-    the user's own frame (no DTensor redistribute among the last frames) on rank 2 is not that bug."""
-    for x in TP_COMPILE_TRACEBACK:
-        stream.handle("node-0", f"[rank0]:{x}")
+    """TP under torch.compile's backward error (TORCH_BUGS) on ranks 0 and 1 (its hint said once); the same
+    exception line raised from the user's own frame (no DTensor redistribute among the last frames) on rank 2
+    is not that bug."""
+    for rank in (0, 1):
+        for x in TP_COMPILE_TRACEBACK:
+            stream.handle("node-0", f"[rank{rank}]:{x}")
     for x in ["Traceback (most recent call last):", '  File "/work/train.py", line 9, in step',
               "    x._local_tensor", TP_COMPILE_TRACEBACK[-1]]:
         stream.handle("node-1", f"[rank2]:{x}")
     out = summary_of(stream, {"node-0": 1, "node-1": 1, "rendezvous": 1}, capsys)
-    rank0, rank2 = out.split("FAILED rank 0", 1)[1].split("FAILED rank 2", 1)
+    rank0, rank1 = out.split("FAILED rank 0", 1)[1].split("FAILED rank 1", 1)
+    rank1, rank2 = rank1.split("FAILED rank 2", 1)
+    assert "      (the same as rank 0's above)\n" in rank1 and "torch bug" not in rank1, out  # said once
     assert "      (torch bug, not the simulation's: torch 2.13's AOT autograd unwraps an AsyncCollectiveTensor" in rank0
     for words in ("https://github.com/pytorch/pytorch/pull/179849", "https://github.com/pytorch/pytorch/pull/191113",
                   "a GPU run fails the same way", "workarounds: run the TP model uncompiled",
