@@ -1,6 +1,7 @@
 """GPU-only mistakes in one rank of the simulated GPU, each caught as a GPU catches it (run by
 tests/test_gpu_mistakes.py in a fresh interpreter with a rank's environment, --check-devices on,
-CUDA_VISIBLE_DEVICES=0,1 of a node of 4). Prints one JSON object: mistake -> "Type: first line".
+CUDA_VISIBLE_DEVICES=0,1 of a node of 4). Prints one JSON object: mistake -> "Type: first line" (a
+scripted call's: its last line, the op's error, then " ... " and the interpreter's first).
 
     SIMCLUSTER_INSTRUMENT=1 SIMCLUSTER_CHECK_DEVICES=1 CUDA_VISIBLE_DEVICES=0,1 RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 PYTHONPATH=launcher/instrument/boot:. python tests/gpu_mistakes_check.py
 """
@@ -38,6 +39,18 @@ def scripted(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:  # moved inside 
 
 
 err("scripted_moved", lambda: torch.jit.script(scripted)(batch, model.weight))
+
+
+def scripted_mixed(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:  # mixed_forward, scripted
+    return torch.nn.functional.linear(x, w, b)
+
+
+try:  # the interpreter's error: its header and TorchScript's traceback, the op's own error last (as on a GPU)
+    torch.jit.script(scripted_mixed)(batch, model.weight, model.bias)
+    out["scripted_mixed"] = None
+except RuntimeError as e:
+    said = str(e).strip().splitlines()
+    out["scripted_mixed"] = f"{said[-1]} ... {said[0]}"
 dist.init_process_group("nccl", world_size=1, rank=0)
 err("nccl_cpu", lambda: dist.all_reduce(torch.ones(3)))
 err("nccl_cuda", lambda: dist.all_reduce(torch.ones(3, device="cuda")))

@@ -1,6 +1,7 @@
 """The catalogue of GPU-only mistakes (issue 53 item 4): each fails on the simulated GPU as a GPU fails
 it, its error's type and text asserted. One rank in a fresh interpreter (tests/gpu_mistakes_check.py),
-with --check-devices on and off; two ranks on one GPU (NCCL's duplicate-GPU error) are
+with --check-devices on and off (mixed devices inside a scripted function: CUDA's text after TorchScript's
+traceback, as a GPU's interpreter reports it); two ranks on one GPU (NCCL's duplicate-GPU error) are
 tests/test_gpu_api.py's torchrun pair.
 
     python -m pytest -q -n 0 tests/test_gpu_mistakes.py
@@ -24,10 +25,13 @@ ON_A_GPU = {  # mistake -> what a GPU raises (CUDA's, NCCL's and torch's own wor
     "mixed_forward": MIXED.format("cuda:0", "cpu"),
     "mixed_add": MIXED.format("cpu", "cuda:0"),
     "mixed_after_cpu": MIXED.format("cpu", "cuda:0"),
+    # inside TorchScript: the op's error after the interpreter's traceback, its first line the interpreter's
+    "scripted_mixed": f"{MIXED.format('cuda:0', 'cpu')} ... The following operation failed in the TorchScript "
+                      "interpreter.",
     "nccl_cpu": "ValueError: Tensors must be CUDA and dense",
     "moved": None, "scripted_moved": None, "device_of_param": None, "scalar": None, "nccl_cuda": None, "gloo_cpu": None,  # no mistake
 }
-CHECK_ONLY = ("mixed_forward", "mixed_add", "mixed_after_cpu", "nccl_cpu")  # caught with --check-devices only
+CHECK_ONLY = ("mixed_forward", "mixed_add", "mixed_after_cpu", "scripted_mixed", "nccl_cpu")  # caught with --check-devices only
 
 
 def mistakes(check: bool) -> dict:

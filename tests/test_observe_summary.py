@@ -7,7 +7,8 @@ with its exception and last frames; the cause is told from ranks that only saw a
 that logs no metrics and prints on some ranks only gets no ``?`` rows; a loss only printed is the
 final loss (the training loss, not a validation line; a dict of tensors too); an exit 0 without a step
 or a collective is NO WORK; each failed node's row names the node whose rank failed first, by the
-time its container wrote the failure; a torch.compile failure gets its hint.
+time its container wrote the failure; a torch.compile failure gets its hint; a known torch bug
+(failures.TORCH_BUGS) is named with its upstream links, a GPU's outcome and the workarounds.
 """
 from __future__ import annotations
 
@@ -242,6 +243,49 @@ def test_a_compile_failure_gets_its_hint(stream, capsys):
     out = summary_of(stream, {"node-0": 1, "node-1": 1, "rendezvous": 1}, capsys)
     assert "(torch.compile's inductor loads the code it builds from TORCHINDUCTOR_CACHE_DIR" in out, out
     assert "(triton's NVIDIA driver was asked for a GPU: on the simulated GPUs inductor compiles CPU code" in out, out
+
+
+# the last lines of tests/tp_compile_check.py --traceback's tp/compiled case (torch 2.13.0, captured on the host)
+TP_COMPILE_TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/autograd/function.py", line 325, in apply',
+    "    return user_fn(self, *args)",
+    "           ^^^^^^^^^^^^^^^^^^^^",
+    '  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/distributed/tensor/_redistribute.py", '
+    "line 1954, in backward",
+    "    output_dtensor = NestedRedistribute.apply(",
+    "                     ^^^^^^^^^^^^^^^^^^^^^^^^^",
+    '  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/autograd/function.py", line 625, in apply',
+    "    return super().apply(*args, **kwargs)  # type: ignore[misc]",
+    "           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+    '  File "/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/torch/distributed/tensor/_redistribute.py", '
+    "line 1994, in forward",
+    "    ctx.original_dtype = grad_output._local_tensor.dtype",
+    "                         ^^^^^^^^^^^^^^^^^^^^^^^^^",
+    "AttributeError: 'Tensor' object has no attribute '_local_tensor'",
+]
+
+
+def test_a_known_torch_bug_is_named_with_its_links_a_gpus_outcome_and_workarounds(stream, capsys):
+    """TP under torch.compile's backward error (TORCH_BUGS) on ranks 0 and 1 (its hint said once); the same
+    exception line raised from the user's own frame (no DTensor redistribute among the last frames) on rank 2
+    is not that bug."""
+    for rank in (0, 1):
+        for x in TP_COMPILE_TRACEBACK:
+            stream.handle("node-0", f"[rank{rank}]:{x}")
+    for x in ["Traceback (most recent call last):", '  File "/work/train.py", line 9, in step',
+              "    x._local_tensor", TP_COMPILE_TRACEBACK[-1]]:
+        stream.handle("node-1", f"[rank2]:{x}")
+    out = summary_of(stream, {"node-0": 1, "node-1": 1, "rendezvous": 1}, capsys)
+    rank0, rank1 = out.split("FAILED rank 0", 1)[1].split("FAILED rank 1", 1)
+    rank1, rank2 = rank1.split("FAILED rank 2", 1)
+    assert "      (the same as rank 0's above)\n" in rank1 and "torch bug" not in rank1, out  # said once
+    assert "      (torch bug, not the simulation's: torch 2.13's AOT autograd unwraps an AsyncCollectiveTensor" in rank0
+    for words in ("https://github.com/pytorch/pytorch/pull/179849", "https://github.com/pytorch/pytorch/pull/191113",
+                  "a GPU run fails the same way", "workarounds: run the TP model uncompiled",
+                  "the embedding) gets a zero gradient"):
+        assert words in rank0, (words, out)
+    assert "torch bug" not in rank2, out
 
 
 def test_the_final_loss_is_the_training_loss_in_the_common_formats(stream, capsys):

@@ -23,15 +23,19 @@ Rules (``Stream.tracebacks`` and the summary's FAILED lines follow them):
   stays the last line.
 - A rank with no complete Python traceback is reported by its last ``terminate called ...`` line
   (C++ std::terminate), if it printed one, joined with the ``what():`` line that follows it.
-- ``failure_hint`` adds a fix where the cause is known: a module missing from the image, or
-  torch.compile failing (its compiled code on a noexec folder, triton asking for a real GPU, no
-  C++ compiler; otherwise how to run without compiling).
+- ``failure_hint`` adds a fix where the cause is known: a module missing from the image, a known bug
+  of torch itself (TORCH_BUGS: its exception line and, where given, a kept frame's line match; the
+  hint names the bug and its upstream links, says that a GPU run fails the same way, and gives the
+  workarounds; tests/test_torch_bugs.py fails the day torch fixes one), or torch.compile failing (its
+  compiled code on a noexec folder, triton asking for a real GPU, no C++ compiler; otherwise how to
+  run without compiling).
 - PEER_FAILED / PEER_TIMEOUT tell, from the exception line, a rank that only saw a peer die (its
   connection closed) or timed out waiting for one; the summary names those after the cause.
 """
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 
 EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure)\b")
@@ -90,10 +94,59 @@ def compile_hint(line: str) -> str | None:
                      "off, or pass --env TORCHDYNAMO_DISABLE=1 (every torch.compile then runs eagerly)")
 
 
+@dataclasses.dataclass(frozen=True)
+class TorchBug:
+    """A bug of torch itself, known by the traceback it leaves: ``exception`` matches the exception line,
+    ``frame`` (None: any) one of the last frames' lines; ``what`` it is and which torch has it, ``links``
+    upstream (where it came in, the fix proposed), ``workarounds``. A GPU run fails the same way: only bugs
+    in torch's device-independent code are listed (tests/test_torch_bugs.py reproduces each on the host)."""
+
+    name: str
+    exception: re.Pattern
+    frame: re.Pattern | None
+    what: str
+    links: str
+    workarounds: str
+
+    def hint(self) -> str:
+        """The summary's line: the bug named with its links, a GPU's outcome, the workarounds."""
+        return (f"torch bug, not the simulation's: {self.what} ({self.links}); a GPU run fails the same way; "
+                f"workarounds: {self.workarounds}")
+
+
+TORCH_BUGS = (
+    TorchBug(name="tp-compile-act-grad",
+             exception=re.compile(r"^AttributeError: 'Tensor' object has no attribute '_local_tensor'"),
+             frame=re.compile(r"torch/distributed/tensor/_redistribute\.py"),
+             what="torch 2.13's AOT autograd unwraps an AsyncCollectiveTensor input of a compiled region "
+                  "(tensor parallel's output, e.g. the embedding's, entering a torch.compile'd block) with "
+                  "trigger_wait(), which drops its requires_grad: the backward then hands DTensor's redistribute a "
+                  "plain tensor; with FSDP2 beside TP nothing fails and that input's producer (the embedding) "
+                  "gets a zero gradient",
+             links="introduced by https://github.com/pytorch/pytorch/pull/179849; a fix proposed in "
+                   "https://github.com/pytorch/pytorch/pull/191113",
+             workarounds="run the TP model uncompiled (torchtitan: no --compile.enable), or compile without TP "
+                         "(tensor parallel degree 1), or pass a plain tensor into the first compiled block (an op "
+                         "on the embedding's output, e.g. .clone()); no torch._dynamo or torch._functorch config "
+                         "switch turns it off"),
+)
+
+
+def torch_bug(lines: list[str]) -> TorchBug | None:
+    """The entry of TORCH_BUGS a rank's failure (its traceback's lines, the exception last) matches, or None."""
+    for bug in TORCH_BUGS:
+        if bug.exception.search(lines[-1]) and (bug.frame is None or any(bug.frame.search(x) for x in lines[:-1])):
+            return bug
+    return None
+
+
 def failure_hint(lines: list[str]) -> str | None:
     """The hint of a rank's failure (its traceback's lines, the exception last): a missing module's
-    fix, a torch.compile failure's, or None."""
-    return missing_module_hint(lines[-1]) or compile_hint(lines[-1]) if lines else None
+    fix, a known torch bug's (TORCH_BUGS), a torch.compile failure's, or None."""
+    if not lines:
+        return None
+    bug = torch_bug(lines)
+    return missing_module_hint(lines[-1]) or (bug.hint() if bug else None) or compile_hint(lines[-1])
 
 
 class RankTrace:

@@ -11,8 +11,8 @@ time`` row; a job that logged no step gets one ``metrics`` row saying where they
 rank R with ``[rankR]:``): a rank that printed nothing is named as such, not as missing, and only
 ranks that printed are checked for their node (MISPLACED). A stall (train/stallwatch.py) shows its
 diagnosis in ``HANG`` rows. A failed rank is named with its exception and last frames
-(launcher/observe/failures.py), and a hint where one is known (a missing module, a torch.compile
-failure). A rank that aborted at exit in C++ (gloo's teardown) after its work was done does not
+(launcher/observe/failures.py), and a hint where one is known (a missing module, a known torch bug, a
+torch.compile failure; a hint already shown under another rank is referred to, not repeated). A rank that aborted at exit in C++ (gloo's teardown) after its work was done does not
 fail the run: the summary names it, its last step and that its work was done (observe/teardown.py).
 """
 from __future__ import annotations
@@ -218,13 +218,15 @@ def _show_failures(show, launch: Launch, tracebacks: dict[int, list[str]]) -> No
         show(f"  no rank printed a Python traceback or a C++ abort; each rank's output: {launch.run_dir}/cluster.log")
         return
     cause = {r: lines for r, lines in tracebacks.items() if not PEER_FAILED.search(lines[-1])}
+    hinted: dict[str, int] = {}  # a hint shown -> the rank it was shown under: later ranks refer to it
     for rank, lines in (cause or tracebacks).items():
         waited = " (timed out waiting for a peer)" if PEER_TIMEOUT.search(lines[-1]) else ""
         show(f"  FAILED rank {rank} on {launch.names[node_of(rank, launch.nproc_per_node)]}{waited}: {lines[-1]}")
         for line in lines[:-1]:
             show(f"      {line}")
         if (fix := failure_hint(lines)) is not None:
-            show(f"      ({fix})")
+            show(f"      (the same as rank {hinted[fix]}'s above)" if fix in hinted else f"      ({fix})")
+            hinted.setdefault(fix, rank)
         if lines[-1].startswith(TEARDOWN_ABORT):
             show("      (SIGABRT: a C++ thread outlived the interpreter, gloo's teardown race when it comes after the "
                  "last step; the launcher counts it as done only when it knows the last step: --total-steps N, or "

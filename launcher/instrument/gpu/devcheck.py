@@ -30,6 +30,7 @@ import functools
 import threading
 import weakref
 
+from simcluster.launcher.instrument.gpu.script import refusal
 from simcluster.launcher.instrument.gpu.state import STATE
 
 UNKNOWN, CPU, CUDA = 0, 1, 2
@@ -94,7 +95,7 @@ def make_mode(torch, counter):
                 elif first == UNKNOWN:
                     first = mark = d
                 elif d != first and func not in crossing:
-                    raise RuntimeError(MIXED.format(_name(first), _name(d)))
+                    raise refusal(MIXED.format(_name(first), _name(d)))
                 else:
                     mark = max(mark, d)
             door = getattr(_DOOR, "mark", None)

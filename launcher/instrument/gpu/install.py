@@ -55,4 +55,6 @@ def install(torch, count: int, gpu: str, gpu_memory: int | None = None, check_de
                   "--build) or drop --check-devices", file=sys.stderr, flush=True)
             return
         from simcluster.launcher.instrument.gpu.devcheck import install as check
+        from simcluster.launcher.instrument.gpu.script import install_script_errors
         check(torch, memory.COUNTER)
+        install_script_errors(torch)  # its refusals' text inside scripted code

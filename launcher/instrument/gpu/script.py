@@ -30,8 +30,17 @@ them instead (``retarget``), before its first run; ``torch.jit.load`` retargets 
 scripted module or function saved (``save``, ``save_to_buffer``, so ``torch.jit.save``) is written
 with torch's operators, so the file loads on a GPU machine. Only the scripted code's moves pay (one
 Python call each); eager code is untouched.
+
+A refusal of the simulated GPU inside scripted code (--check-devices' mixed devices, gpu/devcheck.py):
+the check raises a Python exception under TorchScript's interpreter, which reports it as ``RuntimeError: ``
+with no message (torch's C++ wrapper of a Python exception carries its text only once persisted), where a
+GPU's interpreter carries CUDA's. ``refusal`` remembers the text it raises (this thread's last), and
+``install_script_errors`` (with --check-devices only: one Python call per call of a scripted function or
+method) puts it after that empty ``RuntimeError: `` of the interpreter's error, as a GPU's reads.
 """
 from __future__ import annotations
+
+import threading
 
 OPS = (  # (schema in the cuda namespace, the torch.cuda function that answers it)
     ("_current_device() -> int", "current_device"),
@@ -45,6 +54,8 @@ OPS = (  # (schema in the cuda namespace, the torch.cuda function that answers i
 )
 _LIB: list = []  # the torch.library.Library, kept alive (its registrations last while it does)
 _FALLBACK: list = []  # the CUDA key's fallback library, kept alive
+_REFUSED = threading.local()  # .text: the last refusal raised in this thread since its scripted call began
+EMPTY = "RuntimeError: \n"  # how the interpreter's error ends for a Python exception raised under it: no text
 
 
 def install_script_ops(torch) -> None:
@@ -216,3 +227,32 @@ def install_script_moves(torch) -> None:
     for owner in (torch.jit.RecursiveScriptModule, torch.jit.ScriptFunction):
         _wrap(owner, "save", saving)
         _wrap(owner, "save_to_buffer", saving)
+
+
+def refusal(text: str) -> RuntimeError:
+    """The RuntimeError of a refusal of the simulated GPU (gpu/devcheck.py), its text remembered for a scripted
+    call's error (install_script_errors)."""
+    _REFUSED.text = text
+    return RuntimeError(text)
+
+
+def install_script_errors(torch) -> None:
+    """Every call of a scripted function or method (torch._C.ScriptFunction, ScriptMethod): an error of the
+    interpreter that ends with an empty ``RuntimeError: `` after a refusal in the call gets the refusal's text
+    there (raised as the same type, the interpreter's lines kept); idempotent."""
+    from simcluster.launcher.instrument.gpu.tensors import _wrap
+
+    def call(fn):
+        def wrapper(*args, **kwargs):
+            _REFUSED.text = None
+            try:
+                return fn(*args, **kwargs)
+            except RuntimeError as e:
+                text, said = getattr(_REFUSED, "text", None), str(e)
+                if text is None or not said.endswith(EMPTY):
+                    raise
+                raise type(e)(f"{said[:-1]}{text}\n").with_traceback(e.__traceback__) from None
+        return wrapper
+
+    for owner in (torch._C.ScriptFunction, torch._C.ScriptMethod):
+        _wrap(owner, "__call__", call)
