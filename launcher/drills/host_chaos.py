@@ -21,6 +21,7 @@ import glob
 import os
 import time
 
+from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.docker.hosts import HOSTS_FILE, cut, host_containers, kill_host
 from simcluster.launcher.drills.chaos_checks import check_step
 from simcluster.launcher.job.files import ROOT, host_abspath
@@ -85,6 +86,7 @@ def chaos_host(kind: str, host: str, at_step: int, run_dir: str | None = None, w
         raise ConfigError(f"at_step: --at-step {at_step!r} is not a step (steps count from 1); e.g. --at-step 3")
     if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not (0 < wait_s < float("inf")):
         raise ConfigError(f"wait_s: --wait-s {wait_s!r} must be a finite number of seconds > 0; e.g. --wait-s 600")
+    Handle.check_given(run_dir, None, None)
     folder = _run_dir(run_dir, starting)
     check_step(at_step, folder if os.path.isdir(folder) else None, f"--{kind} {host}")
     if (early := rehearsal(engines, folder)) is not None:

@@ -19,7 +19,8 @@ exits 2 with them, before any file is written). The rules:
   TAG ``[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}``; DIGEST ``ALGO:HEX`` (sha256: 64 hex digits); at most
   255 characters before the tag. Stricter than Docker in one corner: an uppercase first
   component (``Me/trainer``) is refused as an uppercase repository, not read as a registry host.
-- run folder: not an existing file, and no file where one of its parent folders should be.
+- run folder: not an existing file, no file where one of its parent folders should be, and no symbolic
+  link that loops or leads nowhere in its place or a parent's (mkdir -p fails on it).
 """
 from __future__ import annotations
 
@@ -177,12 +178,16 @@ def image_problem(image: str) -> str | None:
 
 
 def run_dir_problem(path: str) -> str | None:
-    """Why the run folder path cannot be a folder (it is a file, or a parent of it is), else None."""
+    """Why the run folder path cannot be a folder (it is a file, or a parent of it is, or it or a parent is a
+    symbolic link to nothing), else None."""
     full = os.path.abspath(path)
     if os.path.exists(full) and not os.path.isdir(full):
         return f"{full} exists and is not a folder"
-    parent = os.path.dirname(full)
+    parent = full
     while parent and not os.path.exists(parent) and parent != os.path.dirname(parent):
+        if os.path.islink(parent):  # mkdir -p and os.makedirs fail on it ('File exists', ELOOP)
+            return (f"{parent} is a symbolic link that loops or leads nowhere ({os.readlink(parent)!r})"
+                    f"{'' if parent == full else f', on the way to {full}'}")
         parent = os.path.dirname(parent)
     if os.path.exists(parent) and not os.path.isdir(parent):
         return f"{parent}, a parent of {full}, is a file"
@@ -194,6 +199,8 @@ def out_problem(path: str) -> str | None:
     full = os.path.abspath(path)
     if os.path.isdir(full):
         return f"{full} is a folder; name the file to write"
+    if os.path.islink(full) and not os.path.exists(full):  # written, it would replace the link
+        return f"{full} is a symbolic link that loops or leads nowhere ({os.readlink(full)!r}); name a file"
     if why := run_dir_problem(os.path.dirname(full)):
         return why
     parent = os.path.dirname(full)
