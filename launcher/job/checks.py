@@ -88,7 +88,7 @@ def memory_bytes(text: str) -> int | None:
     return int(m.group("bytes")) if m.group("bytes") else int(float(m.group("n")) * _UNIT[m.group("unit")])
 
 
-_SIZE = re.compile(r"(?P<n>[-+]?\d+(?:\.\d+)?(?:e\d+)?)\s*(?P<unit>|b|[kmgt]|[kmgt]b|[kmgt]ib)")
+_SIZE = re.compile(r"(?P<n>[-+]?\d+(?:\.\d+)?(?:e\d+)?)\s*(?P<unit>|b|[kmgt]|[kmgt]b|[kmgt]ib)", re.ASCII)
 _SIZE_UNIT = {"": 1, "b": 1, **{u: 2**(10 * i) for i, u in enumerate("kmgt", 1)},
               **{u + "ib": 2**(10 * i) for i, u in enumerate("kmgt", 1)}, **{u + "b": 10**(3 * i) for i, u in enumerate("kmgt", 1)}}
 
