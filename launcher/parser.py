@@ -124,10 +124,17 @@ def _job_args(p: argparse.ArgumentParser, own) -> None:
         add_section(p, section)
 
 
+def _tail(text: str) -> str:
+    """--tail's value as Compose and the Docker API take it: ``all`` or a whole number of lines."""
+    if text != "all" and not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'all' or a number of lines (0 or more); e.g. --tail 100")
+    return text
+
+
 def _logs_args(lg: argparse.ArgumentParser) -> None:
     _target_args(lg)
     lg.add_argument("--follow", action="store_true", help="keep following")
-    lg.add_argument("--tail", default="all", help="lines per container (default all)")
+    lg.add_argument("--tail", default="all", type=_tail, help="lines per container (default all)")
     lg.add_argument("services", nargs="*", help="services, e.g. node-0 rendezvous (default all)")
 
 

@@ -10,6 +10,7 @@ No Docker and no cluster: every check runs before anything is written or started
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -65,7 +66,7 @@ def test_a_metric_regex_of_other_groups_or_that_backtracks_is_refused(regex, mat
 
     t0 = time.monotonic()
     with pytest.raises(ConfigError, match=match):
-        check_options("loss", regex, 1e-5)
+        check_options(None, regex, 1e-5)
     assert time.monotonic() - t0 < 30
 
 
@@ -195,6 +196,36 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
     ([*F, "--mesh", "2x2x2"], ["full_size: --mesh are the built-in trainer's flags, not read for your --script/--module"]),
     (["up", "--mesh", "1x1x1", "--target", "jobset", "--metric-regex", r"loss (\S+)"], [
         "metric_regex: 'loss (\\\\S+)' reads a loss your code only prints, and the built-in trainer writes its own"]),
+    # issue 54 item 2, round 3: a negative value reaches its check (argparse said 'expected one argument')
+    ([*G, "--gpu-memory", "-1GiB"], ["--gpu-memory: '-1GiB' is -1073741824 bytes; a device holds more than 0, e.g. "
+                                     "--gpu-memory 24GiB"]),
+    ([*G, "--memory-per-node", "-1g"], ["memory_per_node: '-1g' is not a size", "e.g. --memory-per-node 3g"]),
+    ([*G, "--gpu-memory", "\uff12\uff14GiB"], ["--gpu-memory: '\uff12\uff14GiB' is not a size", "e.g. --gpu-memory 24GiB"]),
+    ([*G, "--user", "2147483648:0"], ["user: '2147483648:0' is beyond the ids a container runs as (0 to 2147483647 "
+                                      "each", "e.g. --user 1000:1000"]),
+    ([*G, "--user", "\u0661\u0660\u0660\u0660:1000"], ["is not UID:GID; e.g. --user 1000:1000"]),
+    (["plan", "--search", "--world-size", "99999999999", "--model", "tiny"], [
+        "world_size: --world-size 99999999999 is beyond what the search walks (1 to 1048576 ranks); e.g. --world-size 8"]),
+    ([*F[:4], "--nodes", "99999999999", "--nproc-per-node", "99999999999"], [
+        "nodes/nproc_per_node: --nodes 99999999999 x --nproc-per-node 99999999999 is 9999999999800000000001 ranks, "
+        "beyond torch's (a rank is a C int: 1 to 2147483647 ranks)"]),
+    (["logs", "--tail", "-5"], ["argument --tail: '-5' is not 'all' or a number of lines (0 or more); e.g. --tail 100"]),
+    (["chaos", "--kill", "node-0", "--wait-s", "1e300"], ["wait_s: --wait-s 1e+300 must be a number of seconds above 0 "
+                                                          "and at most 1e+06; e.g. --wait-s 600"]),
+    (["chaos", "--kill-host", "host-1", "--wait-s", "1e300"], ["wait_s: --wait-s 1e+300 must be a number of seconds"]),
+    (["chaos", "--kill", "node-0", "--at-step", "99999999999"], [
+        "at_step: --at-step 99999999999 is not a step a run reaches (steps count from 1, the first finished step, to "
+        "10000000); e.g. --at-step 5"]),
+    (["chaos", "--freeze", "99999999999"], ["freeze: --freeze 99999999999 is a rank no simulated cluster has (ranks 0 "
+                                            "to 4095: 64 nodes of 64); e.g. --freeze 1"]),
+    (["status", "--file", ""], ["--file: '' names nothing; leave --file out to act on the newest run under runs/, or "
+                                "name one, e.g. --file docker-compose.yml"]),
+    (["chaos", "--kill", "node-0", "--project", " "], ["--project: ' ' names nothing"]),
+    (["chaos", "--kill-host", "host-1", "--run-dir", ""], ["--run-dir: '' names nothing"]),
+    (["down", "--run-dir", "runs", "--file", "docker-compose.yml"], [
+        "--run-dir runs and --file docker-compose.yml: give one (--run-dir: a run folder of `launcher up`, --file: a "
+        "compose file you started)"]),
+    (["diagnose", ""], ["diagnose: '' names no folder; give the folder of one job's dumps"]),
 ])
 def test_the_new_options_refuse_at_the_edge(capsys, monkeypatch, argv, named):
     monkeypatch.chdir(ROOT)
@@ -206,9 +237,29 @@ def test_the_new_options_refuse_at_the_edge(capsys, monkeypatch, argv, named):
     ({"nccl_trace_rank_0": b'{"version": "2.4"}'}, "it is JSON, and diagnose reads the pickled dumps"),
     ({"nccl_trace_rank_0": b""}, "nccl_trace_rank_0: it is empty"),
     ({"nccl_trace_rank_0": b"x", "nccl_trace_rank_00": b"x"}, "nccl_trace_rank_0 and nccl_trace_rank_00 both name rank 0"),
-    (None, "a file, not folder"),
+    (None, "a file, not a folder"),
 ])
 def test_diagnose_names_what_the_folder_holds(capsys, tmp_path, files, named):
     for name, data in (files or {}).items():
         (tmp_path / name).write_bytes(data)
     refused(capsys, ["diagnose", str(tmp_path) if files is not None else str(ROOT / "README.md")], named)
+
+
+def test_a_link_that_loops_is_refused_at_once_and_left_as_it_is(capsys, tmp_path, monkeypatch):
+    """A run folder, --out or a folder to read that is a symbolic link to itself: named as such (before: a
+    traceback from os.makedirs, --out's link replaced by the file, chaos waiting for it an hour)."""
+    monkeypatch.chdir(ROOT)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    said = f"{loop} is a symbolic link that loops or leads nowhere ('{loop}')"
+    refused(capsys, [*G, "--run-dir", str(loop)], "run_dir: " + said)
+    refused(capsys, [*G, "--run-dir", str(loop / "deeper")], said + f", on the way to {loop / 'deeper'}")
+    refused(capsys, ["generate", "--mesh", "1x1x1", "--out", str(loop)], "out: " + said + "; name a file")
+    refused(capsys, ["compare", "--script", SCRIPT, "--mesh", "1x1x1", "--against", "1x1x1", "--run-dir", str(loop)],
+            said + f", on the way to {loop / 'a-mesh-1x1x1'}")
+    for argv in (["status", "--run-dir", str(loop)], ["chaos", "--kill", "node-0", "--run-dir", str(loop)]):
+        refused(capsys, argv, f"--run-dir {loop}: a symbolic link that loops or leads nowhere ('{loop}'); pass the run "
+                              f"folder of `launcher up` itself")
+    refused(capsys, ["diagnose", str(loop)], f"diagnose {loop}: a symbolic link that loops or leads nowhere")
+    refused(capsys, ["report", "--run-dir", str(loop)], "is not a folder (a symbolic link that loops or leads nowhere)")
+    assert os.readlink(loop) == str(loop) and os.listdir(tmp_path) == ["loop"]  # nothing written, the link unchanged
