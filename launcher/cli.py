@@ -47,6 +47,7 @@ EXIT_USAGE = 2
 def cmd_generate(args: argparse.Namespace) -> int:
     """`generate`: the engine's document (engines/registry.py ENGINES[--target]), written or printed."""
     from simcluster.launcher.engines.deps_image import with_image
+    from simcluster.launcher.engines.document import GENERATED
     from simcluster.launcher.engines.registry import engine_named
 
     req = request_from_cli(vars(args))
@@ -54,7 +55,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     launch, command = resolve(req, user=IMAGE_USER)
     engine.check(launch)
     out = req.out or os.path.join(ROOT, engine.out_path(launch.job_name))
-    if not req.stdout and (why := out_problem(out)):
+    if not req.stdout and (why := out_problem(out, GENERATED)):
         raise ConfigError(f"out: {why}; e.g. --out {engine.out_path(launch.job_name)}")
     if launch.engine.push:  # the registry answers before any image is built, tagged or pushed
         from simcluster.launcher.engines.push import check_registry

@@ -194,11 +194,22 @@ def run_dir_problem(path: str) -> str | None:
     return None
 
 
-def out_problem(path: str) -> str | None:
-    """Why generate cannot write its file at path (a folder is there, or a parent is a file), else None."""
+def out_problem(path: str, mine: str = "") -> str | None:
+    """Why generate cannot write its file at path (a folder is there, or a parent is a file, or a file that does not
+    holds something but not ``mine``, the header line of generate's documents, in its first 4 KiB: a file of yours),
+    else None."""
     full = os.path.abspath(path)
     if os.path.isdir(full):
         return f"{full} is a folder; name the file to write"
+    if mine and os.path.isfile(full):
+        try:
+            with open(full, "rb") as fh:
+                head = fh.read(4096)
+        except OSError as e:
+            return f"{full} cannot be read ({e.strerror}) to see whether generate wrote it"
+        if head and mine.encode() not in head:  # an empty file holds nothing to lose
+            return (f"{full} exists and generate did not write it (no {mine.strip()!r}... line in its head), so it is "
+                    f"left as it is; name a new file, or remove that one first")
     if os.path.islink(full) and not os.path.exists(full):  # written, it would replace the link
         return f"{full} is a symbolic link that loops or leads nowhere ({os.readlink(full)!r}); name a file"
     if why := run_dir_problem(os.path.dirname(full)):
