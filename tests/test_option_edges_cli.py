@@ -226,6 +226,11 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
         "--run-dir runs and --file docker-compose.yml: give one (--run-dir: a run folder of `launcher up`, --file: a "
         "compose file you started)"]),
     (["diagnose", ""], ["diagnose: '' names no folder; give the folder of one job's dumps"]),
+    ([*G, "--mount", "/tmp:/data/../app"], ["mount: '/tmp:/data/../app': DST '/data/../app' is not a plain path, and "
+                                            "Docker mounts it at '/app'; write a target of yours, e.g. --mount "
+                                            "/tmp:/data/tmp:ro (/app is the launcher's)"]),
+    ([*G, "--mount", "/tmp:/data//x/"], ["Docker mounts it at '/data/x'; write that, e.g. --mount /tmp:/data/x:ro"]),
+    ([*G, "--target", "swarm", "--inter-host-bandwidth", "100mbit"], ["there are none (no --hosts)"]),
 ])
 def test_the_new_options_refuse_at_the_edge(capsys, monkeypatch, argv, named):
     monkeypatch.chdir(ROOT)
