@@ -231,6 +231,9 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
                                             "/tmp:/data/tmp:ro (/app is the launcher's)"]),
     ([*G, "--mount", "/tmp:/data//x/"], ["Docker mounts it at '/data/x'; write that, e.g. --mount /tmp:/data/x:ro"]),
     ([*G, "--target", "swarm", "--inter-host-bandwidth", "100mbit"], ["there are none (no --hosts)"]),
+    (["generate", "--mesh", "2x1x1", "--profile-step", "99999999999999999999", "--stdout"], [
+        "profile_step: must be an int from -9223372036854775807 to 9223372036854775807 (64 bits), got "
+        "99999999999999999999"]),
 ])
 def test_the_new_options_refuse_at_the_edge(capsys, monkeypatch, argv, named):
     monkeypatch.chdir(ROOT)
