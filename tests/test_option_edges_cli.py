@@ -291,3 +291,17 @@ def test_generate_rewrites_its_own_document_and_never_a_file_it_did_not_write(ca
         assert main(["generate", "--mesh", "1x1x1", "--model", "tiny", "--target", target, "--out", str(doc)]) == 0
         assert doc.read_text() != first and "--model tiny" in doc.read_text()
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--image", "other/img:1"], "--build: builds the trainer image simcluster/trainer:latest, and --image other/img:1 "
+                                 "runs another, which is yours to build; drop --build"),
+    (["--target", "swarm"], "--build: the stack runs the trainer image as it is (built only when missing); rebuild it "
+                            "first with python -m launcher build --force"),
+])
+def test_up_build_where_nothing_would_be_built_is_refused(capsys, tmp_path, monkeypatch, flags, named):
+    """up --build with another image, or on the swarm (which never rebuilds), built nothing, unsaid."""
+    monkeypatch.chdir(ROOT)
+    refused(capsys, ["up", "--script", SCRIPT, "--nodes", "1", "--nproc-per-node", "1", "--build", *flags,
+                     "--run-dir", str(tmp_path / "run")], named)
+    assert not (tmp_path / "run").exists()
