@@ -34,7 +34,7 @@ from simcluster.launcher.job.checks import out_problem
 from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.job.files import ROOT, container_user, repo_path, write_atomic
 from simcluster.launcher.container.layout import IMAGE_USER
-from simcluster.launcher.parser import build_parser as _build_parser, fix_negative_values, given_twice, value_flags
+from simcluster.launcher.parser import build_parser as _build_parser, fix_negative_values, given_twice
 from simcluster.launcher.parser_hints import unknown_hint
 from simcluster.launcher.job.options import resolve, split_job_argv
 from simcluster.launcher.job.request import cli_values, request_from_cli
@@ -220,7 +220,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    """`logs`: the run's engine prints its logs."""
+    """`logs`: the run's engine prints its logs (--tail as Compose and the Docker API take it: all or a count)."""
+    if args.tail != "all" and not (args.tail.isascii() and args.tail.isdigit()):
+        raise ConfigError(f"--tail: {args.tail!r} is not 'all' or a number of lines (0 or more); e.g. --tail 100")
     handle, engine = _run_of(args)
     return engine.logs(handle, args.services, follow=args.follow, tail=args.tail)
 
@@ -257,8 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     own, job_argv = split_job_argv(sys.argv[1:] if argv is None else argv)
     command = next((a for a in own if not a.startswith("-")), None)  # the top level takes no option but --help
     parser = build_parser(command if command in COMMANDS else None)
-    flags = value_flags(parser.commands[command]) if command in COMMANDS else ()
-    args, unknown = parser.parse_known_args(fix_negative_values(own, flags))
+    args, unknown = parser.parse_known_args(fix_negative_values(own, parser.commands[command]) if command in COMMANDS
+                                            else own)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
     if twice := given_twice(sub, own):
         sub.error(twice)  # the command's own usage line, exit 2

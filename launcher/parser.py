@@ -124,17 +124,10 @@ def _job_args(p: argparse.ArgumentParser, own) -> None:
         add_section(p, section)
 
 
-def _tail(text: str) -> str:
-    """--tail's value as Compose and the Docker API take it: ``all`` or a whole number of lines."""
-    if text != "all" and not (text.isascii() and text.isdigit()):
-        raise argparse.ArgumentTypeError(f"{text!r} is not 'all' or a number of lines (0 or more); e.g. --tail 100")
-    return text
-
-
 def _logs_args(lg: argparse.ArgumentParser) -> None:
     _target_args(lg)
     lg.add_argument("--follow", action="store_true", help="keep following")
-    lg.add_argument("--tail", default="all", type=_tail, help="lines per container (default all)")
+    lg.add_argument("--tail", default="all", help="lines per container (default all)")
     lg.add_argument("services", nargs="*", help="services, e.g. node-0 rendezvous (default all)")
 
 
@@ -266,15 +259,11 @@ COMMANDS = {
 _NEGATIVE = re.compile(r"-(\d|\.\d|inf|nan)", re.IGNORECASE)  # a value, not a flag: -1, -1GiB, -.5, -inf, -nan
 
 
-def value_flags(parser: argparse.ArgumentParser) -> tuple[str, ...]:
-    """Every option string of ``parser`` (a command's) that takes one value (``--nodes N``, ``--env KEY=VALUE``)."""
-    return tuple(s for a in parser._actions if a.option_strings and a.nargs is None for s in a.option_strings)
-
-
-def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -> list[str]:
-    """``--gpu-memory -1GiB`` -> ``--gpu-memory=-1GiB`` for each of flags (cli.py: every flag of the command
-    that takes a value, value_flags) so argparse passes a negative value on to its check, which names it;
-    argparse alone reads ``-1GiB`` or ``-inf`` as a flag and says only 'expected one argument'."""
+def fix_negative_values(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``--gpu-memory -1GiB`` -> ``--gpu-memory=-1GiB`` for every flag of ``parser`` (a command's) that takes a
+    value, so argparse passes a negative value on to its check, which names it (alone, argparse reads ``-1GiB``
+    or ``-inf`` as a flag and says only 'expected one argument')."""
+    flags = {s for a in parser._actions if a.option_strings and a.nargs is None for s in a.option_strings}
     out: list[str] = []
     i = 0
     while i < len(argv):

@@ -209,7 +209,7 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
     ([*F[:4], "--nodes", "99999999999", "--nproc-per-node", "99999999999"], [
         "nodes/nproc_per_node: --nodes 99999999999 x --nproc-per-node 99999999999 is 9999999999800000000001 ranks, "
         "beyond torch's (a rank is a C int: 1 to 2147483647 ranks)"]),
-    (["logs", "--tail", "-5"], ["argument --tail: '-5' is not 'all' or a number of lines (0 or more); e.g. --tail 100"]),
+    (["logs", "--tail", "-5"], ["--tail: '-5' is not 'all' or a number of lines (0 or more); e.g. --tail 100"]),
     (["chaos", "--kill", "node-0", "--wait-s", "1e300"], ["wait_s: --wait-s 1e+300 must be a number of seconds above 0 "
                                                           "and at most 1e+06; e.g. --wait-s 600"]),
     (["chaos", "--kill-host", "host-1", "--wait-s", "1e300"], ["wait_s: --wait-s 1e+300 must be a number of seconds"]),
