@@ -305,3 +305,11 @@ def test_up_build_where_nothing_would_be_built_is_refused(capsys, tmp_path, monk
     refused(capsys, ["up", "--script", SCRIPT, "--nodes", "1", "--nproc-per-node", "1", "--build", *flags,
                      "--run-dir", str(tmp_path / "run")], named)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_config_field_given_twice_is_refused(capsys, tmp_path):
+    """PyYAML kept the last of `mesh: 2x1x1` then `mesh: 1x1x1`, unsaid (as argparse with a flag given twice)."""
+    config = tmp_path / "run.yaml"
+    config.write_text("mesh: 2x1x1\nsteps: 3\nmesh: 1x1x1\n")
+    refused(capsys, ["generate", "--config", str(config), "--stdout"], "field 'mesh' is given twice (YAML would keep the "
+            "last one, unsaid); give it once", f'in "{config}", line 3, column 1')
