@@ -313,3 +313,17 @@ def test_a_config_field_given_twice_is_refused(capsys, tmp_path):
     config.write_text("mesh: 2x1x1\nsteps: 3\nmesh: 1x1x1\n")
     refused(capsys, ["generate", "--config", str(config), "--stdout"], "field 'mesh' is given twice (YAML would keep the "
             "last one, unsaid); give it once", f'in "{config}", line 3, column 1')
+
+
+def test_report_metric_regex_that_would_go_unused_is_refused(capsys, tmp_path):
+    """report --metric-regex on a run whose steps hold a loss, or that matches no printed line, drew the report
+    as if it were not given."""
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    (tmp_path / "cluster.log").write_text("node-0 r0     | step 1 loss 2.0\n")
+    refused(capsys, ["report", "--run-dir", str(tmp_path), "--metric-regex", r"loss (\S+)"],
+            rf"report: --metric-regex 'loss (\S+)' reads a loss the ranks only printed, and the steps of {tmp_path} "
+            "(metrics.jsonl) hold one, which the report shows; drop --metric-regex")
+    (tmp_path / "metrics.jsonl").unlink()
+    refused(capsys, ["report", "--run-dir", str(tmp_path), "--metric-regex", r"lsos (\S+)"],
+            rf"report: --metric-regex 'lsos (\S+)' matches no line the ranks printed ({tmp_path}/cluster.log)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cluster.log"]  # no report/ written
