@@ -286,8 +286,8 @@ def sweep_request(request: JobRequest, *, metric: str | None = CompareOptions.me
 
 def sweep(script: str | None = None, module: str | None = None, code: str | None = None, mesh: str | None = None,
           nodes: int | None = None, nproc_per_node: int | None = None, args=(), run_dir: str | None = None, *,
-          metric: str | None = CompareOptions.metric, metric_regex: str | None = None, rtol: float = CompareOptions.rtol,
-          quiet: bool = False, runner=None, **options) -> Sweep:
+          metric: str | None = CompareOptions.metric, metric_regex: str | None = None,
+          rtol: float = CompareOptions.rtol, quiet: bool = False, runner=None, **options) -> Sweep:
     """Run one job on its own node layout, on one node and on one rank per node, and compare
     ``metric`` step by step (``simcluster.sweep``; `launcher sweep` is a layer over it).
 

@@ -70,8 +70,9 @@ def parse_mount(text: str) -> tuple[str, str, str]:
                           f"e.g. --mount ./corpus:/data/corpus:ro")
     clean = "/" + posixpath.normpath(parts[1]).lstrip("/")
     if clean != parts[1]:  # Docker cleans DST: /data/../app would land on the launcher's /app, unchecked
-        fix = f"a target of yours, e.g. --mount {parts[0]}:/data/{os.path.basename(parts[0].rstrip('/')) or 'x'}:{mode} " \
-              f"({clean} is the launcher's)" if _reserved(clean) else f"that, e.g. --mount {parts[0]}:{clean}:{mode}"
+        mine = f"/data/{os.path.basename(parts[0].rstrip('/')) or 'x'}"
+        fix = f"a target of yours, e.g. --mount {parts[0]}:{mine}:{mode} ({clean} is the launcher's)" \
+            if _reserved(clean) else f"that, e.g. --mount {parts[0]}:{clean}:{mode}"
         raise ConfigError(f"mount: {text!r}: DST {parts[1]!r} is not a plain path, and Docker mounts it at {clean!r}; "
                           f"write {fix}")
     return parts[0], parts[1], mode

@@ -95,8 +95,8 @@ def check_engine_options(eng: EngineOptions) -> list[str]:
                                                                          eng.inter_host_bandwidth)):
         errors.append(f"inter_host_bandwidth: {why}")
     if eng.inter_host_bandwidth is not None and (eng.hosts or 0) < 2:
-        errors.append(f"inter_host_bandwidth: shapes the links between rehearsal hosts, and "
-                      f"{'there are none (no --hosts)' if eng.hosts is None else f'one host has none (--hosts {eng.hosts})'}; add "
+        none = "there are none (no --hosts)" if eng.hosts is None else f"one host has none (--hosts {eng.hosts})"
+        errors.append(f"inter_host_bandwidth: shapes the links between rehearsal hosts, and {none}; add "
                       f"--target swarm --hosts 2, or use --inter-node-bandwidth on one engine")
     return errors
 

@@ -40,7 +40,7 @@ class Candidate:
     fits: bool
 
 
-MAX_WORLD = 2**20  # --search's --world-size at most: meshes() walks every pp and dp (0.4 s at 10^6 ranks; 10^11 ran for ever)
+MAX_WORLD = 2**20  # --search's --world-size at most: meshes() walks every pp and dp (BENCHMARKS.md: 0.25 s at 10^6)
 
 
 def meshes(world_size: int) -> list[str]:
