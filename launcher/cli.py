@@ -47,6 +47,7 @@ EXIT_USAGE = 2
 def cmd_generate(args: argparse.Namespace) -> int:
     """`generate`: the engine's document (engines/registry.py ENGINES[--target]), written or printed."""
     from simcluster.launcher.engines.deps_image import with_image
+    from simcluster.launcher.engines.document import GENERATED
     from simcluster.launcher.engines.registry import engine_named
 
     req = request_from_cli(vars(args))
@@ -54,7 +55,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     launch, command = resolve(req, user=IMAGE_USER)
     engine.check(launch)
     out = req.out or os.path.join(ROOT, engine.out_path(launch.job_name))
-    if not req.stdout and (why := out_problem(out)):
+    if not req.stdout and (why := out_problem(out, GENERATED)):
         raise ConfigError(f"out: {why}; e.g. --out {engine.out_path(launch.job_name)}")
     if launch.engine.push:  # the registry answers before any image is built, tagged or pushed
         from simcluster.launcher.engines.push import check_registry
@@ -219,7 +220,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    """`logs`: the run's engine prints its logs."""
+    """`logs`: the run's engine prints its logs (--tail as Compose and the Docker API take it: all or a count)."""
+    if args.tail != "all" and not (args.tail.isascii() and args.tail.isdigit()):
+        raise ConfigError(f"--tail: {args.tail!r} is not 'all' or a number of lines (0 or more); e.g. --tail 100")
     handle, engine = _run_of(args)
     return engine.logs(handle, args.services, follow=args.follow, tail=args.tail)
 
@@ -256,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     own, job_argv = split_job_argv(sys.argv[1:] if argv is None else argv)
     command = next((a for a in own if not a.startswith("-")), None)  # the top level takes no option but --help
     parser = build_parser(command if command in COMMANDS else None)
-    args, unknown = parser.parse_known_args(fix_negative_values(own, ("--mesh", "--against", "--rtol")))
+    args, unknown = parser.parse_known_args(fix_negative_values(own, parser.commands[command]) if command in COMMANDS
+                                            else own)
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[args.command]
     if twice := given_twice(sub, own):
         sub.error(twice)  # the command's own usage line, exit 2

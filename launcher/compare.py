@@ -27,6 +27,7 @@ from simcluster.launcher.job.launch import Launch
 from simcluster.launcher.job.sections import (COMPARE_RUN, COMPARE_TRAINER, CompareOptions, JobOptions, NodeOptions,
                                               UpOptions)
 from simcluster.launcher.compare_read import check_options, failure_text, read_series, result_text  # noqa: F401
+from simcluster.launcher.job.fields import check_value
 from simcluster.launcher.job.request import make_request, unknown
 from simcluster.core.series import Comparison, compare_series
 from simcluster.core.errors import ConfigError
@@ -144,8 +145,7 @@ def sides(*, against: str | None = None, against_nodes: int | None = None, again
     user = job.get("user") or container_user()
     layouts = [("A", _layout("A", mesh, nodes, nproc_per_node)),
                ("B", _layout("B", against, against_nodes, against_nproc_per_node))]
-    if run_dir is not None and not isinstance(run_dir, str):
-        raise ConfigError(f"run_dir: a folder (text), got {run_dir!r}; e.g. run_dir='runs/ddp-compare'")
+    run_dir = check_value("run_dir", run_dir)  # text, never empty: '' would be this folder, its a-/b- emptied
     name = os.path.splitext(os.path.basename(script))[0] if isinstance(script, str) else module
     base = os.path.abspath(run_dir) if run_dir is not None else os.path.join(ROOT, "runs", f"{name}-compare")
     a, b = (_side(side, job, layout, base, user) for side, layout in layouts)
@@ -249,7 +249,7 @@ def compare(*, runner=None, **options) -> Comparison:
     quiet = options.pop("quiet", UpOptions.quiet)
     if not isinstance(quiet, bool):
         raise ConfigError(f"quiet: pass True or False, got {quiet!r}; e.g. quiet=True")
-    check_options(metric, metric_regex, rtol)
+    metric = check_options(metric, metric_regex, rtol)
     both = sides(against=cmp.against, against_nodes=cmp.against_nodes,
                  against_nproc_per_node=cmp.against_nproc_per_node, **options)
     check_folders(both)

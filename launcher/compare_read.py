@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from simcluster.launcher.job.files import repo_path
 from simcluster.core.errors import ConfigError
-from simcluster.core.rundir import METRICS, step_rows
+from simcluster.core.rundir import METRICS, NOT_SERIES, NUMBERS, step_rows
 from simcluster.core.runlog import printed_series, rank_lines, summary_lines
 from simcluster.core.series import Comparison, Series, series_from_rows
 from simcluster.core.series_read import metric_pattern, series_from_lines
@@ -20,13 +20,17 @@ from simcluster.core.series_read import metric_pattern, series_from_lines
 MAX_RTOL = 1.0  # |A - B| / |B| above 1 lets A = 0 or -B pass
 
 
-def check_options(metric: str, metric_regex: str | None, rtol: float) -> None:
-    """--metric, --metric-regex and --rtol, before anything starts.
+DEFAULT_METRIC = "loss"  # --metric unset and no --metric-regex: the key compared (the name the table gives it)
+
+
+def check_options(metric: str | None, metric_regex: str | None, rtol: float) -> str:
+    """--metric, --metric-regex and --rtol, before anything starts; the metric's name (DEFAULT_METRIC when
+    --metric is unset). --metric reads metrics.jsonl's rows and --metric-regex printed lines: one of them.
 
     Raises:
-        ConfigError: naming the flag and a fix.
+        ConfigError: naming the flag, the value and a fix.
     """
-    if isinstance(metric, bool) or not isinstance(metric, str):
+    if metric is not None and (isinstance(metric, bool) or not isinstance(metric, str)):
         raise ConfigError(f"--metric: a key of your metrics.jsonl rows (text), got {metric!r}; e.g. metric='loss'")
     if metric_regex is not None and not isinstance(metric_regex, str):
         raise ConfigError(f"--metric-regex: a regular expression (text), got {metric_regex!r}; e.g. "
@@ -35,13 +39,35 @@ def check_options(metric: str, metric_regex: str | None, rtol: float) -> None:
         raise ConfigError(f"--rtol: must be a finite number in [0, {MAX_RTOL:g}] (the largest relative difference "
                           f"allowed; beyond 1 a value of another sign passes: nothing is compared), got {rtol}; e.g. "
                           f"--rtol 1e-5 (0: bit-identical)")
-    if not metric or not metric.strip():
-        raise ConfigError("--metric: empty; name a key of your metrics.jsonl rows, e.g. --metric loss")
+    if metric is not None and (not metric or not metric.strip()):
+        raise ConfigError(f"--metric: empty ({metric!r}); name a key of your metrics.jsonl rows, e.g. --metric loss")
+    if metric is not None and metric_regex is not None:
+        raise ConfigError(f"--metric {metric}: no effect with --metric-regex '{metric_regex}' (--metric reads a key of "
+                          f"metrics.jsonl's rows, --metric-regex the lines the ranks print); give one, e.g. --metric "
+                          f"{metric} or --metric-regex '{metric_regex}'")
+    if metric in NOT_SERIES:
+        raise ConfigError(f"--metric {metric}: not a number a step logs ({', '.join(NOT_SERIES)} are the step axis and "
+                          f"per-rank objects); name a number of your metrics.jsonl rows, e.g. --metric loss")
     if metric_regex is not None:
         try:
             metric_pattern(metric_regex)
         except ValueError as e:
             raise ConfigError(f"--metric-regex: {e}") from None
+    return metric or DEFAULT_METRIC
+
+
+def check_trainer_metric(metric: str, config) -> None:
+    """A --metric the built-in trainer logs (rundir.NUMBERS; val_loss only where it validates), before its
+    first run; config: its resolved Config.
+
+    Raises:
+        ConfigError: naming the value and the keys it logs.
+    """
+    keys = [k for k in NUMBERS if k != "val_loss" or config.val_every]
+    if metric not in keys:
+        raise ConfigError(f"--metric {metric}: the built-in trainer logs no such number in its metrics.jsonl "
+                          f"(val_loss only with --val-every above 0); name one of {', '.join(keys)}, e.g. --metric "
+                          f"{keys[0]}")
 
 
 def failure_text(side) -> str:

@@ -15,6 +15,7 @@ import sys
 
 from simcluster.core.errors import ConfigError
 
+MAX_WORLD = 2**31 - 1  # a full-size world's ranks: torch's process groups hold rank and size as C ints
 EXAMPLE = ("python -m launcher plan --full-size --script examples/fullsize/tiny.py --nodes 1 --nproc-per-node 2 "
            "--gpu h100-96g -- --steps 2")
 FLAG_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a program's own flag, without its dashes
@@ -61,6 +62,9 @@ def check(args: argparse.Namespace) -> tuple[int, int]:
     nodes, per = (1 if n is None else n for n in (args.nodes, args.nproc_per_node))
     if nodes < 1 or per < 1:
         raise ConfigError(f"nodes/nproc_per_node: must be >= 1, got --nodes {nodes} --nproc-per-node {per}; e.g. {EXAMPLE}")
+    if nodes * per > MAX_WORLD:
+        raise ConfigError(f"nodes/nproc_per_node: --nodes {nodes} x --nproc-per-node {per} is {nodes * per} ranks, "
+                          f"beyond torch's (a rank is a C int: 1 to {MAX_WORLD} ranks); e.g. {EXAMPLE}")
     if args.code and not os.path.isdir(args.code):
         raise ConfigError(f"code: {args.code!r} is not a folder; give your code's folder, e.g. --code examples")
     if args.python:

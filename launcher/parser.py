@@ -256,12 +256,18 @@ COMMANDS = {
 }
 
 
-def fix_negative_values(argv: list[str], flags: tuple[str, ...] = ("--mesh",)) -> list[str]:
-    """``--mesh -1x2x2`` -> ``--mesh=-1x2x2`` so argparse passes it on (to fail in parse_mesh)."""
+_NEGATIVE = re.compile(r"-(\d|\.\d|inf|nan)", re.IGNORECASE)  # a value, not a flag: -1, -1GiB, -.5, -inf, -nan
+
+
+def fix_negative_values(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``--gpu-memory -1GiB`` -> ``--gpu-memory=-1GiB`` for every flag of ``parser`` (a command's) that takes a
+    value, so argparse passes a negative value on to its check, which names it (alone, argparse reads ``-1GiB``
+    or ``-inf`` as a flag and says only 'expected one argument')."""
+    flags = {s for a in parser._actions if a.option_strings and a.nargs is None for s in a.option_strings}
     out: list[str] = []
     i = 0
     while i < len(argv):
-        if argv[i] in flags and i + 1 < len(argv) and re.match(r"-\d", argv[i + 1]):
+        if argv[i] in flags and i + 1 < len(argv) and _NEGATIVE.match(argv[i + 1]):
             out.append(f"{argv[i]}={argv[i + 1]}")
             i += 2
         else:

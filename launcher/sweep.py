@@ -27,7 +27,7 @@ import os
 from dataclasses import dataclass
 
 from simcluster.launcher.compare import ComposeRun, Side, check_folders, empty_folders
-from simcluster.launcher.compare_read import check_options, failure_text, read_series
+from simcluster.launcher.compare_read import check_options, check_trainer_metric, failure_text, read_series
 from simcluster.launcher.job.files import ROOT, repo_path
 from simcluster.launcher.job.request import JobRequest, make_request
 from simcluster.launcher.job.sections import MAX_NODES, MAX_RANKS, CompareOptions
@@ -243,7 +243,7 @@ def _series(side: Side, metric: str, metric_regex: str | None) -> tuple[Series, 
         return [], str(e)
 
 
-def sweep_request(request: JobRequest, *, metric: str = CompareOptions.metric, metric_regex: str | None = None,
+def sweep_request(request: JobRequest, *, metric: str | None = CompareOptions.metric, metric_regex: str | None = None,
                   rtol: float = CompareOptions.rtol, quiet: bool = False, runner=None) -> Sweep:
     """The sweep of one checked JobRequest (its run_dir: the base folder); see the module docstring.
 
@@ -255,8 +255,10 @@ def sweep_request(request: JobRequest, *, metric: str = CompareOptions.metric, m
     """
     if not isinstance(quiet, bool):
         raise ConfigError(f"quiet: pass True or False, got {quiet!r}; e.g. quiet=True")
-    check_options(metric, metric_regex, rtol)
+    metric = check_options(metric, metric_regex, rtol)
     sides = plan(request)
+    if sides[0].launch.train is not None and metric_regex is None:  # the built-in trainer: its keys are known
+        check_trainer_metric(metric, sides[0].launch.train.config)
     check_folders(sides)
     runner = runner or ComposeRun(quiet)
     runner.check(sides)
@@ -284,8 +286,8 @@ def sweep_request(request: JobRequest, *, metric: str = CompareOptions.metric, m
 
 def sweep(script: str | None = None, module: str | None = None, code: str | None = None, mesh: str | None = None,
           nodes: int | None = None, nproc_per_node: int | None = None, args=(), run_dir: str | None = None, *,
-          metric: str = CompareOptions.metric, metric_regex: str | None = None, rtol: float = CompareOptions.rtol,
-          quiet: bool = False, runner=None, **options) -> Sweep:
+          metric: str | None = CompareOptions.metric, metric_regex: str | None = None,
+          rtol: float = CompareOptions.rtol, quiet: bool = False, runner=None, **options) -> Sweep:
     """Run one job on its own node layout, on one node and on one rank per node, and compare
     ``metric`` step by step (``simcluster.sweep``; `launcher sweep` is a layer over it).
 

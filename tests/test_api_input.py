@@ -71,7 +71,10 @@ def test_keywords_become_the_typed_request_of_up():
 @pytest.mark.parametrize("chaos, message", [
     (simcluster.Kill("node-7", at_step=3), "chaos: Kill('node-7', at_step=3): no node 'node-7' in this launch; "
                                            "its nodes are node-0, node-1"),
-    (simcluster.Pause("node-1", at_step=0), "chaos: Pause('node-1', at_step=0): at_step must be an int >= 1"),
+    (simcluster.Pause("node-1", at_step=0), "chaos: Pause('node-1', at_step=0): at_step must be an int from 1 to "
+                                            "10000000"),
+    (simcluster.Kill("node-1", at_step=10**12), "chaos: Kill('node-1', at_step=1000000000000): at_step must be an int "
+                                                "from 1 to 10000000 (a bool is no step), got 1000000000000"),
     (simcluster.Freeze(rank=2, at_step=1), r"chaos: Freeze\(rank=2, at_step=1\): rank 2 is not a rank of this "
                                            r"launch \(0..1\)"),
     ("kill node-1", "chaos: expected a fault or a list of them"),

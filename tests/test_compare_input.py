@@ -7,6 +7,7 @@ runs, a metric one run lacks) with a stand-in for the cluster runs.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,11 @@ BAD = [
     (["--mesh", "2x2x2", "--against", "2x2x1", "--metric-regex", r"(\d+) (\d+)"], "--metric-regex: "),
     (["--mesh", "2x2x2", "--against", "2x2x1", "--metric", " "], "--metric: empty"),
     (["--mesh", "2x2x2", "--against", "2x2x1", "--cpus-per-node", "0"], "cpus_per_node: must be >= 0.01"),
+    (["--mesh", "2x2x2", "--against", "2x2x1", "--metric", "loss", "--metric-regex", r"loss (\S+)"],
+     r"--metric loss: no effect with --metric-regex 'loss (\S+)' (--metric reads a key of metrics.jsonl's rows, "
+     r"--metric-regex the lines the ranks print); give one, e.g. --metric loss or --metric-regex 'loss (\S+)'"),
+    (["--mesh", "2x2x2", "--against", "2x2x1", "--metric", "step"], "--metric step: not a number a step logs (step, "
+     "traffic, device_peak_mb are the step axis and per-rank objects); name a number of your metrics.jsonl rows"),
 ]
 
 
@@ -51,6 +57,16 @@ def test_bad_input_exits_2_before_anything_starts(tmp_path, args, message):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr and proc.stdout == "", proc.stderr
     assert not base.exists()
+
+
+def test_an_empty_run_dir_is_refused_not_this_folder(tmp_path):
+    """compare --run-dir '' was the current folder: its a-/b- folders emptied and run into."""
+    proc = subprocess.run([sys.executable, "-m", "launcher", "compare", "--script", SCRIPT, "--mesh", "2x2x2",
+                           "--against", "2x2x1", "--run-dir", ""], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert "run_dir: must be text, not empty or blank (to take the default, leave --run-dir out), got ''" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_missing_script_and_the_built_in_trainer_exit_2(tmp_path):

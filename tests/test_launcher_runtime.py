@@ -386,3 +386,8 @@ def test_flight_recorder_entries_shrink_past_64_ranks_and_a_users_setting_wins(m
     assert (env_of(2, 4), env_of(8, 8), env_of(8, 16), env_of(16, 32)) == ("2000", "2000", "1000", "250")
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "4000")
     assert env_of(16, 32) == "4000"
+    monkeypatch.delenv("TORCH_FR_BUFFER_SIZE")
+    monkeypatch.setenv("TORCH_NCCL_TRACE_BUFFER_SIZE", "3000")  # the older name: torch reads TORCH_FR_BUFFER_SIZE first
+    args = node_parser().parse_args(["--nnodes", "2", "--node-rank", "0", "--nproc-per-node", "1",
+                                     "--lost-after-s", "60"])
+    assert "TORCH_FR_BUFFER_SIZE" not in ranks_env(args, "node-0")  # so none is set beside it: the user's 3000 counts

@@ -71,6 +71,10 @@ def test_env_keys_our_options_set_are_refused_with_the_option():
                                           r"stall watch .* --stall-s 0"):
         user_job(env=["TORCH_FR_BUFFER_SIZE=0"])
     assert user_job(env=["TORCH_FR_BUFFER_SIZE=0"], stall_s=0).stall_s == 0
+    with pytest.raises(ConfigError, match=r"env: TORCH_NCCL_TRACE_BUFFER_SIZE='0' turns torch's Flight Recorder off"):
+        user_job(env=["TORCH_NCCL_TRACE_BUFFER_SIZE=0"])  # its older name, read where TORCH_FR_BUFFER_SIZE is unset
+    both = user_job(env=["TORCH_NCCL_TRACE_BUFFER_SIZE=0", "TORCH_FR_BUFFER_SIZE=100"])  # torch reads the first
+    assert both.env == ("TORCH_NCCL_TRACE_BUFFER_SIZE=0", "TORCH_FR_BUFFER_SIZE=100")
 
 
 def test_env_beyond_the_kernels_limits_is_refused_with_the_limit():

@@ -65,7 +65,7 @@ def test_a_metric_regex_of_other_groups_or_that_backtracks_is_refused(regex, mat
 
     t0 = time.monotonic()
     with pytest.raises(ConfigError, match=match):
-        check_options("loss", regex, 1e-5)
+        check_options(None, regex, 1e-5)
     assert time.monotonic() - t0 < 30
 
 
@@ -195,6 +195,46 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
     ([*F, "--mesh", "2x2x2"], ["full_size: --mesh are the built-in trainer's flags, not read for your --script/--module"]),
     (["up", "--mesh", "1x1x1", "--target", "jobset", "--metric-regex", r"loss (\S+)"], [
         "metric_regex: 'loss (\\\\S+)' reads a loss your code only prints, and the built-in trainer writes its own"]),
+    # issue 54 item 2, round 3: a negative value reaches its check (argparse said 'expected one argument')
+    ([*G, "--gpu-memory", "-1GiB"], ["--gpu-memory: '-1GiB' is -1073741824 bytes; a device holds more than 0, e.g. "
+                                     "--gpu-memory 24GiB"]),
+    ([*G, "--memory-per-node", "-1g"], ["memory_per_node: '-1g' is not a size", "e.g. --memory-per-node 3g"]),
+    ([*G, "--gpu-memory", "\uff12\uff14GiB"], ["--gpu-memory: '\uff12\uff14GiB' is not a size",
+                                              "e.g. --gpu-memory 24GiB"]),
+    ([*G, "--user", "2147483648:0"], ["user: '2147483648:0' is beyond the ids a container runs as (0 to 2147483647 "
+                                      "each", "e.g. --user 1000:1000"]),
+    ([*G, "--user", "\u0661\u0660\u0660\u0660:1000"], ["is not UID:GID; e.g. --user 1000:1000"]),
+    (["plan", "--search", "--world-size", "99999999999", "--model", "tiny"], [
+        "world_size: --world-size 99999999999 is beyond what the search walks (1 to 1048576 ranks); e.g. "
+        "--world-size 8"]),
+    ([*F[:4], "--nodes", "99999999999", "--nproc-per-node", "99999999999"], [
+        "nodes/nproc_per_node: --nodes 99999999999 x --nproc-per-node 99999999999 is 9999999999800000000001 ranks, "
+        "beyond torch's (a rank is a C int: 1 to 2147483647 ranks)"]),
+    (["logs", "--tail", "-5"], ["--tail: '-5' is not 'all' or a number of lines (0 or more); e.g. --tail 100"]),
+    (["chaos", "--kill", "node-0", "--wait-s", "1e300"], ["wait_s: --wait-s 1e+300 must be a number of seconds above 0 "
+                                                          "and at most 1e+06; e.g. --wait-s 600"]),
+    (["chaos", "--kill-host", "host-1", "--wait-s", "1e300"], ["wait_s: --wait-s 1e+300 must be a number of seconds"]),
+    (["chaos", "--kill", "node-0", "--at-step", "99999999999"], [
+        "at_step: --at-step 99999999999 is not a step a run reaches (steps count from 1, the first finished step, to "
+        "10000000); e.g. --at-step 5"]),
+    (["chaos", "--freeze", "99999999999"], ["freeze: --freeze 99999999999 is a rank no simulated cluster has (ranks 0 "
+                                            "to 4095: 64 nodes of 64); e.g. --freeze 1"]),
+    (["status", "--file", ""], ["--file: '' names nothing; leave --file out to act on the newest run under runs/, or "
+                                "name one, e.g. --file docker-compose.yml"]),
+    (["chaos", "--kill", "node-0", "--project", " "], ["--project: ' ' names nothing"]),
+    (["chaos", "--kill-host", "host-1", "--run-dir", ""], ["--run-dir: '' names nothing"]),
+    (["down", "--run-dir", "runs", "--file", "docker-compose.yml"], [
+        "--run-dir runs and --file docker-compose.yml: give one (--run-dir: a run folder of `launcher up`, --file: a "
+        "compose file you started)"]),
+    (["diagnose", ""], ["diagnose: '' names no folder; give the folder of one job's dumps"]),
+    ([*G, "--mount", "/tmp:/data/../app"], ["mount: '/tmp:/data/../app': DST '/data/../app' is not a plain path, and "
+                                            "Docker mounts it at '/app'; write a target of yours, e.g. --mount "
+                                            "/tmp:/data/tmp:ro (/app is the launcher's)"]),
+    ([*G, "--mount", "/tmp:/data//x/"], ["Docker mounts it at '/data/x'; write that, e.g. --mount /tmp:/data/x:ro"]),
+    ([*G, "--target", "swarm", "--inter-host-bandwidth", "100mbit"], ["there are none (no --hosts)"]),
+    (["generate", "--mesh", "2x1x1", "--profile-step", "99999999999999999999", "--stdout"], [
+        "profile_step: must be an int from -9223372036854775807 to 9223372036854775807 (64 bits), got "
+        "99999999999999999999"]),
 ])
 def test_the_new_options_refuse_at_the_edge(capsys, monkeypatch, argv, named):
     monkeypatch.chdir(ROOT)
@@ -206,9 +246,10 @@ def test_the_new_options_refuse_at_the_edge(capsys, monkeypatch, argv, named):
     ({"nccl_trace_rank_0": b'{"version": "2.4"}'}, "it is JSON, and diagnose reads the pickled dumps"),
     ({"nccl_trace_rank_0": b""}, "nccl_trace_rank_0: it is empty"),
     ({"nccl_trace_rank_0": b"x", "nccl_trace_rank_00": b"x"}, "nccl_trace_rank_0 and nccl_trace_rank_00 both name rank 0"),
-    (None, "a file, not folder"),
+    (None, "a file, not a folder"),
 ])
 def test_diagnose_names_what_the_folder_holds(capsys, tmp_path, files, named):
     for name, data in (files or {}).items():
         (tmp_path / name).write_bytes(data)
     refused(capsys, ["diagnose", str(tmp_path) if files is not None else str(ROOT / "README.md")], named)
+

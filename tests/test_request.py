@@ -151,6 +151,7 @@ def test_importing_the_request_loads_no_engine_and_no_docker_sdk():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == [  # nothing of train/ (the torch side): the trainer's facts are the floor's
         "simcluster", "simcluster.core", "simcluster.core.config", "simcluster.core.errors",
+        "simcluster.core.flightrec",  # the Flight Recorder's variable names: --env's checks
         "simcluster.core.hardware", "simcluster.core.layout", "simcluster.core.units",  # hardware: --gpu's names
         "simcluster.launcher", "simcluster.launcher.container", "simcluster.launcher.container.layout",
         "simcluster.launcher.job", "simcluster.launcher.job.checks", "simcluster.launcher.job.deps", "simcluster.launcher.job.env",

@@ -125,6 +125,21 @@ def test_bad_input_exits_2_before_anything_starts(tmp_path, capsys, args, messag
         sweep(script=SCRIPT, nodes=2, nproc_per_node=1, target="swarm", runner=Fake())
 
 
+@pytest.mark.parametrize("args,message", [
+    (["--metric", "lsos"], "--metric lsos: the built-in trainer logs no such number in its metrics.jsonl (val_loss only "
+                           "with --val-every above 0); name one of loss, val_loss, lr, grad_norm, tokens_per_s, "
+                           "step_time_s, e.g. --metric loss"),
+    (["--metric", "val_loss", "--val-every", "0"], "name one of loss, lr, grad_norm, tokens_per_s, step_time_s"),
+    (["--metric", "grad_norm", "--metric-regex", r"loss (\S+)"], "--metric grad_norm: no effect with --metric-regex"),
+])
+def test_a_metric_the_built_in_trainer_never_logs_exits_2_before_the_first_run(tmp_path, capsys, args, message):
+    """Before: refused after the own layout's whole run (the others not run)."""
+    base = tmp_path / "runs"
+    assert cli.main(["sweep", "--mesh", "2x1x1", "--model", "tiny", "--steps", "2", "--run-dir", str(base), *args]) == 2
+    out, err = capsys.readouterr()
+    assert message in err and out == "" and not base.exists(), err
+
+
 def test_cli_exit_codes(tmp_path, monkeypatch, capsys):
     outputs = {"own": GOOD, "one node": GOOD[:2]}
 

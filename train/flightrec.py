@@ -105,14 +105,23 @@ def dump_files(folder: str) -> dict[int, str]:
     """The dumps of a folder (or of its flight-recorder/ folder): global rank -> path.
 
     Raises:
-        ConfigError: no such folder, no file named PREFIX<rank>, or two prefixes (two jobs' dumps).
+        ConfigError: an empty name, no such folder (a file, a dead or looping link), one that cannot be read, no
+            file named PREFIX<rank>, or two prefixes (two jobs' dumps).
     """
+    if not folder.strip():
+        raise ConfigError(f"diagnose: {folder!r} names no folder; {FIX}")
     if os.path.isdir(os.path.join(folder, DUMP_DIR)):
         folder = os.path.join(folder, DUMP_DIR)
     if not os.path.isdir(folder):
-        raise ConfigError(f"diagnose {folder}: {'a file, not' if os.path.exists(folder) else 'no such'} folder; {FIX}")
+        what = "a file, not a folder" if os.path.exists(folder) else "a symbolic link that loops or leads nowhere " \
+            f"({os.readlink(folder)!r})" if os.path.islink(folder) else "no such folder"
+        raise ConfigError(f"diagnose {folder}: {what}; {FIX}")
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as e:
+        raise ConfigError(f"diagnose {folder}: cannot be read ({e.strerror}); {FIX}") from None
     prefixes: dict[str, dict[int, str]] = {}
-    for name in sorted(os.listdir(folder)):
+    for name in names:
         m = _RANK.match(name)
         if m and os.path.isfile(os.path.join(folder, name)):
             ranks = prefixes.setdefault(m.group(1), {})

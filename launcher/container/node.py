@@ -64,7 +64,7 @@ from simcluster.launcher.instrument.rank import boot
 from simcluster.launcher.instrument.spec import BOOT_DIR, ENABLE
 from simcluster.launcher.container.layout import JOIN_TIMEOUT_S
 from simcluster.core.layout import TRAINER_MODULE, rank_range
-from simcluster.core.flightrec import rehearsal_entries
+from simcluster.core.flightrec import SIZE_KEYS, rehearsal_entries
 
 EXIT_CONFIG = 2
 
@@ -167,7 +167,8 @@ def ranks_env(args: argparse.Namespace, name: str) -> dict:
     # gloo's pairs made on first use, not a full mesh at each group's creation (a world of N ranks: N-1
     # connections a rank, through the rendezvous' store); a user's own setting wins
     env.setdefault("TORCH_GLOO_LAZY_INIT", "1")
-    env.setdefault("TORCH_FR_BUFFER_SIZE", str(rehearsal_entries(args.nnodes * args.nproc_per_node)))  # torch's 2000 to 64
+    if not any(k in env for k in SIZE_KEYS):  # a user's own, by either name, wins (ours would hide the older)
+        env[SIZE_KEYS[0]] = str(rehearsal_entries(args.nnodes * args.nproc_per_node))  # torch's 2000 to 64 ranks
     cache_env(env, args.run_dir, name)  # torch.compile's code where it can be loaded (/tmp is noexec)
     if args.script or args.module != TRAINER_MODULE:
         instrument_env(env)

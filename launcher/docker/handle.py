@@ -51,14 +51,37 @@ class Handle:
         name = sanitize_project("sc-swarm-" + os.path.basename(run_dir))
         return cls(os.path.join(run_dir, "stack.yml"), name, run_dir, stack=True)
 
+    @staticmethod
+    def check_given(run_dir: str | None, file: str | None, project: str | None) -> None:
+        """--run-dir, --file and --project as typed, before any is looked up (None: not given): none empty
+        (an empty one never stands for the newest run), not --run-dir with --file, and no --run-dir that is
+        a symbolic link to nothing (it loops, or its target is gone: it never becomes a run folder).
+
+        Raises:
+            ConfigError: naming the flag, the value and the fix.
+        """
+        for flag, value, example in (("--run-dir", run_dir, "runs/mesh-2x2x2"), ("--file", file, "docker-compose.yml"),
+                                     ("--project", project, "simcluster")):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise ConfigError(f"{flag}: {value!r} names nothing; leave {flag} out to act on the newest run under "
+                                  f"runs/, or name one, e.g. {flag} {example}")
+        if run_dir is not None and file is not None:
+            raise ConfigError(f"--run-dir {run_dir} and --file {file}: give one (--run-dir: a run folder of `launcher "
+                              f"up`, --file: a compose file you started); e.g. --run-dir {run_dir}")
+        if run_dir is not None and os.path.islink(host_abspath(run_dir)) and not os.path.exists(host_abspath(run_dir)):
+            raise ConfigError(f"--run-dir {run_dir}: a symbolic link that loops or leads nowhere "
+                              f"({os.readlink(host_abspath(run_dir))!r}); pass the run folder of `launcher up` itself, "
+                              f"e.g. --run-dir runs/mesh-2x2x2")
+
     @classmethod
     def find(cls, run_dir: str | None, file: str | None, project: str | None) -> "Handle":
         """From --run-dir, or --file (+ --project), or else the newest run under ROOT/runs.
         With --file the run folder is read from the containers' labels, once they exist.
 
         Raises:
-            ConfigError: nothing to act on (no such file, no runs yet).
+            ConfigError: nothing to act on (no such file, no runs yet), or what check_given refuses.
         """
+        cls.check_given(run_dir, file, project)
         if file:
             if not os.path.isfile(file):
                 raise ConfigError(f"--file {file}: no such compose file"

@@ -182,6 +182,7 @@ def chaos(kind: str, node: str, at_step: int, run_dir: str | None = None, file: 
         ConfigError: no compose.yml in the run folder after that start window (or no --file).
     """
     check_args(kind, node, at_step, wait_s, run_dir)
+    Handle.check_given(run_dir, file, project)  # before it waits: an empty flag or a dead link never appears
     say = say or _print
     t0 = time.monotonic()
     appear_by = t0 + min(wait_s, START_WAIT_S)

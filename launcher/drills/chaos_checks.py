@@ -12,6 +12,7 @@ import os
 from simcluster.launcher.docker.client import LauncherError
 from simcluster.launcher.docker.compose_cli import compose
 from simcluster.launcher.docker.handle import sanitize_project
+from simcluster.launcher.job.sections import MAX_NODES, MAX_RANKS, MAX_STEPS, TIMER_LIMIT_S
 from simcluster.core.errors import ConfigError
 from simcluster.core.runlog import read_job
 
@@ -23,23 +24,37 @@ def check_args(kind: str, node: str, at_step: int, wait_s: float, run_dir: str |
     """The fault's own inputs, before anything waits.
 
     Raises:
-        ConfigError: an unknown kind, a step below 1, a --wait-s not a finite number > 0, a rank
-            below 0 (freeze), an empty node name, a --run-dir that is a file.
+        ConfigError: an unknown kind, a step or a --wait-s out of range (check_wait), a rank that is no
+            number or beyond any simulated cluster (freeze), an empty node name, a --run-dir that is a file.
     """
     if kind not in FAULTS:
         raise ConfigError(f"chaos: unknown fault {kind!r}; choose one of {', '.join(FAULTS)}")
-    if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 1:
-        raise ConfigError(f"at_step: --at-step {at_step!r} is not a step (steps count from 1, the first "
-                          f"finished step); e.g. --at-step 5")
-    if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not (0 < wait_s < float("inf")):
-        raise ConfigError(f"wait_s: --wait-s {wait_s!r} must be a finite number of seconds > 0; e.g. --wait-s 600")
-    if kind == "freeze" and not (str(node).isdigit()):
+    check_wait(at_step, wait_s)
+    if kind == "freeze" and not (str(node).isascii() and str(node).isdigit()):
         raise ConfigError(f"freeze: --freeze {node} is not a global rank (an integer >= 0); e.g. --freeze 1")
+    if kind == "freeze" and int(node) >= MAX_NODES * MAX_RANKS:
+        raise ConfigError(f"freeze: --freeze {node} is a rank no simulated cluster has (ranks 0 to "
+                          f"{MAX_NODES * MAX_RANKS - 1}: {MAX_NODES} nodes of {MAX_RANKS}); e.g. --freeze 1")
     if kind != "freeze" and not str(node).strip():
         raise ConfigError(f"{kind}: --{kind} {node!r} names no node; e.g. --{kind} node-1")
     if run_dir is not None and os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise ConfigError(f"--run-dir {run_dir}: a file, not a folder; pass the run folder of `launcher up`, "
                           f"e.g. --run-dir runs/mesh-2x2x2")
+
+
+def check_wait(at_step: int, wait_s: float) -> None:
+    """--at-step and --wait-s of any fault (a node's or a host's), before anything waits: a step a run can
+    reach (1 to MAX_STEPS) and a wait a timer holds (above 0, at most TIMER_LIMIT_S).
+
+    Raises:
+        ConfigError: naming the flag, the value and the range.
+    """
+    if isinstance(at_step, bool) or not isinstance(at_step, int) or not 1 <= at_step <= MAX_STEPS:
+        raise ConfigError(f"at_step: --at-step {at_step!r} is not a step a run reaches (steps count from 1, the first "
+                          f"finished step, to {MAX_STEPS}); e.g. --at-step 5")
+    if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not (0 < wait_s <= TIMER_LIMIT_S):
+        raise ConfigError(f"wait_s: --wait-s {wait_s!r} must be a number of seconds above 0 and at most "
+                          f"{TIMER_LIMIT_S:g}; e.g. --wait-s 600")
 
 
 def check_step(at_step: int, run_dir: str | None, flag: str) -> None:

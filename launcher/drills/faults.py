@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import ClassVar
 
+from simcluster.launcher.job.sections import MAX_STEPS
 from simcluster.core.errors import ConfigError
 
 
@@ -143,9 +144,9 @@ def check(faults: tuple, names: tuple[str, ...], world_size: int, hosts: tuple[s
     """The problems of the faults for a launch of these nodes, ranks and rehearsal hosts, each naming the fault."""
     errors = []
     for f in faults:
-        if isinstance(f.at_step, bool) or not isinstance(f.at_step, int) or f.at_step < 1:
-            errors.append(f"chaos: {f}: at_step must be an int >= 1 (a bool is no step), got {f.at_step!r}; e.g. "
-                          f"{type(f).__name__}(..., at_step=3)")
+        if isinstance(f.at_step, bool) or not isinstance(f.at_step, int) or not 1 <= f.at_step <= MAX_STEPS:
+            errors.append(f"chaos: {f}: at_step must be an int from 1 to {MAX_STEPS} (a bool is no step), got "
+                          f"{f.at_step!r}; e.g. {type(f).__name__}(..., at_step=3)")
         elif why := (f.problem(names, world_size, hosts) if isinstance(f, HostFault) else f.problem(names, world_size)):
             errors.append(f"chaos: {f}: {why}")
     return errors

@@ -21,8 +21,9 @@ import glob
 import os
 import time
 
+from simcluster.launcher.docker.handle import Handle
 from simcluster.launcher.docker.hosts import HOSTS_FILE, cut, host_containers, kill_host
-from simcluster.launcher.drills.chaos_checks import check_step
+from simcluster.launcher.drills.chaos_checks import check_step, check_wait
 from simcluster.launcher.job.files import ROOT, host_abspath
 from simcluster.core.errors import ConfigError
 from simcluster.core.rundir import last_step
@@ -75,16 +76,14 @@ def chaos_host(kind: str, host: str, at_step: int, run_dir: str | None = None, w
 
     Raises:
         ConfigError: an unknown kind or host, a step below 1 or after the run's last (its job.json), a
-            --wait-s not a finite number > 0, a run folder that is a file, missing, a Compose run's or
+            --wait-s out of range (chaos_checks.check_wait), a run folder that is a file, missing, a Compose run's or
             none with hosts, a hosts record that is not one.
     """
     say = say or (lambda text, error=False: print(text, flush=True))
     if kind not in HOST_FAULTS:
         raise ConfigError(f"chaos: unknown host fault {kind!r}; choose one of {', '.join(HOST_FAULTS)}")
-    if isinstance(at_step, bool) or not isinstance(at_step, int) or at_step < 1:
-        raise ConfigError(f"at_step: --at-step {at_step!r} is not a step (steps count from 1); e.g. --at-step 3")
-    if isinstance(wait_s, bool) or not isinstance(wait_s, (int, float)) or not (0 < wait_s < float("inf")):
-        raise ConfigError(f"wait_s: --wait-s {wait_s!r} must be a finite number of seconds > 0; e.g. --wait-s 600")
+    check_wait(at_step, wait_s)
+    Handle.check_given(run_dir, None, None)
     folder = _run_dir(run_dir, starting)
     check_step(at_step, folder if os.path.isdir(folder) else None, f"--{kind} {host}")
     if (early := rehearsal(engines, folder)) is not None:

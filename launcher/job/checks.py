@@ -19,7 +19,8 @@ exits 2 with them, before any file is written). The rules:
   TAG ``[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}``; DIGEST ``ALGO:HEX`` (sha256: 64 hex digits); at most
   255 characters before the tag. Stricter than Docker in one corner: an uppercase first
   component (``Me/trainer``) is refused as an uppercase repository, not read as a registry host.
-- run folder: not an existing file, and no file where one of its parent folders should be.
+- run folder: not an existing file, no file where one of its parent folders should be, and no symbolic
+  link that loops or leads nowhere in its place or a parent's (mkdir -p fails on it).
 """
 from __future__ import annotations
 
@@ -87,7 +88,7 @@ def memory_bytes(text: str) -> int | None:
     return int(m.group("bytes")) if m.group("bytes") else int(float(m.group("n")) * _UNIT[m.group("unit")])
 
 
-_SIZE = re.compile(r"(?P<n>[-+]?\d+(?:\.\d+)?(?:e\d+)?)\s*(?P<unit>|b|[kmgt]|[kmgt]b|[kmgt]ib)")
+_SIZE = re.compile(r"(?P<n>[-+]?\d+(?:\.\d+)?(?:e\d+)?)\s*(?P<unit>|b|[kmgt]|[kmgt]b|[kmgt]ib)", re.ASCII)
 _SIZE_UNIT = {"": 1, "b": 1, **{u: 2**(10 * i) for i, u in enumerate("kmgt", 1)},
               **{u + "ib": 2**(10 * i) for i, u in enumerate("kmgt", 1)}, **{u + "b": 10**(3 * i) for i, u in enumerate("kmgt", 1)}}
 
@@ -177,23 +178,40 @@ def image_problem(image: str) -> str | None:
 
 
 def run_dir_problem(path: str) -> str | None:
-    """Why the run folder path cannot be a folder (it is a file, or a parent of it is), else None."""
+    """Why the run folder path cannot be a folder (it is a file, or a parent of it is, or it or a parent is a
+    symbolic link to nothing), else None."""
     full = os.path.abspath(path)
     if os.path.exists(full) and not os.path.isdir(full):
         return f"{full} exists and is not a folder"
-    parent = os.path.dirname(full)
+    parent = full
     while parent and not os.path.exists(parent) and parent != os.path.dirname(parent):
+        if os.path.islink(parent):  # mkdir -p and os.makedirs fail on it ('File exists', ELOOP)
+            return (f"{parent} is a symbolic link that loops or leads nowhere ({os.readlink(parent)!r})"
+                    f"{'' if parent == full else f', on the way to {full}'}")
         parent = os.path.dirname(parent)
     if os.path.exists(parent) and not os.path.isdir(parent):
         return f"{parent}, a parent of {full}, is a file"
     return None
 
 
-def out_problem(path: str) -> str | None:
-    """Why generate cannot write its file at path (a folder is there, or a parent is a file), else None."""
+def out_problem(path: str, mine: str = "") -> str | None:
+    """Why generate cannot write its file at path (a folder is there, or a parent is a file, or a file that does not
+    holds something but not ``mine``, the header line of generate's documents, in its first 4 KiB: a file of yours),
+    else None."""
     full = os.path.abspath(path)
     if os.path.isdir(full):
         return f"{full} is a folder; name the file to write"
+    if mine and os.path.isfile(full):
+        try:
+            with open(full, "rb") as fh:
+                head = fh.read(4096)
+        except OSError as e:
+            return f"{full} cannot be read ({e.strerror}) to see whether generate wrote it"
+        if head and mine.encode() not in head:  # an empty file holds nothing to lose
+            return (f"{full} exists and generate did not write it (no {mine.strip()!r}... line in its head), so it is "
+                    f"left as it is; name a new file, or remove that one first")
+    if os.path.islink(full) and not os.path.exists(full):  # written, it would replace the link
+        return f"{full} is a symbolic link that loops or leads nowhere ({os.readlink(full)!r}); name a file"
     if why := run_dir_problem(os.path.dirname(full)):
         return why
     parent = os.path.dirname(full)

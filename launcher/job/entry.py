@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import posixpath
 import re
 from dataclasses import fields
 
@@ -50,17 +51,30 @@ def train_flags(cfg: Config, mesh: MeshSpec, run: str, data: str | None) -> tupl
     return tuple(x for name in sorted(values) for x in ("--" + name.replace("_", "-"), values[name]))
 
 
+def _reserved(dst: str) -> bool:
+    """A mount target the launcher owns (RESERVED) or one inside it."""
+    return any(dst == r or dst.startswith(r + "/") for r in RESERVED)
+
+
 def parse_mount(text: str) -> tuple[str, str, str]:
     """``SRC:DST[:ro|rw]`` -> (SRC, DST, mode); mode defaults to ro.
 
     Raises:
-        ConfigError: not of that form, or DST not an absolute path.
+        ConfigError: not of that form, or DST not an absolute path as Docker cleans it (no '..', '.', '//', or a
+            trailing '/').
     """
     parts = text.split(":")
     mode = parts.pop() if len(parts) == 3 else "ro"
     if len(parts) != 2 or not all(parts) or mode not in ("ro", "rw") or not parts[1].startswith("/"):
         raise ConfigError(f"mount: {text!r} is not SRC:DST[:ro|rw] with an absolute DST; "
                           f"e.g. --mount ./corpus:/data/corpus:ro")
+    clean = "/" + posixpath.normpath(parts[1]).lstrip("/")
+    if clean != parts[1]:  # Docker cleans DST: /data/../app would land on the launcher's /app, unchecked
+        mine = f"/data/{os.path.basename(parts[0].rstrip('/')) or 'x'}"
+        fix = f"a target of yours, e.g. --mount {parts[0]}:{mine}:{mode} ({clean} is the launcher's)" \
+            if _reserved(clean) else f"that, e.g. --mount {parts[0]}:{clean}:{mode}"
+        raise ConfigError(f"mount: {text!r}: DST {parts[1]!r} is not a plain path, and Docker mounts it at {clean!r}; "
+                          f"write {fix}")
     return parts[0], parts[1], mode
 
 
@@ -75,10 +89,11 @@ def _mounts(specs: tuple[str, ...], host_path, user: str, errors: list[str]) -> 
             continue
         src = os.path.abspath(src)
         if not os.path.exists(src):
-            errors.append(f"mount: source {src} does not exist; create it or fix --mount {spec}")
+            what = "is a symbolic link that loops or leads nowhere" if os.path.islink(src) else "does not exist"
+            errors.append(f"mount: source {src} {what}; create it or fix --mount {spec}")
         elif why := unreadable(src, user):
             errors.append(f"mount: {why}")
-        elif any(dst == r or dst.startswith(r + "/") for r in RESERVED) or dst in {m.target for m in out}:
+        elif _reserved(dst) or dst in {m.target for m in out}:
             errors.append(f"mount: target {dst} is taken ({', '.join(RESERVED)} are the launcher's, each target "
                           f"once); pick another, e.g. /data/{os.path.basename(src)}")
         else:

@@ -28,6 +28,7 @@ import subprocess
 import sys
 
 from simcluster.core.errors import ConfigError
+from simcluster.core.flightrec import SIZE_KEYS
 
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 OWNED = {
@@ -60,7 +61,7 @@ _BOOL = (r"(?i:0|1|true|false|yes|no|y|n)", "0, 1, true, false, yes, no, y or n 
 _MS = (r"\d{1,9}", "a whole number from 0 to 999999999 (torch reads it with std::stoi: a non-number or one over "
        "2^31-1 aborts every rank of the GPU cluster's job as its first NCCL process group starts)")
 TORCH_READS = {
-    "TORCH_FR_BUFFER_SIZE": _COUNT, "TORCH_NCCL_TRACE_BUFFER_SIZE": _COUNT, "TORCH_GLOO_LAZY_INIT": _BOOL,
+    SIZE_KEYS[0]: _COUNT, SIZE_KEYS[1]: _COUNT, "TORCH_GLOO_LAZY_INIT": _BOOL,
     "TORCH_DISTRIBUTED_DEBUG": (r"(?i:OFF|INFO|DETAIL)", "OFF, INFO or DETAIL (another: 'ValueError: The value of "
                                 "TORCH_DISTRIBUTED_DEBUG must be OFF, INFO, or DETAIL' at import torch.distributed)"),
     # the Flight Recorder's dump on a real cluster (simcluster/core/flightrec.py dump_env; your value wins there)
@@ -148,15 +149,17 @@ def env_conflicts(pairs, check_collectives: int | None, stall_s: float | None) -
 
     Raises:
         ConfigError: TORCH_DISTRIBUTED_DEBUG with --check-collectives (which sets it), or
-            TORCH_FR_BUFFER_SIZE=0 (torch's Flight Recorder off) while the stall watch, which reads it, is on.
+            TORCH_FR_BUFFER_SIZE=0 (torch's Flight Recorder off; its older name where that is unset, as torch
+            reads them: simcluster/core/flightrec.py SIZE_KEYS) while the stall watch, which reads it, is on.
     """
     env = dict(pairs)
     if "TORCH_DISTRIBUTED_DEBUG" in env and check_collectives is not None:
         raise _error(f"env: TORCH_DISTRIBUTED_DEBUG={env['TORCH_DISTRIBUTED_DEBUG']!r} meets --check-collectives "
                      f"{check_collectives}, which sets it (1: DETAIL); give one: --check-collectives 1, or the "
                      f"variable alone")
-    fr = env.get("TORCH_FR_BUFFER_SIZE")
+    key = next((k for k in SIZE_KEYS if k in env), SIZE_KEYS[0])  # the one torch reads
+    fr = env.get(key)
     if fr is not None and fr.strip() in ("0", "") and stall_s != 0:
-        raise _error(f"env: TORCH_FR_BUFFER_SIZE={fr!r} turns torch's Flight Recorder off, and the stall watch "
+        raise _error(f"env: {key}={fr!r} turns torch's Flight Recorder off, and the stall watch "
                      f"(--stall-s, on unless 0) reads each rank's collectives from it; drop the variable, or turn "
                      f"the watch off with --stall-s 0")

@@ -73,8 +73,8 @@ def _number(name: str, spec: Spec, value):
             raise _bad(name, value, need) from None
         if not math.isfinite(value):
             raise _bad(name, value, need)
-    elif abs(value) > MAX_INT:
-        raise _bad(name, value, need)
+    elif abs(value) > MAX_INT:  # beyond a 64-bit int (the trainer's, torch's): the range said when no bound is
+        raise _bad(name, value, need if spec.lo is not None else f"an int from {-MAX_INT} to {MAX_INT} (64 bits)")
     if spec.lo is not None and (value < spec.lo or (spec.strict_lo and value == spec.lo)):
         raise _bad(name, value, need)
     if spec.hi is not None and value > spec.hi:

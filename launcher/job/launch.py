@@ -28,6 +28,9 @@ from simcluster.core.layout import host_names, node_names, placement
 from simcluster.core.layout import format_ranks, node_ranks
 from simcluster.core.config import MeshSpec, TrainRun
 
+MAX_ID = 2**31 - 1  # a uid or gid Docker's runtime takes (runc's libcontainer/user maxId)
+
+
 def check_node_options(node: NodeOptions) -> list[str]:
     """Problems of the node options, each naming the option and a fix (the rules of sizes and
     image references: launcher/job/checks.py)."""
@@ -51,8 +54,11 @@ def check_node_options(node: NodeOptions) -> list[str]:
         errors.append(f"inter_node_latency: {node.inter_node_latency!r} cannot be applied: this machine's kernel "
                       f"has no netem qdisc (tc answers 'Specified qdisc kind is unknown'), the only way to add "
                       f"delay; drop --inter-node-latency (--inter-node-bandwidth RATE works, with tc tbf)")
-    if not re.fullmatch(r"\d+:\d+", node.user):
+    if not re.fullmatch(r"[0-9]+:[0-9]+", node.user):
         errors.append(f"user: {node.user!r} is not UID:GID; e.g. --user 1000:1000")
+    elif max(int(x) for x in node.user.split(":")) > MAX_ID:
+        errors.append(f"user: {node.user!r} is beyond the ids a container runs as (0 to {MAX_ID} each; Docker "
+                      f"answers 'uids and gids must be in range 0-{MAX_ID}'); e.g. --user 1000:1000")
     return errors
 
 
@@ -89,8 +95,8 @@ def check_engine_options(eng: EngineOptions) -> list[str]:
                                                                          eng.inter_host_bandwidth)):
         errors.append(f"inter_host_bandwidth: {why}")
     if eng.inter_host_bandwidth is not None and (eng.hosts or 0) < 2:
-        errors.append(f"inter_host_bandwidth: shapes the links between rehearsal hosts, and "
-                      f"{'there are none' if eng.hosts is None else 'one host has none'} (--hosts {eng.hosts}); add "
+        none = "there are none (no --hosts)" if eng.hosts is None else f"one host has none (--hosts {eng.hosts})"
+        errors.append(f"inter_host_bandwidth: shapes the links between rehearsal hosts, and {none}; add "
                       f"--target swarm --hosts 2, or use --inter-node-bandwidth on one engine")
     return errors
 

@@ -250,7 +250,8 @@ class CompareOptions:
     against_nodes: int | None = option(None, 1, metavar="N", help="layout B: N nodes (with "
                                        "--against-nproc-per-node; 1 and 1: one process)")
     against_nproc_per_node: int | None = option(None, 1, metavar="M", help="layout B: M ranks per node")
-    metric: str = option("loss", "loss", help="key of your metrics.jsonl rows to compare")
+    metric: str | None = option(None, "loss", help="key of your metrics.jsonl rows to compare (default loss; not "
+                                "with --metric-regex)")
     metric_regex: str | None = option(None, r"loss (\S+)", metavar="REGEX", help="read the metric from what the "
                                       "ranks print instead: one group (the value; n-th match = step n) or named "
                                       "groups step and value")

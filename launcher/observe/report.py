@@ -179,6 +179,24 @@ def _draw(plots, rows: list[dict], events: list[dict] | None, config: str, run_d
     return pngs
 
 
+def _check_regex_reads(folder: str, metric_regex: str) -> None:
+    """--metric-regex has something to read: a run whose steps hold no loss, and a printed line it matches.
+
+    Raises:
+        ConfigError: the steps hold a loss (the regex would go unused), or no printed line matches.
+    """
+    if any("loss" in r for r in step_rows(folder)):
+        raise ConfigError(f"report: --metric-regex '{metric_regex}' reads a loss the ranks only printed, and the steps "
+                          f"of {folder} ({METRICS}) hold one, which the report shows; drop --metric-regex")
+    try:
+        printed = runlog.printed_series(folder, metric_regex)[1]
+    except ValueError as e:
+        raise ConfigError(f"report: --metric-regex: {e}") from None
+    if not printed:
+        raise ConfigError(f"report: --metric-regex '{metric_regex}' matches no line the ranks printed "
+                          f"({folder}/cluster.log); fix the regex, e.g. 'loss ([0-9.eE+-]+)'")
+
+
 def cmd_report(run_dir: str | None, root: str, metric_regex: str | None = None) -> int:
     """``launcher report``: write the report and print where; 0, or raises ConfigError (exit 2)."""
     if run_dir is not None and not run_dir.strip():  # never the newest run in its place
@@ -186,6 +204,8 @@ def cmd_report(run_dir: str | None, root: str, metric_regex: str | None = None) 
                           f"report --run-dir runs/mesh-2x2x2, or leave --run-dir out for the newest run")
     folder = newest_run(root) if run_dir is None else run_dir
     runlog.run_folder(folder, "report: --run-dir", "launcher report --run-dir runs/mesh-2x2x2")
+    if metric_regex is not None:  # it reads a loss only printed: never unused unsaid
+        _check_regex_reads(folder, metric_regex)
     path, pngs = make_report(folder, metric_regex)
     for p in pngs:
         print(p)

@@ -45,15 +45,31 @@ def add_config_args(parser: argparse.ArgumentParser, skip: tuple[str, ...] = ())
         )
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """safe_load's loader, refusing a key given twice in one mapping (PyYAML keeps the last one, unsaid)."""
+
+
+def _unique_mapping(loader: _UniqueKeys, node, deep: bool = False) -> dict:
+    keys = [loader.construct_object(key, deep=deep) for key, _ in node.value]
+    for i, (key, _) in enumerate(node.value):
+        if keys[i] in keys[:i]:
+            raise yaml.constructor.ConstructorError(None, None, f"field {keys[i]!r} is given twice (YAML would keep "
+                                                    f"the last one, unsaid); give it once", key.start_mark)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def load_yaml(path: str) -> dict:
     """Read a YAML mapping of Config fields.
 
     Raises:
-        ConfigError: the file is missing, unparsable, or not a mapping.
+        ConfigError: the file is missing, unparsable (a field given twice too), or not a mapping.
     """
     try:
         with open(path, encoding="utf-8") as fh:
-            values = yaml.safe_load(fh) or {}
+            values = yaml.load(fh, Loader=_UniqueKeys) or {}
     except OSError as e:
         raise ConfigError(f"config: cannot read {path!r}: {e.strerror}; pass an existing YAML file") from None
     except yaml.YAMLError as e:

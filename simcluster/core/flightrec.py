@@ -21,6 +21,8 @@ BUFFER_ENTRIES = 2000  # torch's default: the last 2000 calls of each rank
 DUMP_WAIT_MS = 60_000  # the dump's time before the rank is torn down (torch's default 15 s)
 HEARTBEAT_S = 600  # longer than the dump's wait (torch's default 480 s)
 PREFIX_KEYS = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")  # torch reads the first set
+SIZE_KEYS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")  # torch 2.13 reads the first one set (tried with
+# both given: the first counts); the second is its older name, which a real cluster's older torch reads alone
 FIX = ("give the folder of one job's dumps: RUN_DIR/flight-recorder, written with TORCH_NCCL_DUMP_ON_TIMEOUT=1 "
        "and TORCH_NCCL_DEBUG_INFO_TEMP_FILE=RUN_DIR/flight-recorder/nccl_trace_rank_ (generate --target slurm|jobset|"
        "trainjob sets both)")

@@ -26,7 +26,8 @@ TRAFFIC = "traffic"  # traffic/rank-R.jsonl: one summary per step and rank (trai
 
 # metrics.jsonl's typed keys (simcluster/core/metrics.py's schema), checked when read strictly
 _INTS = ("step", "total_steps")
-_NUMBERS = ("loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "step_time_s")
+NUMBERS = ("loss", "val_loss", "lr", "grad_norm", "tokens_per_s", "step_time_s")  # the built-in trainer's numbers
+NOT_SERIES = ("step", "traffic", "device_peak_mb")  # a row's keys that are no series to compare (the axis, objects)
 _EXAMPLE = '{"step": 3, "loss": 2.5, "step_time_s": 0.4}'
 
 
@@ -59,7 +60,7 @@ def row_problem(row) -> str | None:
         v = row.get(key)
         if key in row and not (isinstance(v, int) and not isinstance(v, bool)):
             return f"{key} is {v!r}, not an integer"
-    for key in _NUMBERS:
+    for key in NUMBERS:
         v = row.get(key)
         if key in row and v is not None and not _is_number(v):
             return f"{key} is {v!r}, not a number"

@@ -30,11 +30,13 @@ def run_folder(run_dir: str, field: str, example: str) -> str:
     """RUN_DIR itself once it is a folder.
 
     Raises:
-        ConfigError: missing, or a file rather than a folder: ``field`` names the input (e.g.
-            ``report: --run-dir``), ``example`` a command line that would work.
+        ConfigError: missing (a dead or looping link too), or a file rather than a folder: ``field`` names the
+            input (e.g. ``report: --run-dir``), ``example`` a command line that would work.
     """
     if not os.path.exists(run_dir):
-        raise ConfigError(f"{field} {run_dir!r} is not a folder (nothing there); pass a run folder of `launcher up`, e.g. {example}")
+        what = "a symbolic link that loops or leads nowhere" if os.path.islink(run_dir) else "nothing there"
+        raise ConfigError(f"{field} {run_dir!r} is not a folder ({what}); pass a run folder of `launcher up`, e.g. "
+                          f"{example}")
     if not os.path.isdir(run_dir):
         raise ConfigError(f"{field} {run_dir!r} is not a folder (a file); pass the run folder of `launcher up` "
                           f"(it holds metrics.jsonl, config.yaml, ...), e.g. {example}")

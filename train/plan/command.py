@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
     if args.search:
         if args.world_size is None or args.world_size < 1:
             raise ConfigError("search: needs --world-size N >= 1 (the ranks to spread), e.g. --world-size 8")
+        if args.world_size > searching.MAX_WORLD:
+            raise ConfigError(f"world_size: --world-size {args.world_size} is beyond what the search walks (1 to "
+                              f"{searching.MAX_WORLD} ranks); e.g. --world-size 8")
         if args.mesh is not None:
             raise ConfigError("search: ranks every mesh of --world-size; drop --mesh (or drop --search to plan one)")
         hw = hardware(args.hardware or "local", args.recalibrate)

@@ -40,6 +40,9 @@ class Candidate:
     fits: bool
 
 
+MAX_WORLD = 2**20  # --search's --world-size at most: meshes() walks every pp and dp (BENCHMARKS.md: 0.25 s at 10^6)
+
+
 def meshes(world_size: int) -> list[str]:
     """Every PPxDPxTP whose product is world_size, pp outermost first."""
     return [f"{pp}x{dp}x{world_size // (pp * dp)}" for pp in range(1, world_size + 1) if world_size % pp == 0

@@ -43,9 +43,12 @@ from simcluster.core.errors import ConfigError
 
 
 def up_problems(launch: Launch, opts: UpOptions) -> list[str]:
-    """--max-restarts >= 0 and --start-late names nodes of this launch (shaping: drills/shaping.py check);
-    each problem names the option and the fix."""
+    """--max-restarts >= 0, --start-late names nodes of this launch (shaping: drills/shaping.py check), --build
+    only with the trainer's image (the one it builds); each problem names the option and the fix."""
     problems = [f"--max-restarts: must be >= 0, got {opts.max_restarts}"] if opts.max_restarts < 0 else []
+    if opts.build and launch.node.image != IMAGE:  # ensure_image builds IMAGE only: --build did nothing unsaid
+        problems.append(f"--build: builds the trainer image {IMAGE}, and --image {launch.node.image} runs another, "
+                        f"which is yours to build; drop --build, or --image to run a fresh {IMAGE}")
     unknown = sorted(set(dict(opts.start_late)) - set(launch.names))
     if unknown:
         problems.append(f"--start-late: no node {', '.join(unknown)} in {launch.shape}; nodes are "

@@ -118,6 +118,8 @@ def _job_fields(text: str) -> dict[str, str]:
 
 JOB_TIMEOUT_S = 900.0  # the batch job ends by then, or it is cancelled
 UNSUPPORTED = {  # `up` options only the Compose engine implements, with what to do instead
+    "build": "the simulation's Slurm image is built over the trainer image as it is (only when missing); rebuild "
+             "the trainer image first with python -m launcher build --force, or use --target compose",
     "max_restarts": "Slurm restarts are the job's own (sbatch --requeue, torchrun --max-restarts with --resume "
                     "auto); use --target compose for whole-cluster restarts here",
     "start_late": "every node of an allocation starts together; use --target compose for late-join drills",

@@ -101,6 +101,8 @@ def check_engine(client: Client, launch: Launch, stack: str) -> dict:
 
 
 UNSUPPORTED = {  # `up` options only the Compose engine implements, with what to do instead
+    "build": "the stack runs the trainer image as it is (built only when missing); rebuild it first with python -m "
+             "launcher build --force, or use --target compose",
     "max_restarts": "the stack runs with restart_policy none (each node runs once); run again with --ckpt-every N "
                     "--resume auto, or use --target compose (whole-cluster restarts)",
     "start_late": "a stack starts every service at once; use --target compose for late-join drills",
