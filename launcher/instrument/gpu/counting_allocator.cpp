@@ -8,20 +8,15 @@
 // passes one door, where it is counted (no cost per op, only per allocation). The blocks are torch's
 // own (the data pointer is its own context, Allocator::raw_allocate's rule); a table holds each
 // one's size for its free. A block allocated before the install and freed through this allocator's
-// deleter, or the reverse, is freed by torch's deleter all the same (only its count is missed): no
-// pointer ever changes hands between the two.
-// The cost of a count (issue 53: the small-op step makes about 250 allocations): one lock taken
-// once per allocation and once per free (a spin lock: one atomic exchange, a plain store to
-// release), under which the table (open addressing, linear probing, backward-shift deletion: no
-// node allocated, no tombstone; it doubles under the lock at half full) and the statistics (plain
-// stores; peaks compared, not exchanged) are updated. The statistics are atomics only so that they
-// are read without the lock; every write to them holds it.
+// deleter, or the reverse, is freed by torch's deleter all the same (only its count is missed).
+// A count's cost (issue 53; BENCHMARKS.md, "The allocator's count without a node"): one spin lock
+// per allocation and per free, under which the table (open addressing: no node allocated) and the
+// statistics (plain stores, peaks compared) are updated; the statistics are read without it.
 // Sizes are counted rounded up to CUDA's 512-byte block (kMinBlockSize), as the caching allocator
 // counts them. An allocation that would take the allocated bytes above the limit (the device's
 // capacity, times set_per_process_memory_fraction) raises c10::OutOfMemoryError with the CUDA
-// caching allocator's message and numbers: Python sees torch.cuda.OutOfMemoryError. The verdict is
-// given under the lock after torch's block is made (one lock per allocation); a request already over
-// the limit without the lock is refused before any block is made.
+// caching allocator's message and numbers: Python sees torch.cuda.OutOfMemoryError (the verdict is
+// given under the lock once torch's block is made; a request over the limit before that makes none).
 // Device marks (--check-devices, gpu/devcheck.py): each block also holds the device it was made for
 // (0 unknown, 1 cpu, 2 cuda), the calling thread's mark at its allocation (simcluster_set_making),
 // kept in the size's low bits (a multiple of 512) and read with simcluster_device_of: a mark lives
@@ -33,6 +28,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -49,8 +45,8 @@ enum Stat {
   kCount, kPeakCount, kTotalCount, kOoms, kNumStats
 };
 
-// A lock of a few instructions: the work under it is a table probe and a few additions. A holder
-// that is descheduled (a loaded machine) makes the waiters yield their core, not spin.
+// A lock of two instructions (an exchange; a store to release): the work under it is a table probe and
+// a few additions. A holder that is descheduled (a loaded machine) makes the waiters yield, not spin.
 class SpinLock {
  public:
   void lock() {
@@ -67,12 +63,6 @@ class SpinLock {
 
  private:
   std::atomic<bool> held_{false};
-};
-
-struct Guard {
-  explicit Guard(SpinLock& l) : lock(l) { lock.lock(); }
-  ~Guard() { lock.unlock(); }
-  SpinLock& lock;
 };
 
 SpinLock g_lock;  // guards every write below, and the table
@@ -92,8 +82,9 @@ void raise_to(Stat s, int64_t v) {                                              
   if (v > get(s)) put(s, v);
 }
 
-// Block -> its counted size | mark: open addressing over a power-of-two array, linear probing, an
-// empty slot's key nullptr (no block is at address 0). Every function holds g_lock.
+// Block -> its counted size | mark: open addressing over a power-of-two array, linear probing,
+// backward-shift deletion (no tombstone), doubled at half full; an empty slot's key is nullptr (no
+// block is at address 0). Every function below holds g_lock.
 struct Slot {
   void* key;
   int64_t value;
@@ -204,7 +195,7 @@ std::string format_size(int64_t size) {  // the caching allocator's format: byte
 void count_free(void* data) {
   if (data == nullptr) return;
   {
-    Guard guard(g_lock);
+    std::lock_guard<SpinLock> guard(g_lock);
     int64_t n = erase(data);
     if (n >= 0) {
       n &= ~kMarkBits;
@@ -231,54 +222,42 @@ struct CountingAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     if (nbytes == 0) return g_base->allocate(0);  // no block, as CUDA: not counted
     int64_t n = rounded(nbytes);
-    if (over_limit(n)) refuse_if_over(n);  // no block made for a request already refused
-    void* data = g_base->raw_allocate(nbytes);
-    int64_t allocated, reserved;
-    bool over = false, counted = false;
-    {
-      Guard guard(g_lock);
-      allocated = get(kAllocated);
-      reserved = get(kReserved);
-      over = over_limit(n);
-      if (over) {
-        add(kOoms, 1);
-      } else if (insert(data, n | t_making)) {
-        counted = true;
-        int64_t now = allocated + n, count = get(kCount) + 1;
-        put(kAllocated, now);
-        add(kTotalAllocated, n);
-        put(kCount, count);
-        add(kTotalCount, 1);
-        raise_to(kPeak, now);
-        raise_to(kRunPeak, now);
-        raise_to(kReserved, now);
-        raise_to(kPeakReserved, now);
-        raise_to(kPeakCount, count);
+    for (;;) {  // twice only when a free on another thread made room between the hint and the lock
+      void* data = over_limit(n) ? nullptr : g_base->raw_allocate(nbytes);  // none made when refused
+      int64_t allocated, reserved;
+      bool over, counted = false;
+      {
+        std::lock_guard<SpinLock> guard(g_lock);
+        allocated = get(kAllocated);
+        reserved = get(kReserved);
+        over = over_limit(n);
+        if (over) {
+          add(kOoms, 1);
+        } else if (data != nullptr && insert(data, n | t_making)) {
+          counted = true;
+          int64_t now = allocated + n, count = get(kCount) + 1;
+          put(kAllocated, now);
+          add(kTotalAllocated, n);
+          put(kCount, count);
+          add(kTotalCount, 1);
+          raise_to(kPeak, now);
+          raise_to(kRunPeak, now);
+          raise_to(kReserved, now);
+          raise_to(kPeakReserved, now);
+          raise_to(kPeakCount, count);
+        }
       }
+      if (counted) return {data, data, &count_free, c10::Device(c10::DeviceType::CPU)};
+      if (data != nullptr) g_base_delete(data);
+      if (over) out_of_memory(n, allocated, reserved);
+      TORCH_CHECK(data == nullptr, "simcluster: the simulated GPU's table of blocks could not grow (host out of memory)");
     }
-    if (counted) return {data, data, &count_free, c10::Device(c10::DeviceType::CPU)};
-    g_base_delete(data);
-    TORCH_CHECK(over, "simcluster: the simulated GPU's table of blocks could not grow (the host is out of memory)");
-    out_of_memory(n, allocated, reserved);
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &count_free; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
-  }
-
- private:
-  static void refuse_if_over(int64_t n) {  // the verdict under the lock, before any block is made
-    int64_t allocated, reserved;
-    {
-      Guard guard(g_lock);
-      if (!over_limit(n)) return;  // a free on another thread made room
-      add(kOoms, 1);
-      allocated = get(kAllocated);
-      reserved = get(kReserved);
-    }
-    out_of_memory(n, allocated, reserved);
   }
 };
 
@@ -305,12 +284,12 @@ int simcluster_install(int64_t total) {
 int64_t simcluster_stat(int which) { return which >= 0 && which < kNumStats ? g_stats[which].load() : -1; }
 
 void simcluster_set_stat(int which, int64_t value) {
-  Guard guard(g_lock);
+  std::lock_guard<SpinLock> guard(g_lock);
   if (which >= 0 && which < kNumStats) put(static_cast<Stat>(which), value);
 }
 
 void simcluster_set_limit(int64_t total, int64_t limit, int fraction_set) {
-  Guard guard(g_lock);
+  std::lock_guard<SpinLock> guard(g_lock);
   g_total.store(total);
   g_limit.store(limit);
   g_fraction_set.store(fraction_set);
@@ -324,7 +303,7 @@ void simcluster_set_making(int device) { t_making = device & kMarkBits; }
 // The mark of the block at ``data`` (a storage's base pointer); 0 for a block not made here.
 int simcluster_device_of(void* data) {
   if (data == nullptr) return 0;
-  Guard guard(g_lock);
+  std::lock_guard<SpinLock> guard(g_lock);
   int64_t value = lookup(data);
   return value < 0 ? 0 : static_cast<int>(value & kMarkBits);
 }
