@@ -74,6 +74,8 @@ std::atomic<int> g_fraction_set{0};
 c10::Allocator* g_base = nullptr;  // the allocator registered before this one
 c10::DeleterFnPtr g_base_delete = nullptr;  // its deleter of a raw block
 thread_local int t_making = 0;  // the device this thread's allocations are made for (0: unknown)
+std::atomic<bool> g_marking{false};  // whether any thread ever set a mark: else t_making is not read (a
+                                     // library's thread_local costs a __tls_get_addr call)
 
 int64_t get(Stat s) { return g_stats[s].load(std::memory_order_relaxed); }
 void put(Stat s, int64_t v) { g_stats[s].store(v, std::memory_order_relaxed); }  // under g_lock
@@ -224,6 +226,7 @@ struct CountingAllocator final : public c10::Allocator {
     int64_t n = rounded(nbytes);
     for (;;) {  // twice only when a free on another thread made room between the hint and the lock
       void* data = over_limit(n) ? nullptr : g_base->raw_allocate(nbytes);  // none made when refused
+      int64_t mark = g_marking.load(std::memory_order_relaxed) ? t_making : 0;
       int64_t allocated, reserved;
       bool over, counted = false;
       {
@@ -233,7 +236,7 @@ struct CountingAllocator final : public c10::Allocator {
         over = over_limit(n);
         if (over) {
           add(kOoms, 1);
-        } else if (data != nullptr && insert(data, n | t_making)) {
+        } else if (data != nullptr && insert(data, n | mark)) {
           counted = true;
           int64_t now = allocated + n, count = get(kCount) + 1;
           put(kAllocated, now);
@@ -298,7 +301,10 @@ void simcluster_set_limit(int64_t total, int64_t limit, int fraction_set) {
 void simcluster_set_device(int device) { g_device.store(device); }
 
 // The mark of this thread's next allocations (0 unknown, 1 cpu, 2 cuda).
-void simcluster_set_making(int device) { t_making = device & kMarkBits; }
+void simcluster_set_making(int device) {
+  if (device != 0) g_marking.store(true, std::memory_order_relaxed);
+  t_making = device & kMarkBits;
+}
 
 // The mark of the block at ``data`` (a storage's base pointer); 0 for a block not made here.
 int simcluster_device_of(void* data) {
