@@ -65,7 +65,7 @@ class SpinLock {
   std::atomic<bool> held_{false};
 };
 
-SpinLock g_lock;  // guards every write below, and the table
+SpinLock g_lock;  // guards the table and every write to g_stats and g_limit
 std::atomic<int64_t> g_stats[kNumStats];  // read without the lock; written under it
 std::atomic<int64_t> g_total{0};   // the device's capacity (bytes)
 std::atomic<int64_t> g_limit{-1};  // the most bytes allocated at once (capacity x fraction); -1: none
@@ -74,15 +74,12 @@ std::atomic<int> g_fraction_set{0};
 c10::Allocator* g_base = nullptr;  // the allocator registered before this one
 c10::DeleterFnPtr g_base_delete = nullptr;  // its deleter of a raw block
 thread_local int t_making = 0;  // the device this thread's allocations are made for (0: unknown)
-std::atomic<bool> g_marking{false};  // whether any thread ever set a mark: else t_making is not read (a
-                                     // library's thread_local costs a __tls_get_addr call)
+std::atomic<bool> g_marking{false};  // a mark ever set; else t_making is not read (a __tls_get_addr call)
 
 int64_t get(Stat s) { return g_stats[s].load(std::memory_order_relaxed); }
 void put(Stat s, int64_t v) { g_stats[s].store(v, std::memory_order_relaxed); }  // under g_lock
 void add(Stat s, int64_t d) { put(s, get(s) + d); }                               // under g_lock
-void raise_to(Stat s, int64_t v) {                                                 // under g_lock
-  if (v > get(s)) put(s, v);
-}
+void raise_to(Stat s, int64_t v) { if (v > get(s)) put(s, v); }                  // under g_lock
 
 // Block -> its counted size | mark: open addressing over a power-of-two array, linear probing,
 // backward-shift deletion (no tombstone), doubled at half full; an empty slot's key is nullptr (no
@@ -209,11 +206,6 @@ void count_free(void* data) {
   g_base_delete(data);
 }
 
-// fork() while another thread holds the lock (a DataLoader's worker forked beside gloo's threads)
-// would leave it locked in the child: it is taken around a fork, as glibc's malloc does its own.
-void lock_all() { g_lock.lock(); }
-void unlock_all() { g_lock.unlock(); }
-
 // Whether n more bytes would pass the limit: exact under g_lock, a hint without it.
 bool over_limit(int64_t n) {
   int64_t limit = g_limit.load(std::memory_order_relaxed);
@@ -279,7 +271,9 @@ int simcluster_install(int64_t total) {
   if (base->raw_deleter() == nullptr) return 0;  // its blocks need their context: not wrapped
   g_base_delete = base->raw_deleter();
   g_base = base;
-  pthread_atfork(&lock_all, &unlock_all, &unlock_all);
+  // fork() while another thread holds the lock (a DataLoader's worker forked beside gloo's threads)
+  // would leave it locked in the child: it is taken around a fork, as glibc's malloc does its own.
+  pthread_atfork([] { g_lock.lock(); }, [] { g_lock.unlock(); }, [] { g_lock.unlock(); });
   c10::SetCPUAllocator(&g_allocator, 200);
   return c10::GetCPUAllocator() == &g_allocator ? 1 : 0;
 }
