@@ -2,6 +2,7 @@
 
     python -m bench.gpu_memory --repeats 5 --steps 30
     python -m bench.gpu_memory --cluster 3 --steps 300     # also 1 node x 2 ranks, simulated GPU on and off
+    python -m bench.gpu_memory --alloc 5                   # only the cost of one allocation and free
 
 In one process (each measurement in a fresh interpreter, one thread, CPU time: less sensitive than
 wall time to the other processes of a shared machine): two models' training steps, the small-op
@@ -21,6 +22,10 @@ bench/mlp_step.py --mount-code`` with the simulated GPU and with ``--no-simulate
 steady step is the median of both ranks' ``step_time_s`` (the cluster's step clock) after the first
 10 steps. Needs Docker and a trainer image built from this checkout (the allocator is compiled into
 it); SIMCLUSTER_IMAGE names another. The cost bound of issue 53: on / off at most 1.1.
+
+``--alloc R``: R rounds, alternated, of a fresh interpreter per mode (``off``, ``allocator``) timing
+``torch.empty(64)``, made and freed at once, beside 300 live tensors: the least CPU time of a call
+over 9 blocks of 200,000 (ns), what the allocator adds to each allocation and free.
 """
 from __future__ import annotations
 
@@ -124,6 +129,42 @@ def one(mode: str, name: str, steps: int) -> dict:
             "allocated": counter.allocated if counter is not None else None}
 
 
+def alloc_cost(mode: str, calls: int = 200_000) -> float:
+    """One interpreter's ns per ``torch.empty(64)`` made and freed (``mode`` "off" or "allocator"):
+    the least of 9 blocks of ``calls``, CPU time, one thread, 300 tensors of 64 to 363 floats live."""
+    import torch
+
+    torch.set_num_threads(1)
+    if mode == "allocator":
+        from simcluster.launcher.instrument.gpu.native import load
+        if load(80 * 2**30) is None:
+            raise RuntimeError("the compiled allocator could not be built or loaded (g++ and torch's headers)")
+    live = [torch.empty(64 + i) for i in range(300)]
+    empty, best = torch.empty, float("inf")
+    for _ in range(9):
+        t0 = time.process_time()
+        for _ in range(calls):
+            empty(64)
+        best = min(best, (time.process_time() - t0) / calls)
+    del live
+    return best * 1e9
+
+
+def alloc_rounds(rounds: int) -> None:
+    got = {"off": [], "allocator": []}
+    print("| round | mode | load before | ns per alloc+free |\n|---|---|---|---|")
+    for r in range(rounds):
+        for mode in (("off", "allocator") if r % 2 == 0 else ("allocator", "off")):
+            load = os.getloadavg()[0]
+            out = subprocess.run([sys.executable, "-m", "bench.gpu_memory", "--one-alloc", mode], cwd=ROOT,
+                                 capture_output=True, text=True, check=True)
+            got[mode].append(float(out.stdout.splitlines()[-1]))
+            print(f"| {r + 1} | {mode} | {load:.1f} | {got[mode][-1]:.1f} |", flush=True)
+    on, off = statistics.median(got["allocator"]), statistics.median(got["off"])
+    print(f"torch.empty(64) made and freed: allocator {on:.1f} ns, off {off:.1f} ns, the allocator's cost "
+          f"{on - off:.1f} ns (medians of {rounds})")
+
+
 def in_process(repeats: int, steps: int) -> None:
     for name in MODELS:
         got = {m: [] for m in MODES}
@@ -182,11 +223,20 @@ def main(argv: list[str] | None = None) -> int:
                    "steps a run, at least 20)")
     p.add_argument("--cluster", type=positive(int, zero=True), default=0, metavar="R", help="also R rounds on a "
                    "1 x 2 cluster (default 0: none)")
+    p.add_argument("--alloc", type=positive(int, zero=True), default=0, metavar="R", help="only R rounds of the cost of "
+                   "one allocation and free, off and with the allocator (default 0: the steps instead)")
     p.add_argument("--one", choices=MODES, help=argparse.SUPPRESS)
+    p.add_argument("--one-alloc", choices=("off", "allocator"), help=argparse.SUPPRESS)
     p.add_argument("--model", choices=MODELS, default="mlp", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.one:
         print(json.dumps(one(args.one, args.model, args.steps)))
+        return 0
+    if args.one_alloc:
+        print(alloc_cost(args.one_alloc))
+        return 0
+    if args.alloc:
+        alloc_rounds(args.alloc)
         return 0
     if args.cluster and args.steps < 20:
         p.error(f"--steps {args.steps} with --cluster: a run needs at least 20 steps (10 are warm-up); e.g. --steps 300")
