@@ -71,3 +71,47 @@ def test_the_rings_collectives_have_their_own_kinds_and_bytes(mesh, rotate):
     assert collective_s(CP_PERMUTE, dkv[1], (0, 1), device) == pytest.approx(
         dkv[1] / device.intra_bw + device.latency_s)  # a send: all of it to one peer
     assert rec.ring == 0
+
+
+def test_a_program_using_torchs_context_parallel_runs_its_ring_as_on_gpus(tmp_path):
+    """examples/fullsize/cp.py (no simcluster import) under the full-size plan, 2 ranks: torch's
+    context_parallel() shards the host-made batch in place (resize_ and copy_ of real tensors: the
+    embedding looks up 2,048 of the 4,096 tokens), replaces F.scaled_dot_product_attention by its ring
+    in the forward as in the backward (one K/V all-gather each, FlashAttention's op twice each), and the
+    program's own torch.cuda.memory_stats()["active_bytes.all.peak"] is the trace's peak of live bytes."""
+    import json
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from simcluster.train.plan.fullsize.speed import step_of
+    from simcluster.train.plan.fullsize.trace import read
+
+    root = Path(__file__).resolve().parent.parent
+    cmd = [sys.executable, "-m", "launcher", "plan", "--full-size", "--script", "examples/fullsize/cp.py", "--nodes",
+           "1", "--nproc-per-node", "2", "--gpu", "h100-96g", "--ranks", "0", "--trace-dir", str(tmp_path), "--json",
+           "--", "--steps", "2"]
+    p = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout)["ranks"][0]["fits"] is True
+    t = read(str(tmp_path / "trace-0.json"))
+    where = {"op": 3, "c": 5, "tok": 2}  # the index of each event kind's phase
+    step2 = [e for e in t.events if e[0] in where and step_of(t.phases[e[where[e[0]]]]) == 2]
+    names = [e[5] if e[0] == "op" else e[1] for e in step2 if e[0] in ("op", "c")]
+    assert [e[1] for e in step2 if e[0] == "tok"] == [2048]
+    assert names.count("_scaled_dot_product_flash_attention") == 2  # the ring's two steps, forward
+    assert names.count("_scaled_dot_product_flash_attention_backward") == 2
+    assert names.count(CP_GATHER) == 2 and names.count(CP_PERMUTE) == 2  # K/V gathered forward and backward
+    printed = [float(x) for x in re.findall(r"peak active ([0-9.]+) MiB", (tmp_path / "log-0.txt").read_text())]
+    size: dict[int, int] = {}
+    live, peaks = 0, {1: 0, 2: 0}
+    for e in t.events:  # the peak of live bytes up to the end of each step, as the program printed it
+        if e[0] in ("a", "r", "f"):
+            live += (e[2] if e[0] != "f" else 0) - size.pop(e[1], 0)
+            if e[0] != "f":
+                size[e[1]] = e[2]
+            at = step_of(t.phases[e[2] if e[0] == "f" else e[3]])
+            for s in peaks:
+                peaks[s] = max(peaks[s], live) if at <= s else peaks[s]
+    assert printed == [round(peaks[1] / 2**20, 1), round(peaks[2] / 2**20, 1)] and printed[0] > 0

@@ -155,11 +155,16 @@ def _sdpa_as_on_gpus(torch) -> None:
     """F.scaled_dot_product_attention without a mask on bf16/fp16 inputs runs FlashAttention's op on a
     Hopper GPU (aten._scaled_dot_product_flash_attention: its outputs, what activation checkpointing
     policies name and save); on the CPU torch would pick its CPU op, which such policies do not name.
-    Under the fake mode the GPU op's shapes come from its meta function, so the GPU's op is called."""
+    Under the fake mode the GPU op's shapes come from its meta function, so the GPU's op is called.
+    The replacement keeps torch's name: context parallel's ``context_parallel()`` (torch's monkey-patch
+    dispatch) replaces ``F.<fn.__name__>`` with its ring, which another name would leave unused."""
+    import functools
+
     import torch.nn.functional as F
     orig = F.scaled_dot_product_attention
     flash = torch.ops.aten._scaled_dot_product_flash_attention.default
 
+    @functools.wraps(orig)
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         if attn_mask is None and query.dim() == 4 and query.dtype in (torch.bfloat16, torch.float16):
             return flash(query, key, value, dropout_p, is_causal, False, scale=scale)[0]
@@ -193,6 +198,40 @@ class _ProgramExit(SystemExit):
     _run_program: the trace is then written (the built-in trainer ends a fresh interpreter so)."""
 
 
+class _RecordedMemory:
+    """torch.cuda's memory statistics in a full-size run (gpu/memory.py's COUNTER), from the Recorder's
+    running count of the rank's storages, so that a program's own memory report (torchtitan's
+    ``memory_stats()["active_bytes.all.peak"]``) reads what a GPU's allocator would give it. Reserved
+    is reported as allocated: the caching allocator's figure comes from the replay after the run
+    (train/plan/fullsize/memory.py). No verdict here: the replay gives it."""
+
+    def __init__(self, rec):
+        self._rec = rec
+
+    allocated = property(lambda self: self._rec.allocated)
+    reserved = allocated
+    peak = property(lambda self: self._rec.peak)
+    peak_reserved = peak
+    count = peak_count = property(lambda self: len(self._rec.sizes))
+    total_allocated = property(lambda self: self._rec.total_allocated)
+    total_freed = property(lambda self: self._rec.total_freed)
+    total_count = property(lambda self: self._rec.total_count)
+    num_ooms = 0
+
+    def set(self, name: str, value: int) -> None:
+        """reset_peak_memory_stats and reset_accumulated_memory_stats: the peak and the totals."""
+        target = {"peak_reserved": "peak", "num_ooms": None, "reserved": None, "count": None,
+                  "peak_count": None}.get(name, name)
+        if target:
+            setattr(self._rec, target, value)
+
+    def set_limit(self, *_args) -> None:
+        """The capacity is the replay's (no out-of-memory verdict during the run)."""
+
+    def set_device(self, *_args) -> None:
+        """One device a rank."""
+
+
 def _exit_unwinds() -> None:
     """os._exit in the program's main thread and process raises _ProgramExit; elsewhere (a forked
     worker, another thread) it stays torch's and the OS's."""
@@ -213,17 +252,23 @@ def _meta_real_mode(torch):
     on the meta device, runs outside the fake mode. Meta tensors hold no data and no device memory, so
     nothing is lost; a module built on the meta device keeps torch's own parameters, and its
     ``to_empty`` takes torch's path for them (a FakeTensor on meta, weakly referenced by the fake
-    mode, cannot be swapped for its materialized one: "Couldn't swap Embedding.weight")."""
+    mode, cannot be swapped for its materialized one: "Couldn't swap Embedding.weight").
+    So does an op whose tensors are all real host tensors (the data of _host_data_real and
+    _loader_batches_real: a batch the program moved to its device, where the copy is a no-op here):
+    on a GPU the program's work on its batch (context parallel's in-place sharding of it by
+    ``resize_`` and ``copy_``) changes the batch, and the fake mode refuses to change a real tensor."""
     from torch._subclasses.fake_tensor import FakeTensor
-    from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+    from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes, is_traceable_wrapper_subclass
     from torch.utils._pytree import tree_flatten
 
     class MetaReal(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-            meta = all(t.is_meta and not isinstance(t, FakeTensor) for t in flat) and (
-                bool(flat) or str(kwargs.get("device", "")) == "meta")
+            real = [t for t in flat if not isinstance(t, FakeTensor) and not is_traceable_wrapper_subclass(t)]
+            meta = len(real) == len(flat) and (
+                all(t.is_meta for t in flat) and (bool(flat) or str(kwargs.get("device", "")) == "meta")
+                or bool(flat) and not any(t.is_meta for t in flat))
             if meta:
                 with _disable_current_modes():
                     return func(*args, **kwargs)
@@ -281,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
 
     _install(torch, a.local_world_size, local, a.gpu)
     rec = Recorder()
+    from simcluster.launcher.instrument.gpu import memory
+    memory.COUNTER = _RecordedMemory(rec)
     started = time.monotonic()
     sys.argv = [a.script or a.module, *prog_args]
     with FakeTensorMode(allow_non_fake_inputs=True), rec, _meta_real_mode(torch):

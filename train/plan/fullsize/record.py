@@ -77,6 +77,8 @@ class Recorder(TorchDispatchMode):
         self._orig_meta = None
         self.ring = 0  # > 0 inside context parallel's ring attention (ring.py names its collectives)
         self._unwrap_ring = None
+        self.sizes: dict[int, int] = {}  # sid -> bytes of each storage alive: what torch.cuda.memory_stats reports
+        self.allocated = self.peak = self.total_allocated = self.total_freed = self.total_count = 0
 
     # -- phases
     def phase(self) -> int:
@@ -133,12 +135,25 @@ class Recorder(TorchDispatchMode):
         self._next += 1
         self._ids[key] = sid
         self.events.append(("a", sid, st.nbytes(), ph, self._stream()))
+        self._size(sid, st.nbytes())
+        self.total_count += 1
 
         def gone(_ref, key=key, sid=sid, events=self.events, ids=self._ids, rec=self):
             ids.pop(key, None)
             events.append(("f", sid, rec.phase()))
+            rec._size(sid, 0)
 
         weakref.finalize(st, gone, None)
+
+    def _size(self, sid: int, nbytes: int) -> None:
+        """Storage ``sid`` now holds ``nbytes`` (0: freed): the running allocated, peak and totals."""
+        before = self.sizes.pop(sid, 0)
+        if nbytes:
+            self.sizes[sid] = nbytes
+        self.allocated += nbytes - before
+        self.total_allocated += max(0, nbytes - before)
+        self.total_freed += max(0, before - nbytes)
+        self.peak = max(self.peak, self.allocated)
 
     def _wrap_resize(self) -> None:
         orig = self._orig_resize = torch.UntypedStorage.resize_
@@ -149,6 +164,7 @@ class Recorder(TorchDispatchMode):
             sid = rec._ids.get(id(st))
             if sid is not None:
                 rec.events.append(("r", sid, st.nbytes(), rec.phase(), rec._stream()))
+                rec._size(sid, st.nbytes())
             return out
 
         torch.UntypedStorage.resize_ = resize_
