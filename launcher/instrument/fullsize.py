@@ -198,40 +198,6 @@ class _ProgramExit(SystemExit):
     _run_program: the trace is then written (the built-in trainer ends a fresh interpreter so)."""
 
 
-class _RecordedMemory:
-    """torch.cuda's memory statistics in a full-size run (gpu/memory.py's COUNTER), from the Recorder's
-    running count of the rank's storages, so that a program's own memory report (torchtitan's
-    ``memory_stats()["active_bytes.all.peak"]``) reads what a GPU's allocator would give it. Reserved
-    is reported as allocated: the caching allocator's figure comes from the replay after the run
-    (train/plan/fullsize/memory.py). No verdict here: the replay gives it."""
-
-    def __init__(self, rec):
-        self._rec = rec
-
-    allocated = property(lambda self: self._rec.allocated)
-    reserved = allocated
-    peak = property(lambda self: self._rec.peak)
-    peak_reserved = peak
-    count = peak_count = property(lambda self: len(self._rec.sizes))
-    total_allocated = property(lambda self: self._rec.total_allocated)
-    total_freed = property(lambda self: self._rec.total_freed)
-    total_count = property(lambda self: self._rec.total_count)
-    num_ooms = 0
-
-    def set(self, name: str, value: int) -> None:
-        """reset_peak_memory_stats and reset_accumulated_memory_stats: the peak and the totals."""
-        target = {"peak_reserved": "peak", "num_ooms": None, "reserved": None, "count": None,
-                  "peak_count": None}.get(name, name)
-        if target:
-            setattr(self._rec, target, value)
-
-    def set_limit(self, *_args) -> None:
-        """The capacity is the replay's (no out-of-memory verdict during the run)."""
-
-    def set_device(self, *_args) -> None:
-        """One device a rank."""
-
-
 def _exit_unwinds() -> None:
     """os._exit in the program's main thread and process raises _ProgramExit; elsewhere (a forked
     worker, another thread) it stays torch's and the OS's."""
@@ -245,36 +211,6 @@ def _exit_unwinds() -> None:
         orig(code)
 
     os._exit = _exit
-
-
-def _meta_real_mode(torch):
-    """A dispatch mode above the fake mode: an op whose tensors are all real meta tensors, or a factory
-    on the meta device, runs outside the fake mode. Meta tensors hold no data and no device memory, so
-    nothing is lost; a module built on the meta device keeps torch's own parameters, and its
-    ``to_empty`` takes torch's path for them (a FakeTensor on meta, weakly referenced by the fake
-    mode, cannot be swapped for its materialized one: "Couldn't swap Embedding.weight").
-    So does an op whose tensors are all real host tensors (the data of _host_data_real and
-    _loader_batches_real: a batch the program moved to its device, where the copy is a no-op here):
-    on a GPU the program's work on its batch (context parallel's in-place sharding of it by
-    ``resize_`` and ``copy_``) changes the batch, and the fake mode refuses to change a real tensor."""
-    from torch._subclasses.fake_tensor import FakeTensor
-    from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes, is_traceable_wrapper_subclass
-    from torch.utils._pytree import tree_flatten
-
-    class MetaReal(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-            real = [t for t in flat if not isinstance(t, FakeTensor) and not is_traceable_wrapper_subclass(t)]
-            meta = len(real) == len(flat) and (
-                all(t.is_meta for t in flat) and (bool(flat) or str(kwargs.get("device", "")) == "meta")
-                or bool(flat) and not any(t.is_meta for t in flat))
-            if meta:
-                with _disable_current_modes():
-                    return func(*args, **kwargs)
-            return func(*args, **kwargs)
-
-    return MetaReal()
 
 
 def _run_program(script: str | None, module: str | None) -> str | None:
@@ -321,16 +257,17 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from simcluster.launcher.instrument.fullsize_real import RecordedMemory, real_mode
     from simcluster.train.plan.fullsize.record import Recorder
     from simcluster.train.plan.fullsize.trace import write
 
     _install(torch, a.local_world_size, local, a.gpu)
     rec = Recorder()
     from simcluster.launcher.instrument.gpu import memory
-    memory.COUNTER = _RecordedMemory(rec)
+    memory.COUNTER = RecordedMemory(rec)
     started = time.monotonic()
     sys.argv = [a.script or a.module, *prog_args]
-    with FakeTensorMode(allow_non_fake_inputs=True), rec, _meta_real_mode(torch):
+    with FakeTensorMode(allow_non_fake_inputs=True), rec, real_mode(torch):
         error = _run_program(a.script, a.module)
     write(a.out, rec, rank=a.rank, world_size=a.world_size, seconds=time.monotonic() - started, error=error)
     sys.stdout.flush()
