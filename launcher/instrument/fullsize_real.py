@@ -1,6 +1,6 @@
 """What stays real in a full-size rank (launcher/instrument/fullsize.py), and the memory statistics its
-program reads: the dispatch mode that runs ops on meta tensors alone, or on host data alone, outside
-torch's FakeTensorMode, and torch.cuda.memory_stats answered from the recorder's running counts.
+program reads: the dispatch mode that runs ops on meta tensors alone, and in-place reshapes of host
+data, outside torch's FakeTensorMode, and torch.cuda.memory_stats answered from the recorder's running counts.
 
     python -m pytest -q -n 0 tests/test_fullsize_cp.py -k context_parallel
 """
@@ -13,10 +13,11 @@ def real_mode(torch):
     nothing is lost; a module built on the meta device keeps torch's own parameters, and its
     ``to_empty`` takes torch's path for them (a FakeTensor on meta, weakly referenced by the fake
     mode, cannot be swapped for its materialized one: "Couldn't swap Embedding.weight").
-    So does an op whose tensors are all real host tensors (the data of fullsize.py's _host_data_real and
-    _loader_batches_real: a batch the program moved to its device, where the copy is a no-op here):
-    on a GPU the program's work on its batch (context parallel's in-place sharding of it by
-    ``resize_`` and ``copy_``) changes the batch, and the fake mode refuses to change a real tensor."""
+    So does an op that changes a real tensor's shape in place (torch's ``inplace_view`` ops: ``resize_``,
+    ``unsqueeze_``...), which the fake mode refuses: on a GPU, context parallel's ``context_parallel()``
+    shards the program's batch in place, and the batch here is real host data (fullsize.py's
+    _host_data_real and _loader_batches_real; ``.to("cuda")`` of it is no copy here). Every other op
+    on real tensors meets the fake mode, which makes fakes of them (``allow_non_fake_inputs``)."""
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes, is_traceable_wrapper_subclass
     from torch.utils._pytree import tree_flatten
@@ -25,11 +26,10 @@ def real_mode(torch):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             flat = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
-            real = [t for t in flat if not isinstance(t, FakeTensor) and not is_traceable_wrapper_subclass(t)]
-            meta = len(real) == len(flat) and (
-                all(t.is_meta for t in flat) and (bool(flat) or str(kwargs.get("device", "")) == "meta")
-                or bool(flat) and not any(t.is_meta for t in flat))
-            if meta:
+            real = all(not isinstance(t, FakeTensor) and not is_traceable_wrapper_subclass(t) for t in flat)
+            meta = real and all(t.is_meta for t in flat) and (bool(flat) or str(kwargs.get("device", "")) == "meta")
+            reshaped = real and bool(flat) and torch.Tag.inplace_view in func.tags
+            if meta or reshaped:
                 with _disable_current_modes():
                     return func(*args, **kwargs)
             return func(*args, **kwargs)

@@ -284,7 +284,8 @@ def _program_line() -> str:
     """file:line of the innermost frame outside torch and the full-size plan's own files (the program's line)."""
     for fs in reversed(traceback.extract_stack()):
         f = fs.filename
-        if "/torch/" not in f and "instrument/fullsize.py" not in f and "/plan/fullsize/" not in f and "<" not in f:
+        if not any(part in f for part in ("/torch/", "instrument/fullsize.py", "instrument/fullsize_real.py",
+                                          "/plan/fullsize/", "<")):
             return f"{fs.filename}:{fs.lineno} ({fs.line})"
     return "unknown line"
 
