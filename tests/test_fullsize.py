@@ -248,3 +248,28 @@ def test_compiled_loss_drops_the_float32_copies_of_the_logits():
     ph = ["step 1, microbatch 1, forward M.output", "step 1, outside the model, after the forward of M"]
     ev = [("a", 0, 400, 0, 0), ("a", 1, 800, 1, 0), ("a", 2, 800, 1, 0), ("f", 1, 1), ("a", 3, 400, 1, 0), ("f", 2, 1)]
     assert apply(_trace(ev, ph), ("compile-loss",)).events == (ev[0], ev[4])
+
+
+def test_prepare_writes_the_2024_trainers_tiktoken_file(tmp_path):
+    """prepare.py --tiktoken (the tokenizer torchtitan 9dec370 loads): vocab - 256 ranks, one a line in
+    order, the 256 bytes first, then the tokens of tokenizer.json as bytes, then distinct fillers; each
+    rank's bytes distinct (tiktoken refuses a repeated token)."""
+    import base64
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prepare", ROOT / "examples/frameworks/torchtitan/prepare.py")
+    prepare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prepare)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the cat sat on the mat, the cat ate the rat.\n" * 50)
+    subprocess.run([sys.executable, "examples/frameworks/torchtitan/prepare.py", str(corpus), str(tmp_path / "out"),
+                    "--vocab", "4096", "--tiktoken"], cwd=ROOT, check=True, capture_output=True, timeout=120)
+    lines = (tmp_path / "out/assets/tokenizer/tokenizer.model").read_text().splitlines()
+    ranks = [(base64.b64decode(line.split()[0]), int(line.split()[1])) for line in lines]
+    assert [r for _, r in ranks] == list(range(4096 - 256)) and len({t for t, _ in ranks}) == len(ranks)
+    assert [t for t, _ in ranks[:256]] == [bytes([b]) for b in range(256)]
+    vocab = json.loads((tmp_path / "out/assets/tokenizer/tokenizer.json").read_text())["model"]["vocab"]
+    to_byte = {c: b for b, c in prepare.byte_symbols().items()}
+    learnt = sorted(vocab, key=vocab.get)
+    assert [t for t, _ in ranks[:len(learnt)]] == [bytes(to_byte[c] for c in tok) for tok in learnt]
+    assert all(t[:1] == b"\0" and len(t) == 4 for t, _ in ranks[len(learnt):])

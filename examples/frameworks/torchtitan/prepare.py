@@ -11,6 +11,11 @@ Writes, under the output folder (default: this example's folder):
   for a ``--vocab`` above 2048 (``--vocab 128256``: the real Llama 3 vocabulary's size, for a
   full-size plan), ``<|reserved_special_token_N|>`` entries up to ``--vocab``;
   ``tokenizer_config.json`` names those two as bos and eos;
+- with ``--tiktoken``, ``assets/tokenizer/tokenizer.model`` too: the same byte-level tokens in
+  tiktoken's BPE file format (a base64 token and its rank a line), what torchtitan of December 2024
+  (commit 9dec370, the trainer of its published H100 benchmarks) loads with ``load_tiktoken_bpe``;
+  it adds 256 special tokens of its own, so the file holds ``--vocab`` - 256 ranks (distinct filler
+  byte strings after the learnt ones: 128,000 for ``--vocab 128256``);
 - ``data/shakespeare/train.jsonl``: the text in records of ``--chars`` characters, ``{"text": ...}``
   a line, which torchtitan's ``c4_test`` loader reads from a local folder
   (``--training.dataset c4_test --training.dataset-path data/shakespeare``).
@@ -89,6 +94,17 @@ def tokenizer_json(tokens: list[str], merges: list[tuple[str, str]], vocab: int 
                       "vocab": {t: i for i, t in enumerate(tokens)}, "merges": [[a, b] for a, b in merges]}}
 
 
+def tiktoken_lines(tokens: list[str], vocab: int) -> list[str]:
+    """tiktoken's BPE file of ``vocab - 256`` ranks (at least the 256 bytes): the learnt tokens as bytes,
+    then fillers (a zero byte and the rank, 4 bytes: never a merge of text), one ``base64 rank`` a line."""
+    import base64
+
+    to_byte = {c: b for b, c in byte_symbols().items()}
+    ranks = [bytes(to_byte[c] for c in t) for t in tokens][:max(256, vocab - 256)]
+    ranks += [b"\0" + r.to_bytes(3, "big") for r in range(len(ranks), vocab - 256)]
+    return [f"{base64.b64encode(t).decode()} {r}" for r, t in enumerate(ranks)]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("corpus", help="a UTF-8 text file, e.g. /work/shared/data/tinyshakespeare.txt")
@@ -97,6 +113,8 @@ def main() -> None:
                    "up to it, e.g. 128256, Llama 3's)")
     p.add_argument("--train-chars", type=int, default=200_000, help="characters of the text the merges are learnt on")
     p.add_argument("--chars", type=int, default=2000, help="characters a data record")
+    p.add_argument("--tiktoken", action="store_true", help="also tokenizer.model in tiktoken's format (torchtitan "
+                   "of December 2024)")
     a = p.parse_args()
     if not 258 <= a.vocab <= 1 << 20:
         p.error(f"--vocab {a.vocab}: 258..1048576 (256 bytes + 2 specials at least; the debug model's embedding has "
@@ -112,6 +130,9 @@ def main() -> None:
         json.dump(tokenizer_json(tokens, merges, a.vocab), fh, ensure_ascii=False)
     with open(os.path.join(tok, "tokenizer_config.json"), "w", encoding="utf-8") as fh:
         json.dump({"bos_token": SPECIAL[0], "eos_token": SPECIAL[1], "add_bos_token": True, "add_eos_token": True}, fh)
+    if a.tiktoken:
+        with open(os.path.join(tok, "tokenizer.model"), "w", encoding="ascii") as fh:
+            fh.write("\n".join(tiktoken_lines(tokens, a.vocab)) + "\n")
     with open(os.path.join(data, "train.jsonl"), "w", encoding="utf-8") as fh:
         for i in range(0, len(text), a.chars):
             fh.write(json.dumps({"text": text[i:i + a.chars]}) + "\n")
