@@ -32,6 +32,7 @@ from simcluster.launcher.instrument.spec import DEFAULT_GPU
 from simcluster.launcher.fullsize_checks import EXAMPLE, check, knob as knob_of, which_ranks
 from simcluster.launcher.job.env import env_pairs
 from simcluster.core.errors import ConfigError
+from simcluster.train.plan.fullsize.trace import NOT_THE_PROGRAM
 
 BUILTIN = "simcluster.train"
 
@@ -228,8 +229,8 @@ def _stood_for_by(rank: int, ranks: list[int]) -> int:
 def _failure(rank: int, error: str) -> str:
     """The message for a program that failed under the fake mode: its own line and what to do."""
     lines = error.strip().splitlines()
-    own = [ln.strip() for ln in lines if ln.strip().startswith("File ") and "/torch/" not in ln
-           and "instrument/fullsize.py" not in ln and "plan/fullsize/" not in ln and "<frozen" not in ln]
+    own = [ln.strip() for ln in lines if ln.strip().startswith("File ")
+           and not any(part in ln for part in (*NOT_THE_PROGRAM, "<frozen"))]
     where = own[-1] if own else "(no line of your program in the traceback)"
     return (f"full_size: rank {rank}'s program failed under the fake mode at {where}: {lines[-1]}\n"
             f"A full-size run has tensors without data: a part that reads or writes their values (a checkpoint "

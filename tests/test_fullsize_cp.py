@@ -115,3 +115,24 @@ def test_a_program_using_torchs_context_parallel_runs_its_ring_as_on_gpus(tmp_pa
             for s in peaks:
                 peaks[s] = max(peaks[s], live) if at <= s else peaks[s]
     assert printed == [round(peaks[1] / 2**20, 1), round(peaks[2] / 2**20, 1)] and printed[0] > 0
+
+
+def test_a_value_check_is_answered_true_and_named(tmp_path):
+    """A program's torch.allclose on fake tensors (PyTorch's context parallel tutorial asserts one
+    against the full attention) is answered True and its line listed, not a failure."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    prog = tmp_path / "check.py"
+    prog.write_text("import torch\nimport torch.distributed as dist\ndist.init_process_group('nccl')\n"
+                    "x = torch.randn(4, 4, device='cuda')\nassert torch.allclose(x, x.clone())\n"
+                    "assert torch.equal(x, x)\nprint('checked')\n")
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, "-m", "launcher", "plan", "--full-size", "--script", str(prog), "--nodes", "1",
+                        "--nproc-per-node", "2", "--ranks", "0", "--trace-dir", str(tmp_path / "tr")], cwd=root,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert f"{prog}:5 (assert torch.allclose(x, x.clone())) x1" in p.stdout
+    assert f"{prog}:6 (assert torch.equal(x, x)) x1" in p.stdout
+    assert "checked" in (tmp_path / "tr" / "log-0.txt").read_text()

@@ -13,7 +13,8 @@ DTensor's handlers and the collectives of its redistributions are recorded, exce
 sharding propagation (global-shape fakes, no device memory: wrapped while recording). FLOPs come from train/plan/flops.py
 (torch.utils.flop_counter's formulas; CPU flash attention by the CUDA kernel's, a causal mask halving it);
 bytes of an op are its tensors' bytes in and out (a DTensor's: its local tensor's). A ``.item()`` (aten._local_scalar_dense) on a fake
-tensor, which FakeTensorMode cannot answer, is answered 1 (a flag False) here and its line in the program recorded.
+tensor, which FakeTensorMode cannot answer, is answered 1 (a flag False) here, ``torch.allclose`` and
+``torch.equal`` True (a check that passes), and its line in the program recorded.
 The phase is torch's ModTracker's deepest module, forward or backward, and the microbatch (the n-th
 forward of the outermost module since the last optimizer step), and the step (optimizer steps, counted
 by torch's global optimizer step hook); outside every module, the module phase it comes after (the
@@ -33,6 +34,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_flatten, tree_map
 
 from simcluster.train.plan.flops import op_flops
+from simcluster.train.plan.fullsize.trace import NOT_THE_PROGRAM
 
 from simcluster.train.plan.fullsize import ring
 
@@ -45,6 +47,10 @@ _SKIP_BYTES = {aten.view, aten._unsafe_view, aten.t, aten.transpose, aten.expand
 
 _TORCH_NAMESPACES = {"aten", "prim", "prims", "c10d", "_c10d_functional", "_c10d_functional_autograd", "fsdp",
                      "_dtensor", "higher_order", "profiler"}
+
+
+# ops whose Python answer is read from tensor values: answered True (a check that passes) and listed
+_ANSWERED_TRUE = (aten.allclose.default, aten.equal.default)
 
 
 class Recorder(TorchDispatchMode):
@@ -216,6 +222,10 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func is aten._local_scalar_dense.default:
             return self._placeholder(args[0])
+        if func in _ANSWERED_TRUE:
+            frame = _program_line()
+            self.placeholders[frame] = self.placeholders.get(frame, 0) + 1
+            return True
         if any(is_traceable_wrapper_subclass(t) for t in tree_flatten((args, kwargs))[0]):
             return NotImplemented  # a DTensor's op: its own dispatch runs, and its local ops come back here
         if self._quiet:  # DTensor's sharding propagation: global-shape fakes, no device memory, no work
@@ -283,9 +293,7 @@ def _local(x):
 def _program_line() -> str:
     """file:line of the innermost frame outside torch and the full-size plan's own files (the program's line)."""
     for fs in reversed(traceback.extract_stack()):
-        f = fs.filename
-        if not any(part in f for part in ("/torch/", "instrument/fullsize.py", "instrument/fullsize_real.py",
-                                          "/plan/fullsize/", "<")):
+        if not any(part in fs.filename for part in (*NOT_THE_PROGRAM, "<")):
             return f"{fs.filename}:{fs.lineno} ({fs.line})"
     return "unknown line"
 

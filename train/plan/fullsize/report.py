@@ -88,7 +88,8 @@ def to_text(data: dict) -> str:
     lines.append("alloc/reserved: torch.cuda.max_memory_allocated/reserved as the caching allocator would report them; "
                  "device: reserved + CUDA context + NCCL buffers (the verdict's figure)")
     if data["placeholders"]:
-        lines.append("answered with a placeholder (a fake tensor has no value; .item() gave 1, a flag False):")
+        lines.append("answered with a placeholder (a fake tensor has no value; .item() gave 1, a flag False, allclose and "
+                     "equal True):")
         lines += [f"  {line} x{n}" for line, n in data["placeholders"].items()]
     lines.append("not seen by the run:")
     lines += [f"  {u}" for u in data["unseen"]]

@@ -4,13 +4,18 @@
 
 Format (one JSON object): ``rank``, ``world_size``, ``seconds`` (the run's wall time here),
 ``steps`` (optimizer steps seen), ``phases`` (names), ``events`` (lists, see record.Recorder),
-``placeholders`` (program line -> how many ``.item()`` answered 0), ``error`` (the program's failure
-under the fake mode, or null), ``custom`` (ops outside torch's namespaces the program ran).
+``placeholders`` (program line -> how many ``.item()``, ``allclose`` or ``equal`` got a placeholder),
+``error`` (the program's failure under the fake mode, or null), ``custom`` (ops outside torch's
+namespaces the program ran).
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+
+# a frame whose file path holds one of these is torch's or the full-size plan's, not the program's: the
+# line a placeholder or a failure names is the innermost other one
+NOT_THE_PROGRAM = ("/torch/", "instrument/fullsize.py", "instrument/fullsize_real.py", "/plan/fullsize/")
 
 
 @dataclass(frozen=True)
