@@ -26,7 +26,8 @@ Sources (each figure's own):
 - kernel efficiency: the fraction of the datasheet's dense tensor-core peak a matmul reaches, and
   of the memory bandwidth an elementwise op reaches. MATMUL_EFFICIENCY is the one constant fitted
   (bench/fullsize.py), on torchtitan's Llama 3.1 8B FSDP row of its H100 benchmark only (5,762 tokens/s
-  a GPU); BANDWIDTH_EFFICIENCY 0.7 is an assumption, not fitted.
+  a GPU), traced from the program that row ran (torchtitan 9dec370): 0.5295, rounded; BANDWIDTH_EFFICIENCY
+  0.7 is an assumption, not fitted.
 """
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ _FA2_H100 = {"_scaled_dot_product_flash_attention": 335e12, "_scaled_dot_product
              "_scaled_dot_product_flash_attention_backward": 320e12,
              "_scaled_dot_product_flash_attention_for_cpu_backward": 320e12}
 ATTENTION_RATE = {"h100-96g": _FA2_H100, "h100-sxm-8x": _FA2_H100, "h200": _FA2_H100}
-MATMUL_EFFICIENCY = 0.54
+MATMUL_EFFICIENCY = 0.53
 BANDWIDTH_EFFICIENCY = 0.7
 NEEDS = ("bf16_flops", "flops", "memory", "memory_bw", "intra_bw", "inter_bw", "ranks_per_node")
 

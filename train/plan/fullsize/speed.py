@@ -22,7 +22,7 @@ to compute (the reason AsyncTP exists: torchtitan's benchmarks/asyncTP_llama3_h1
 1.09x on 70B bf16 from overlapping them). Context parallel's ring (ring.py: its K/V all-gather, a ring
 all-gather of the output's bytes; its permutes, each a send of the input's bytes to one peer) is
 functional too and counted exposed, an upper bound: torch's ring waits for the K/V after the rank's
-own block's attention, which could hide it (0.6-1.0% of torchtitan's CP 2-8 rows' steps: BENCHMARKS.md). Tokens are the
+own block's attention, which could hide it (2.4-3.9% of torchtitan's CP 2-8 rows' steps: BENCHMARKS.md). Tokens are the
 indices the step's forward embeddings looked up. Not modelled here: kernel launch
 overheads, the optimizer step's host synchronisation. With a pipeline, schedule.py's
 pipelined() replaces the step by the schedule's window (its bubble) plus the tail. Tokens a GPU: the rank's tokens x dp / world,
