@@ -80,3 +80,12 @@ def test_code_folders_labels_and_rates_have_one_home():
             assert not any(c.startswith("io.simcluster.") for c in consts), f"{rel} spells a label prefix"
         if rel != homes["rate"]:
             assert not any("mbit" in c and "|" in c for c in consts), f"{rel} parses tc rates"
+
+
+def test_a_link_that_loops_or_leads_nowhere_is_named_by_core_paths():
+    """The words for a path that does not resolve (a link to itself, a link whose target is gone) are spelled in
+    simcluster/core/paths.py alone (unresolved); before, five checks (mount sources, --out, --run-dir, a run
+    folder to read, diagnose's folder) each spelled them, two without the link's target."""
+    spelled = [_rel(p) for p in _files("launcher", "train", "bench", "simcluster")
+               if any("leads nowhere" in c for c in _constants(p))]
+    assert spelled == ["simcluster/core/paths.py"], spelled

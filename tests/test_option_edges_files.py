@@ -40,6 +40,24 @@ def test_a_link_that_loops_is_refused_at_once_and_left_as_it_is(capsys, tmp_path
     assert os.readlink(loop) == str(loop) and os.listdir(tmp_path) == ["loop"]  # nothing written, the link unchanged
 
 
+
+def test_a_link_whose_target_is_gone_is_named_with_its_target_by_every_check(capsys, tmp_path, monkeypatch):
+    """One set of words (core/paths.py unresolved) for a link that leads nowhere, its target named: a mount's
+    source (before: named without its target), --out, --run-dir, diagnose's folder; a path with nothing there keeps
+    each check's own words."""
+    monkeypatch.chdir(ROOT)
+    gone = tmp_path / "gone"
+    gone.symlink_to(tmp_path / "was-here")
+    said = f"a symbolic link that loops or leads nowhere ('{tmp_path / 'was-here'}')"
+    refused(capsys, ["generate", "--nodes", "1", "--nproc-per-node", "1", "--script", SCRIPT, "--stdout", "--mount",
+                     f"{gone}:/data/x"], f"mount: source {gone} is {said}; create it or fix --mount {gone}:/data/x")
+    refused(capsys, ["generate", "--mesh", "1x1x1", "--out", str(gone)], f"out: {gone} is {said}; name a file")
+    refused(capsys, ["status", "--run-dir", str(gone)], f"--run-dir {gone}: {said}; pass the run folder")
+    refused(capsys, ["diagnose", str(gone)], f"diagnose {gone}: {said}; ")
+    refused(capsys, ["diagnose", str(tmp_path / "none")], f"diagnose {tmp_path / 'none'}: no such folder; ")
+    refused(capsys, ["report", "--run-dir", str(gone)], "is not a folder (a symbolic link that loops or leads nowhere)")
+    assert os.readlink(gone) == str(tmp_path / "was-here") and os.listdir(tmp_path) == ["gone"]
+
 def test_generate_rewrites_its_own_document_and_never_a_file_it_did_not_write(capsys, tmp_path, monkeypatch):
     """generate --out README.md replaced the file with a compose document, unsaid."""
     from simcluster.launcher.cli import main

@@ -40,6 +40,7 @@ from simcluster.core.errors import ConfigError
 from simcluster.core.flightrec import DUMP_DIR, FILE_PREFIX, FIX, PREFIX_KEYS
 from simcluster.train.commrecord import collectives, short
 from simcluster.core.hang_diagnosis import disagreement
+from simcluster.core.paths import unresolved
 
 def write_dump(rank: int, groups: dict[str, list[int]], env=os.environ) -> str | None:
     """This rank's Flight Recorder dump, written as the NCCL watchdog would (PREFIX + rank), when
@@ -113,8 +114,7 @@ def dump_files(folder: str) -> dict[int, str]:
     if os.path.isdir(os.path.join(folder, DUMP_DIR)):
         folder = os.path.join(folder, DUMP_DIR)
     if not os.path.isdir(folder):
-        what = "a file, not a folder" if os.path.exists(folder) else "a symbolic link that loops or leads nowhere " \
-            f"({os.readlink(folder)!r})" if os.path.islink(folder) else "no such folder"
+        what = unresolved(folder, "no such folder") or "a file, not a folder"
         raise ConfigError(f"diagnose {folder}: {what}; {FIX}")
     try:
         names = sorted(os.listdir(folder))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from simcluster.launcher.container.layout import LABEL
 from simcluster.launcher.job.files import ROOT, host_abspath
 from simcluster.core.errors import ConfigError
+from simcluster.core.paths import unresolved
 
 
 def sanitize_project(name: str) -> str:
@@ -68,9 +69,8 @@ class Handle:
         if run_dir is not None and file is not None:
             raise ConfigError(f"--run-dir {run_dir} and --file {file}: give one (--run-dir: a run folder of `launcher "
                               f"up`, --file: a compose file you started); e.g. --run-dir {run_dir}")
-        if run_dir is not None and os.path.islink(host_abspath(run_dir)) and not os.path.exists(host_abspath(run_dir)):
-            raise ConfigError(f"--run-dir {run_dir}: a symbolic link that loops or leads nowhere "
-                              f"({os.readlink(host_abspath(run_dir))!r}); pass the run folder of `launcher up` itself, "
+        if run_dir is not None and (loose := unresolved(host_abspath(run_dir))):
+            raise ConfigError(f"--run-dir {run_dir}: {loose}; pass the run folder of `launcher up` itself, "
                               f"e.g. --run-dir runs/mesh-2x2x2")
 
     @classmethod

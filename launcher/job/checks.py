@@ -1,4 +1,5 @@
-"""Checks of the launcher's input strings, the way Docker and Compose would check them (stdlib only).
+"""Checks of the launcher's input strings, the way Docker and Compose would check them (stdlib and the floor's
+core/paths.py only).
 
     python -c "from simcluster.launcher.job.checks import *; print(image_problem('Simcluster/trainer'), memory_bytes('3g'))"
 
@@ -27,6 +28,8 @@ from __future__ import annotations
 import os
 import re
 from fractions import Fraction
+
+from simcluster.core.paths import unresolved
 
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 MIN_MEMORY = 6 * 1024 * 1024  # Docker's linuxMinMemory: 6291456 bytes
@@ -185,9 +188,8 @@ def run_dir_problem(path: str) -> str | None:
         return f"{full} exists and is not a folder"
     parent = full
     while parent and not os.path.exists(parent) and parent != os.path.dirname(parent):
-        if os.path.islink(parent):  # mkdir -p and os.makedirs fail on it ('File exists', ELOOP)
-            return (f"{parent} is a symbolic link that loops or leads nowhere ({os.readlink(parent)!r})"
-                    f"{'' if parent == full else f', on the way to {full}'}")
+        if loose := unresolved(parent):  # mkdir -p and os.makedirs fail on it ('File exists', ELOOP)
+            return f"{parent} is {loose}{'' if parent == full else f', on the way to {full}'}"
         parent = os.path.dirname(parent)
     if os.path.exists(parent) and not os.path.isdir(parent):
         return f"{parent}, a parent of {full}, is a file"
@@ -210,8 +212,8 @@ def out_problem(path: str, mine: str = "") -> str | None:
         if head and mine.encode() not in head:  # an empty file holds nothing to lose
             return (f"{full} exists and generate did not write it (no {mine.strip()!r}... line in its head), so it is "
                     f"left as it is; name a new file, or remove that one first")
-    if os.path.islink(full) and not os.path.exists(full):  # written, it would replace the link
-        return f"{full} is a symbolic link that loops or leads nowhere ({os.readlink(full)!r}); name a file"
+    if loose := unresolved(full):  # written, it would replace the link
+        return f"{full} is {loose}; name a file"
     if why := run_dir_problem(os.path.dirname(full)):
         return why
     parent = os.path.dirname(full)

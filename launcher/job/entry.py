@@ -28,6 +28,7 @@ from simcluster.launcher.job.files import run_name
 from simcluster.core.layout import TRAINER_MODULE
 from simcluster.core.config import Config, MeshSpec, parse_mesh
 from simcluster.core.errors import ConfigError
+from simcluster.core.paths import unresolved
 from simcluster.train.preflight import preflight
 
 RESERVED = (RUNS_MOUNT, APP_DIR, CODE_DIR, "/tmp")  # mount targets the launcher owns
@@ -89,7 +90,7 @@ def _mounts(specs: tuple[str, ...], host_path, user: str, errors: list[str]) -> 
             continue
         src = os.path.abspath(src)
         if not os.path.exists(src):
-            what = "is a symbolic link that loops or leads nowhere" if os.path.islink(src) else "does not exist"
+            what = f"is {loose}" if (loose := unresolved(src)) else "does not exist"
             errors.append(f"mount: source {src} {what}; create it or fix --mount {spec}")
         elif why := unreadable(src, user):
             errors.append(f"mount: {why}")

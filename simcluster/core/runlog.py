@@ -15,6 +15,7 @@ import os
 import re
 
 from simcluster.core.errors import ConfigError
+from simcluster.core.paths import unresolved
 from simcluster.core.rundir import METRICS, STEPS, _is_number, read_json_since
 
 TRACE = "trace.json"
@@ -33,8 +34,7 @@ def run_folder(run_dir: str, field: str, example: str) -> str:
         ConfigError: missing (a dead or looping link too), or a file rather than a folder: ``field`` names the
             input (e.g. ``report: --run-dir``), ``example`` a command line that would work.
     """
-    if not os.path.exists(run_dir):
-        what = "a symbolic link that loops or leads nowhere" if os.path.islink(run_dir) else "nothing there"
+    if what := unresolved(run_dir, "nothing there", target=False):
         raise ConfigError(f"{field} {run_dir!r} is not a folder ({what}); pass a run folder of `launcher up`, e.g. "
                           f"{example}")
     if not os.path.isdir(run_dir):
