@@ -10,6 +10,7 @@ No Docker and no cluster: every check runs before anything is written or started
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -167,6 +168,10 @@ F = ["plan", "--full-size", "--script", SCRIPT, "--nodes", "1", "--nproc-per-nod
     ([*G, "--user", " "], ["user: must be text, not empty or blank", "e.g. user='1000:1000'"]),
     ([*G, "--code", ""], ["code: must be text, not empty or blank"]),
     (["generate", "--mesh", "2x1x1", "--trace-steps", "", "--stdout"], ["trace_steps: must be text, not empty"]),
+    (["generate", "--mesh", "2x1x1", "--steps", "6", "--trace-steps", "3,3", "--stdout"],  # before: traced step 3 once
+     ["trace_steps: step 3 given twice in '3,3'; e.g. 3,4 or 3-5"]),
+    ([*G, "--total-steps", "6", "--trace-steps", "3,2-4"], ["trace_steps: step 3 given twice in '3,2-4'; e.g. 3,4"]),
+    ([*G, "--trace-steps", "2-4,4"], ["trace_steps: step 4 given twice in '2-4,4'"]),
     ([*G, "--target", "slurm", "--user", "1000:0"], ["--user '1000:0': a slurm document has no use for it: its nodes are "
                                                     "the cluster's own", "only --target compose or swarm writes it"]),
     ([*G, "--target", "jobset", "--image", "reg.io/a:1", "--join-timeout-s", "100"], [
@@ -253,3 +258,16 @@ def test_diagnose_names_what_the_folder_holds(capsys, tmp_path, files, named):
         (tmp_path / name).write_bytes(data)
     refused(capsys, ["diagnose", str(tmp_path) if files is not None else str(ROOT / "README.md")], named)
 
+
+
+@pytest.mark.parametrize("text, named", [("3,3", "step 3 given twice in '3,3'; e.g. 3,4 or 3-5"),
+                                         ("5-3", "'5-3' in '5-3' runs backwards; write steps as 3,4 or 3-5")])
+def test_the_trainers_own_trace_steps_parser_refuses_a_repeat_and_a_backwards_range(text, named):
+    """core/config.py parse_steps, which `python -m train` and torchrun's ranks read --trace-steps with (no launcher
+    request in front): a repeat was dropped and 5-3 traced nothing, unsaid."""
+    from simcluster.core.config import parse_steps
+    from simcluster.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="trace_steps: " + re.escape(named)):
+        parse_steps(text, 10)
+    assert parse_steps("2,4-5", 10) == (2, 4, 5)

@@ -36,6 +36,8 @@ BAD = [  # (keywords, the field the message names)
     (dict(**CODE, total_steps=5, trace_steps="1-1000000000"), "trace_steps"),  # refused before any list
     (dict(model="tiny", steps=3, trace_steps="1-1000000000"), "trace_steps"),
     (dict(model="tiny", steps=3, profile_step=9), "profile_step"),
+    (dict(model="tiny", steps=6, trace_steps="3,2-4"), "trace_steps: step 3 given twice in '3,2-4'"),
+    (dict(**CODE, total_steps=6, trace_steps="3,3"), "trace_steps: step 3 given twice in '3,3'"),
     (dict(script="no/such/train.py", nodes=1, nproc_per_node=1), "script"),  # existence
     (dict(code="no/such/folder", module="m", nodes=1, nproc_per_node=1), "code"),
     (dict(model="tiny", config="no/such/run.yaml"), "config"),
@@ -152,7 +154,9 @@ def test_importing_the_request_loads_no_engine_and_no_docker_sdk():
     assert proc.stdout.split() == [  # nothing of train/ (the torch side): the trainer's facts are the floor's
         "simcluster", "simcluster.core", "simcluster.core.config", "simcluster.core.errors",
         "simcluster.core.flightrec",  # the Flight Recorder's variable names: --env's checks
-        "simcluster.core.hardware", "simcluster.core.layout", "simcluster.core.units",  # hardware: --gpu's names
+        "simcluster.core.hardware", "simcluster.core.layout",
+        "simcluster.core.paths",  # a link that leads nowhere: the checks of --out and --run-dir
+        "simcluster.core.units",  # hardware: --gpu's names
         "simcluster.launcher", "simcluster.launcher.container", "simcluster.launcher.container.layout",
         "simcluster.launcher.job", "simcluster.launcher.job.checks", "simcluster.launcher.job.deps", "simcluster.launcher.job.env",
         "simcluster.launcher.job.fields", "simcluster.launcher.job.request", "simcluster.launcher.job.sections"]

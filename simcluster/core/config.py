@@ -200,10 +200,11 @@ class Config:
 
 
 def parse_steps(text: str | None, steps: int) -> tuple[int, ...]:
-    """``"3,4"`` or ``"3-5"`` (or both, ``"2,4-5"``) -> sorted unique step numbers; None or "" -> ().
+    """``"3,4"`` or ``"3-5"`` (or both, ``"2,4-5"``) -> sorted step numbers; None or "" -> ().
 
     Raises:
-        ConfigError: text that does not parse, or a step outside 1..steps, naming trace_steps and a fix.
+        ConfigError: text that does not parse, a range that runs backwards (``5-3``), a step given twice (``3,3``,
+            ``3,2-4``), or a step outside 1..steps, naming trace_steps and a fix.
     """
     if not text or not str(text).strip():
         return ()
@@ -213,6 +214,10 @@ def parse_steps(text: str | None, steps: int) -> tuple[int, ...]:
         if not m:
             raise ConfigError(f"trace_steps: cannot parse {part!r} in {text!r}; write steps as 3,4 or 3-5")
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise ConfigError(f"trace_steps: {part!r} in {text!r} runs backwards; write steps as 3,4 or 3-5")
+        if (twice := next((s for s in range(lo, hi + 1) if s in out), None)) is not None:
+            raise ConfigError(f"trace_steps: step {twice} given twice in {text!r}; e.g. 3,4 or 3-5")
         out.update(range(lo, hi + 1))
     bad = sorted(s for s in out if not 1 <= s <= steps)
     if bad:
