@@ -32,14 +32,17 @@ CHAOS_JOIN_S = 10.0  # how long a run waits, after its cluster ended, for its ch
 class FailedRank:
     """A rank that printed a traceback in a failed run: its global rank, its node, the node's
     exit code (the container's: 1 for a rank's exception, 137 for a kill), the traceback's last
-    lines (the exception line last; launcher/observe/failures.py's rules) and whether it only saw a
-    peer's connection close (peer_failed: a consequence, not the cause)."""
+    lines (the exception line last; launcher/observe/failures.py's rules), whether it only saw a
+    peer's connection close (peer_failed: a consequence, not the cause) and the name of the known torch bug
+    its traceback matches (torch_bug: a failures.TORCH_BUGS entry's name, e.g. ``tp-compile-act-grad``; None
+    for none; the summary prints its links and workarounds)."""
 
     rank: int
     node: str
     exit: int | None
     lines: tuple[str, ...]
     peer_failed: bool = False
+    torch_bug: str | None = None
 
     @property
     def error(self) -> str:
@@ -93,8 +96,8 @@ class Run:
     def failed(self) -> list[FailedRank]:
         """Each rank that printed a traceback (or a C++ abort) in a failed run, the cause first:
         ranks that only saw a peer's connection close come last; [] for a run that succeeded."""
-        ranks = [FailedRank(r["rank"], r["node"], r.get("exit"), tuple(r.get("lines") or ()), r.get("peer_failed", False))
-                 for r in self.record.get("failed", [])]
+        ranks = [FailedRank(r["rank"], r["node"], r.get("exit"), tuple(r.get("lines") or ()), r.get("peer_failed", False),
+                            r.get("torch_bug")) for r in self.record.get("failed", [])]
         return sorted(ranks, key=lambda f: (f.peer_failed, f.rank))
 
     @property

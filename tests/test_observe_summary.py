@@ -269,7 +269,9 @@ TP_COMPILE_TRACEBACK = [
 def test_a_known_torch_bug_is_named_with_its_links_a_gpus_outcome_and_workarounds(stream, capsys):
     """TP under torch.compile's backward error (TORCH_BUGS) on ranks 0 and 1 (its hint said once); the same
     exception line raised from the user's own frame (no DTensor redistribute among the last frames) on rank 2
-    is not that bug."""
+    is not that bug. summary.json and the API's FailedRank name it too (torch_bug: the entry's name, or None)."""
+    from simcluster.launcher.api import Run
+
     for rank in (0, 1):
         for x in TP_COMPILE_TRACEBACK:
             stream.handle("node-0", f"[rank{rank}]:{x}")
@@ -286,6 +288,11 @@ def test_a_known_torch_bug_is_named_with_its_links_a_gpus_outcome_and_workaround
                   "the embedding) gets a zero gradient"):
         assert words in rank0, (words, out)
     assert "torch bug" not in rank2, out
+    record = json.loads((Path(stream.launch.run_dir) / "summary.json").read_text())
+    assert {f["rank"]: f["torch_bug"] for f in record["failed"]} == {0: "tp-compile-act-grad", 1: "tp-compile-act-grad",
+                                                                     2: None}, record["failed"]
+    failed = Run(stream.launch.run_dir, stream.launch, 1).failed
+    assert [(f.rank, f.torch_bug) for f in failed] == [(0, "tp-compile-act-grad"), (1, "tp-compile-act-grad"), (2, None)]
 
 
 def test_the_final_loss_is_the_training_loss_in_the_common_formats(stream, capsys):

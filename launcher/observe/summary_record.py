@@ -22,7 +22,7 @@ import re
 
 from simcluster.launcher.container.layout import RDZV_HOST
 from simcluster.launcher.job.launch import Launch
-from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT
+from simcluster.launcher.observe.failures import PEER_FAILED, PEER_TIMEOUT, torch_bug
 from simcluster.launcher.observe.follow import Stream
 from simcluster.launcher.observe.teardown import aborted_after_work
 from simcluster.core.layout import node_of
@@ -159,15 +159,17 @@ def _outcome(launch: Launch, stream: Stream, codes: dict, ok: bool, wall: float,
     --wall-timeout-s, or null), wall_s, each node's exit code (nodes) and reason (node_reasons), the
     rendezvous', the lost nodes' lines, the containers up killed, each rank that printed a traceback
     when the run failed (rank, node, its node's exit code, the traceback's last lines, the exception
-    last, and whether it only saw a peer's connection close: peer_failed); the network
+    last, whether it only saw a peer's connection close: peer_failed, and the name of the known torch bug its
+    traceback matches, failures.TORCH_BUGS: torch_bug, or null); the network
     (inter_node_bandwidth), the image every node ran; with rehearsal hosts (up --hosts) the host of
     each container (hosts), the hosts that stopped answering (lost_hosts), the last step's bytes per
     host pair (host_traffic, or null) and --inter-host-bandwidth; the first rank output's time, and
     which ranks printed (printed_ranks, or null for a job whose output names no rank)."""
     def failed(rank: int, lines: list[str]) -> dict:
         node = launch.names[node_of(rank, launch.nproc_per_node)]
+        bug = torch_bug(lines)
         return {"rank": rank, "node": node, "exit": codes.get(node), "lines": lines,
-                "peer_failed": bool(PEER_FAILED.search(lines[-1]))}
+                "peer_failed": bool(PEER_FAILED.search(lines[-1])), "torch_bug": bug.name if bug else None}
 
     return {"timed_out": stream.timed_out, "wall_s": round(wall, 3), "nodes": {n: codes.get(n) for n in launch.names},
             "node_reasons": {n: node_reason(n, codes.get(n), stream.reasons.get(n), first) for n in launch.names},
