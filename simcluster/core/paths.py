@@ -1,7 +1,7 @@
 """A path that does not resolve, named in one set of words for every input that takes a path (a mount's source,
 --out, --run-dir, a run folder to read, diagnose's folder).
 
-    python -c "import os; from simcluster.core.paths import unresolved; os.symlink('gone', '/tmp/sc-loose'); print(unresolved('/tmp/sc-loose')); os.remove('/tmp/sc-loose')"
+    python -c "from simcluster.core.paths import unresolved; print(unresolved('/no/such/run', 'nothing there'), unresolved('/'))"
 
 os.path.exists follows links, so a link to itself (ELOOP) or to a target that is gone reads as nothing there,
 though os.makedirs, open(..., 'w') and a bind mount all fail on it or write through it.
