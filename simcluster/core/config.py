@@ -208,7 +208,7 @@ def parse_steps(text: str | None, steps: int) -> tuple[int, ...]:
     """
     if not text or not str(text).strip():
         return ()
-    out: set[int] = set()
+    spans: list[tuple[int, int]] = []  # (first, last) of each part: checked before any list of steps is built
     for part in str(text).replace(" ", "").split(","):
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not m:
@@ -216,14 +216,16 @@ def parse_steps(text: str | None, steps: int) -> tuple[int, ...]:
         lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
         if hi < lo:
             raise ConfigError(f"trace_steps: {part!r} in {text!r} runs backwards; write steps as 3,4 or 3-5")
-        if (twice := next((s for s in range(lo, hi + 1) if s in out), None)) is not None:
-            raise ConfigError(f"trace_steps: step {twice} given twice in {text!r}; e.g. 3,4 or 3-5")
-        out.update(range(lo, hi + 1))
-    bad = sorted(s for s in out if not 1 <= s <= steps)
+        spans.append((lo, hi))
+    spans.sort()
+    for (_, reach), (lo, _) in zip(spans, spans[1:]):  # by first step: one that starts within the last repeats it
+        if lo <= reach:
+            raise ConfigError(f"trace_steps: step {lo} given twice in {text!r}; e.g. 3,4 or 3-5")
+    bad = [(a, b) for lo, hi in spans for a, b in ((lo, min(hi, 0)), (max(lo, steps + 1), hi)) if a <= b]
     if bad:
-        raise ConfigError(f"trace_steps: step(s) {', '.join(map(str, bad))} outside the run (steps 1..{steps}); "
-                          f"pick steps within it, e.g. --trace-steps {min(3, steps)}")
-    return tuple(sorted(out))
+        raise ConfigError(f"trace_steps: step(s) {', '.join(str(a) if a == b else f'{a}-{b}' for a, b in bad)} outside "
+                          f"the run (steps 1..{steps}); pick steps within it, e.g. --trace-steps {min(3, steps)}")
+    return tuple(step for lo, hi in spans for step in range(lo, hi + 1))
 
 
 def traced_steps(cfg: "Config") -> tuple[int, ...]:
