@@ -26,7 +26,7 @@ from simcluster.launcher.job.env import env_conflicts, env_pairs
 from simcluster.launcher.job.fields import FIELDS, GENERATE_ONLY, MAX_STEPS, UP_ONLY, check_values, flag, from_text
 from simcluster.launcher.job.sections import (EngineOptions, GenerateOptions, JobOptions, NodeOptions,
                                               TrainerOptions, UpOptions)
-from simcluster.core.config import Config, parse_steps
+from simcluster.core.config import Config, step_spans
 from simcluster.core.errors import ConfigError
 from simcluster.core.layout import TRAINER_MODULE
 
@@ -105,8 +105,8 @@ def _readable(name: str, path: str, user: str, folder: bool) -> None:
 
 def _trace_steps(values: dict, last: int | None) -> None:
     """trace_steps and profile_step within 1..last (the run's last step when known), each range
-    checked before any list of its steps is built; then core/config.py parse_steps' own refusals (a step given
-    twice)."""
+    checked before any list of its steps is built; then core/config.py step_spans' own refusals (a step given
+    twice), which build none either."""
     bound = last or MAX_STEPS
     if values["profile_step"] and values["profile_step"] > bound:
         raise _error("profile_step", f"profile_step: step {values['profile_step']} is after the run's last step "
@@ -121,7 +121,7 @@ def _trace_steps(values: dict, last: int | None) -> None:
             raise _error("trace_steps", f"trace_steps: {part!r} in {text!r} {why}; write steps as 3,4 or 3-5 "
                                         f"within the run, e.g. trace_steps='2,3' (--trace-steps 2,3)")
     try:
-        parse_steps(text, bound)
+        step_spans(text, bound)
     except ConfigError as e:
         raise _error("trace_steps", str(e)) from None
 

@@ -203,12 +203,22 @@ def parse_steps(text: str | None, steps: int) -> tuple[int, ...]:
     """``"3,4"`` or ``"3-5"`` (or both, ``"2,4-5"``) -> sorted step numbers; None or "" -> ().
 
     Raises:
+        ConfigError: step_spans' refusals.
+    """
+    return tuple(step for lo, hi in step_spans(text, steps) for step in range(lo, hi + 1))
+
+
+def step_spans(text: str | None, steps: int) -> tuple[tuple[int, int], ...]:
+    """``"2,4-5"`` -> its parts' (first, last) steps, sorted; None or "" -> (). Checked without building a
+    list of steps (a check of ``1-1000000000`` costs what ``1`` does).
+
+    Raises:
         ConfigError: text that does not parse, a range that runs backwards (``5-3``), a step given twice (``3,3``,
             ``3,2-4``), or a step outside 1..steps, naming trace_steps and a fix.
     """
     if not text or not str(text).strip():
         return ()
-    spans: list[tuple[int, int]] = []  # (first, last) of each part: checked before any list of steps is built
+    spans: list[tuple[int, int]] = []
     for part in str(text).replace(" ", "").split(","):
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
         if not m:
@@ -225,7 +235,7 @@ def parse_steps(text: str | None, steps: int) -> tuple[int, ...]:
     if bad:
         raise ConfigError(f"trace_steps: step(s) {', '.join(str(a) if a == b else f'{a}-{b}' for a, b in bad)} outside "
                           f"the run (steps 1..{steps}); pick steps within it, e.g. --trace-steps {min(3, steps)}")
-    return tuple(step for lo, hi in spans for step in range(lo, hi + 1))
+    return tuple(spans)
 
 
 def traced_steps(cfg: "Config") -> tuple[int, ...]:

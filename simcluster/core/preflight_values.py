@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from simcluster.core.config import Config, parse_steps
+from simcluster.core.config import Config, step_spans
 from simcluster.core.errors import ConfigError
 
 SEED_LIMIT = 2**63  # torch.Generator.manual_seed takes 64-bit seeds; batches and init use seed mod 2**63
@@ -64,7 +64,7 @@ def value_errors(cfg: Config) -> list[str]:
         if not ok(v):
             errors.append(f"{name}: must be {need}, got {v}; {fix}")
     try:
-        parse_steps(cfg.trace_steps, cfg.steps)
+        step_spans(cfg.trace_steps, cfg.steps)  # checked, no list of steps built
     except ConfigError as e:
         errors.append(str(e))
     for name in AT_LEAST_ONE:

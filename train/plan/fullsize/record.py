@@ -221,11 +221,10 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is aten._local_scalar_dense.default:
-            return self._placeholder(args[0])
+            t = args[0]
+            return self._answer(False if t.dtype == torch.bool else 1 if not t.is_floating_point() else 1.0)
         if func in _ANSWERED_TRUE:
-            frame = _program_line()
-            self.placeholders[frame] = self.placeholders.get(frame, 0) + 1
-            return True
+            return self._answer(True)
         if any(is_traceable_wrapper_subclass(t) for t in tree_flatten((args, kwargs))[0]):
             return NotImplemented  # a DTensor's op: its own dispatch runs, and its local ops come back here
         if self._quiet:  # DTensor's sharding propagation: global-shape fakes, no device memory, no work
@@ -279,10 +278,11 @@ class Recorder(TorchDispatchMode):
         sids = sorted({self._ids[id(t.untyped_storage())] for t in tensors if id(t.untyped_storage()) in self._ids})
         self.events.append(("c", name, int(nbytes), size, tuple(ranks), ph, tuple(sids)))
 
-    def _placeholder(self, t: torch.Tensor):
+    def _answer(self, value):
+        """``value`` in place of what a fake tensor cannot tell, the program's line counted in placeholders."""
         frame = _program_line()
         self.placeholders[frame] = self.placeholders.get(frame, 0) + 1
-        return False if t.dtype == torch.bool else 1 if not t.is_floating_point() else 1.0
+        return value
 
 
 def _local(x):
